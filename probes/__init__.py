@@ -1,0 +1,1 @@
+"""skewprobe: a caller-side canary and regression probe for service-mesh upgrades."""

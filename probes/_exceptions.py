@@ -1,0 +1,57 @@
+"""Every exception skewprobe raises, in one tree.
+
+    SkewprobeError
+    ├── BadInput              → exit 2: usage, config, unreadable file
+    │   └── ConfigError       (names file, line and key)
+    ├── StoreError            → exit 4: the store cannot be opened or read
+    │   └── StoreCorrupt
+    └── SourceUnavailable     → exit 4: a data source (Prometheus, API) did not answer
+
+Library errors (httpx, grpc, sqlite3, yaml) are translated at the edge where they are caught
+(`raise ... from exc`), so callers only ever see these.
+"""
+
+from __future__ import annotations
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_BAD_INPUT = 2
+EXIT_INCONCLUSIVE = 3
+EXIT_UNAVAILABLE = 4
+
+
+class SkewprobeError(Exception):
+    """Base of every skewprobe error; `exit_code` is what the CLI exits with."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class BadInput(SkewprobeError):
+    exit_code = EXIT_BAD_INPUT
+
+
+class ConfigError(BadInput):
+    """A config that does not validate. The message names file, line and key."""
+
+    def __init__(self, message: str, *, file: str = "", line: int | None = None, key: str = ""):
+        self.file = file
+        self.line = line
+        self.key = key
+        where = file
+        if line is not None:
+            where = f"{where}:{line}" if where else f"line {line}"
+        prefix = f"{where}: " if where else ""
+        keypart = f"{key}: " if key else ""
+        super().__init__(f"{prefix}{keypart}{message}")
+
+
+class StoreError(SkewprobeError):
+    exit_code = EXIT_UNAVAILABLE
+
+
+class StoreCorrupt(StoreError):
+    pass
+
+
+class SourceUnavailable(SkewprobeError):
+    exit_code = EXIT_UNAVAILABLE

@@ -1,0 +1,208 @@
+"""The JSON Schema of skewprobe's YAML config: the one source of truth for its keys.
+
+`skewprobe validate --schema` prints it; `probes.config` validates against it with jsonschema
+and then applies the checks a schema cannot express (duplicate names, ports that exist).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DURATION = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)$"
+RATE = r"^[0-9]+(\.[0-9]+)?/(s|m|min|h)$"
+
+_str_map: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+
+_duration: dict[str, Any] = {
+    "type": "string",
+    "pattern": DURATION,
+    "description": "a duration: 250ms, 1s, 1.5m, 2h",
+}
+
+_tls: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "TLS towards the target; cert and key make it mTLS",
+    "properties": {
+        "ca": {"type": "string", "description": "CA bundle file"},
+        "cert": {"type": "string", "description": "client certificate file"},
+        "key": {"type": "string", "description": "client key file"},
+        "server_name": {"type": "string"},
+        "insecure_skip_verify": {"type": "boolean"},
+    },
+    "dependentRequired": {"cert": ["key"], "key": ["cert"]},
+}
+
+_port: dict[str, Any] = {
+    "description": "a port number, or the name of one of the endpoint's named ports",
+    "oneOf": [
+        {"type": "integer", "minimum": 1, "maximum": 65535},
+        {"type": "string", "minLength": 1},
+    ],
+}
+
+_static_target: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["address"],
+    "properties": {
+        "address": {"type": "string", "pattern": r"^[^\s:]+:[0-9]{1,5}$"},
+        "name": {"type": "string"},
+        "labels": _str_map,
+        "ports": {
+            "type": "object",
+            "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 65535},
+        },
+    },
+}
+
+_http: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "method": {"enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]},
+        "path": {"type": "string", "pattern": "^/"},
+        "version": {"enum": ["1.1", "2"], "description": "HTTP/1.1, or HTTP/2 (h2c on http)"},
+        "scheme": {"enum": ["http", "https"]},
+        "headers": _str_map,
+        "body": {"type": "string"},
+        "tls": _tls,
+    },
+}
+
+_grpc: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "method": {"type": "string", "pattern": r"^/[^/]+/[^/]+$"},
+        "request": {"type": "string", "description": "the request message, base64 protobuf"},
+        "metadata": _str_map,
+        "health": {
+            "type": "string",
+            "description": "standard grpc.health.v1 Check of this service ('' = whole server)",
+        },
+        "tls": _tls,
+    },
+}
+
+_stream: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "method": {"type": "string", "pattern": r"^/[^/]+/[^/]+$"},
+        "request": {"type": "string"},
+        "per_endpoint": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "metadata": _str_map,
+        "health": {"type": "string"},
+        "max_lifetime": _duration,
+        "tls": _tls,
+    },
+}
+
+_path: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "pattern": r"^[A-Za-z0-9_.:/-]+$"},
+        "http": _http,
+        "grpc": _grpc,
+        "stream": _stream,
+        "rate": {
+            "type": "string",
+            "pattern": RATE,
+            "description": "calls per endpoint: 5/s, 30/min, 1/h",
+        },
+        "timeout": _duration,
+        "expect": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "status": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "integer", "minimum": 100, "maximum": 599},
+                },
+                "grpc_codes": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            },
+        },
+        "port": _port,
+        "selector": _str_map,
+        "attempts_header": {"type": "string", "minLength": 1},
+        "cohort_header": {"type": "string", "minLength": 1},
+    },
+    "oneOf": [
+        {"required": ["http"], "not": {"anyOf": [{"required": ["grpc"]}, {"required": ["stream"]}]}},
+        {"required": ["grpc"], "not": {"anyOf": [{"required": ["http"]}, {"required": ["stream"]}]}},
+        {"required": ["stream"], "not": {"anyOf": [{"required": ["http"]}, {"required": ["grpc"]}]}},
+    ],
+}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "skewprobe config",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["paths"],
+    "properties": {
+        "targets": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "static": {"type": "array", "items": _static_target},
+                "file": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["path"],
+                    "properties": {"path": {"type": "string", "minLength": 1}},
+                },
+            },
+        },
+        "cohort": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "by": {"type": "string", "minLength": 1},
+                "baseline": {"type": "string"},
+                "canary": {"type": "string"},
+            },
+        },
+        "paths": {"type": "array", "minItems": 1, "items": _path},
+        "window": _duration,
+        "verdict": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
+                "min_samples": {"type": "integer", "minimum": 1},
+                "tolerances": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "success_rate_drop_pp": {"type": "number", "minimum": 0},
+                        "latency_p99_ratio": {"type": "number", "minimum": 1},
+                        "latency_p99_margin_ms": {"type": "number", "minimum": 0},
+                        "attempts_ratio": {"type": "number", "minimum": 1},
+                        "stream_resets_ratio": {"type": "number", "minimum": 1},
+                        "stream_resets_margin_per_hour": {"type": "number", "minimum": 0},
+                    },
+                },
+            },
+        },
+        "probe": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "max_in_flight": {"type": "integer", "minimum": 1},
+                "max_rate": {"type": "string", "pattern": RATE},
+            },
+        },
+        "store": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"path": {"type": "string", "minLength": 1}},
+        },
+        "listen": {"type": "string", "pattern": r"^[^\s]+:[0-9]{1,5}$"},
+        "source": {"enum": ["store"]},
+    },
+}

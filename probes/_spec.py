@@ -1,0 +1,163 @@
+"""The validated configuration as plain frozen data.
+
+`probes.config` parses and validates YAML into these; everything downstream (engine,
+clients, verdict) reads only these types, never raw YAML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from probes._types import Endpoint
+
+
+def _ro(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSpec:
+    """TLS towards the target. `ca`, `cert` and `key` are file paths (mTLS when cert is set)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    server_name: str | None = None
+    insecure_skip_verify: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSpec:
+    """One HTTP call. `version` is "1.1" or "2" (h2c prior knowledge on http://, ALPN on https://)."""
+
+    method: str = "GET"
+    path: str = "/"
+    version: str = "1.1"
+    scheme: str = "http"
+    headers: Mapping[str, str] = field(default_factory=lambda: _ro(None))
+    body: bytes | None = None
+    tls: TlsSpec | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "headers", _ro(self.headers))
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcSpec:
+    """One gRPC unary call.
+
+    `method` is a full method name (`/pkg.Service/Method`); the request is sent as raw
+    protobuf bytes (`request`; empty bytes encode a message with every field at its default,
+    valid for any message type), so the probe needs no generated code for the callee.
+    `health_service` set (possibly "") means the standard `grpc.health.v1.Health/Check`.
+    """
+
+    method: str = "/grpc.health.v1.Health/Check"
+    request: bytes = b""
+    metadata: Mapping[str, str] = field(default_factory=lambda: _ro(None))
+    health_service: str | None = None
+    tls: TlsSpec | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metadata", _ro(self.metadata))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """Long-lived server-streaming gRPC calls held open per endpoint (issue: streams)."""
+
+    method: str = "/grpc.health.v1.Health/Watch"
+    request: bytes = b""
+    per_endpoint: int = 1
+    metadata: Mapping[str, str] = field(default_factory=lambda: _ro(None))
+    health_service: str | None = None
+    max_lifetime_s: float | None = None
+    tls: TlsSpec | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metadata", _ro(self.metadata))
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectSpec:
+    """What counts as success. HTTP statuses outside `status` are http_4xx / http_5xx /
+    unexpected_status; gRPC codes outside `grpc_codes` are grpc_<CODE>."""
+
+    status: tuple[int, ...] = (200,)
+    grpc_codes: tuple[str, ...] = ("OK",)
+
+
+@dataclass(frozen=True, slots=True)
+class PathSpec:
+    """A path: what to call, how often per endpoint, under which timeout, on which targets."""
+
+    name: str
+    rate_per_s: float
+    timeout_s: float
+    http: HttpSpec | None = None
+    grpc: GrpcSpec | None = None
+    stream: StreamSpec | None = None
+    expect: ExpectSpec = ExpectSpec()
+    port: str | int | None = None
+    selector: Mapping[str, str] = field(default_factory=lambda: _ro(None))
+    attempts_header: str = "x-envoy-attempt-count"
+    cohort_header: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "selector", _ro(self.selector))
+
+    @property
+    def kind(self) -> str:
+        if self.http is not None:
+            return "http"
+        if self.grpc is not None:
+            return "grpc"
+        return "stream"
+
+    def matches(self, endpoint: Endpoint) -> bool:
+        return all(endpoint.labels.get(k) == v for k, v in self.selector.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerances:
+    """How much worse the canary may be before a metric fails (verdict issue)."""
+
+    success_rate_drop_pp: float = 0.1
+    latency_p99_ratio: float = 1.2
+    latency_p99_margin_ms: float = 5.0
+    attempts_ratio: float = 1.1
+    stream_resets_ratio: float = 1.5
+    stream_resets_margin_per_hour: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CohortSpec:
+    by: str = "proxy_version"
+    baseline: str | None = None
+    canary: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FileTargetsSpec:
+    """A file of endpoints (JSON or YAML) re-read whenever it changes; the local fleet writes one."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    source: str
+    paths: tuple[PathSpec, ...]
+    static_targets: tuple[Endpoint, ...] = ()
+    file_targets: FileTargetsSpec | None = None
+    cohort: CohortSpec = CohortSpec()
+    tolerances: Tolerances = Tolerances()
+    alpha: float = 0.01
+    window_s: float = 10.0
+    min_samples: int = 100
+    max_in_flight: int = 1000
+    max_rate_per_s: float = 20000.0
+    store: str = "skewprobe.db"
+    listen: str = "127.0.0.1:9464"

@@ -1,0 +1,370 @@
+"""Load and validate skewprobe's YAML config.
+
+Validation is the JSON Schema in `probes._schema` (checked with jsonschema), then the few
+checks a schema cannot express. Every error is one `ConfigError` naming file, line and key,
+found by walking the YAML node tree that PyYAML composes (it keeps each node's position).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from probes._exceptions import ConfigError
+from probes._schema import SCHEMA
+from probes._spec import (
+    CohortSpec,
+    Config,
+    ExpectSpec,
+    FileTargetsSpec,
+    GrpcSpec,
+    HttpSpec,
+    PathSpec,
+    StreamSpec,
+    TlsSpec,
+    Tolerances,
+)
+from probes._types import Endpoint
+
+__all__ = ["load_config", "parse_config", "parse_duration", "parse_rate"]
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)$")
+_RATE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/(s|m|min|h)$")
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def parse_duration(text: str) -> float:
+    """'250ms' → 0.25, '2m' → 120.0 (seconds). Raises ValueError."""
+    match = _DURATION_RE.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a duration like 500ms, 1s, 2m, 1h")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def parse_rate(text: str) -> float:
+    """'5/s' → 5.0, '30/min' → 0.5 (calls per second). Raises ValueError."""
+    match = _RATE_RE.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a rate like 5/s, 30/min, 1/h")
+    value = float(match.group(1)) / _RATE_UNITS[match.group(2)]
+    if value <= 0:
+        raise ValueError(f"{text!r} is not a positive rate")
+    return value
+
+
+def load_config(path: str | Path) -> Config:
+    """Read, parse and validate a config file; every failure is a one-line ConfigError."""
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot read config: {reason}", file=file) from exc
+    return parse_config(text, file=file)
+
+
+def parse_config(text: str, *, file: str = "<config>") -> Config:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigError(f"invalid YAML: {problem}", file=file, line=line) from exc
+    if node is None or data is None:
+        raise ConfigError("the config is empty", file=file)
+    _reject_duplicate_keys(node, file)
+    errors = sorted(_VALIDATOR.iter_errors(data), key=_error_rank)
+    if errors:
+        raise _to_config_error(errors[0], node, file)
+    return _build(data, node, file)
+
+
+# -- locating and explaining errors -----------------------------------------------------
+
+
+def _reject_duplicate_keys(node: yaml.Node, file: str, where: str = "") -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            dotted = f"{where}.{key}" if where else key
+            if key in seen:
+                raise ConfigError(
+                    "duplicate key", file=file, line=key_node.start_mark.line + 1, key=dotted
+                )
+            seen.add(key)
+            _reject_duplicate_keys(value_node, file, dotted)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _reject_duplicate_keys(item, file, f"{where}[{index}]")
+
+
+def _find(node: yaml.Node, path: Iterable[str | int]) -> tuple[yaml.Node, yaml.Node | None]:
+    """The node at `path` and, for a mapping entry, its key node (whose line is the key's)."""
+    key_node: yaml.Node | None = None
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == part:
+                    key_node, node = k, v
+                    break
+            else:
+                break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                break
+            key_node, node = None, node.value[part]
+        else:
+            break
+    return node, key_node
+
+
+def _dotted(path: Iterable[str | int]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _error_rank(error: jsonschema.ValidationError) -> tuple[int, int]:
+    # Deepest first (most specific), then schema order, so one stable error is reported.
+    return (-len(error.absolute_path), 0 if error.validator != "oneOf" else 1)
+
+
+def _to_config_error(error: jsonschema.ValidationError, root: yaml.Node, file: str) -> ConfigError:
+    path = list(error.absolute_path)
+    node, key_node = _find(root, path)
+    line_node = key_node if key_node is not None else node
+    line = line_node.start_mark.line + 1
+    key = _dotted(path) or "(top level)"
+    validator = error.validator
+    if validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - allowed)
+        if unknown:
+            bad_node, bad_key = _find(root, [*path, unknown[0]])
+            bad_line = (bad_key or bad_node).start_mark.line + 1
+            hint = ", ".join(sorted(allowed))
+            return ConfigError(
+                f"unknown key (expected one of: {hint})",
+                file=file,
+                line=bad_line,
+                key=_dotted([*path, unknown[0]]),
+            )
+    if validator == "oneOf" and path and path[0] == "paths" and len(path) == 2:
+        return ConfigError(
+            "a path needs exactly one of http, grpc or stream", file=file, line=line, key=key
+        )
+    if validator == "oneOf" and path and path[-1] == "port":
+        return ConfigError(
+            f"{error.instance!r} is not a port number or port name", file=file, line=line, key=key
+        )
+    if validator == "pattern":
+        pattern = error.schema.get("pattern", "")
+        if "ms|s|m|h" in pattern:
+            message = f"{error.instance!r} is not a duration like 500ms, 1s, 2m, 1h"
+        elif "s|m|min|h" in pattern:
+            message = f"{error.instance!r} is not a rate like 5/s, 30/min, 1/h"
+        else:
+            message = f"{error.instance!r} is not in the expected form"
+        return ConfigError(message, file=file, line=line, key=key)
+    if validator == "enum":
+        choices = ", ".join(repr(c) for c in error.schema["enum"])
+        return ConfigError(
+            f"{error.instance!r} is not one of {choices}", file=file, line=line, key=key
+        )
+    if validator == "type":
+        expected = error.schema.get("type")
+        return ConfigError(
+            f"expected {expected}, got {type(error.instance).__name__} {error.instance!r}",
+            file=file,
+            line=line,
+            key=key,
+        )
+    if validator == "required":
+        return ConfigError(error.message.replace("'", ""), file=file, line=line, key=key)
+    return ConfigError(error.message.splitlines()[0], file=file, line=line, key=key)
+
+
+# -- building the typed config ----------------------------------------------------------
+
+
+class _Builder:
+    """Turns validated data into the frozen specs, raising ConfigError with positions."""
+
+    def __init__(self, root: yaml.Node, file: str) -> None:
+        self.root = root
+        self.file = file
+
+    def fail(self, message: str, path: list[str | int]) -> ConfigError:
+        node, key_node = _find(self.root, path)
+        line = (key_node or node).start_mark.line + 1
+        return ConfigError(message, file=self.file, line=line, key=_dotted(path))
+
+    def duration(self, value: str, path: list[str | int]) -> float:
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            raise self.fail(str(exc), path) from None
+        if seconds <= 0:
+            raise self.fail(f"{value!r} must be longer than zero", path)
+        return seconds
+
+    def rate(self, value: str, path: list[str | int]) -> float:
+        try:
+            return parse_rate(value)
+        except ValueError as exc:
+            raise self.fail(str(exc), path) from None
+
+    def b64(self, value: str, path: list[str | int]) -> bytes:
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise self.fail("not valid base64", path) from None
+
+    def tls(self, data: Mapping[str, Any] | None, path: list[str | int]) -> TlsSpec | None:
+        if data is None:
+            return None
+        for key in ("ca", "cert", "key"):
+            if key in data and not Path(data[key]).is_file():
+                raise self.fail(f"no such file: {data[key]}", [*path, key])
+        return TlsSpec(**data)
+
+
+def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
+    b = _Builder(root, file)
+    targets = data.get("targets") or {}
+    static = tuple(_static_endpoint(t, i, b) for i, t in enumerate(targets.get("static") or []))
+    file_targets = FileTargetsSpec(**targets["file"]) if "file" in targets else None
+    if not static and file_targets is None:
+        raise b.fail("no targets: give targets.static or targets.file", ["targets"])
+
+    paths: list[PathSpec] = []
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(data["paths"]):
+        where: list[str | int] = ["paths", index]
+        if raw["name"] in seen:
+            raise b.fail(
+                f"duplicate path name {raw['name']!r} (first at paths[{seen[raw['name']]}])",
+                [*where, "name"],
+            )
+        seen[raw["name"]] = index
+        paths.append(_path(raw, where, b))
+
+    for index, endpoint in enumerate(static):
+        for path in paths:
+            if path.matches(endpoint) and isinstance(path.port, str):
+                if path.port not in endpoint.ports:
+                    raise b.fail(
+                        f"path {path.name!r} uses port {path.port!r} that this target lacks",
+                        ["targets", "static", index],
+                    )
+
+    verdict = data.get("verdict") or {}
+    probe = data.get("probe") or {}
+    cohort = data.get("cohort") or {}
+    return Config(
+        source=data.get("source", "store"),
+        paths=tuple(paths),
+        static_targets=static,
+        file_targets=file_targets,
+        cohort=CohortSpec(**cohort),
+        tolerances=Tolerances(**(verdict.get("tolerances") or {})),
+        alpha=float(verdict.get("alpha", 0.01)),
+        min_samples=int(verdict.get("min_samples", 100)),
+        window_s=b.duration(data["window"], ["window"]) if "window" in data else 10.0,
+        max_in_flight=int(probe.get("max_in_flight", 1000)),
+        max_rate_per_s=(
+            b.rate(probe["max_rate"], ["probe", "max_rate"]) if "max_rate" in probe else 20000.0
+        ),
+        store=(data.get("store") or {}).get("path", "skewprobe.db"),
+        listen=data.get("listen", "127.0.0.1:9464"),
+    )
+
+
+def _static_endpoint(raw: Mapping[str, Any], index: int, b: _Builder) -> Endpoint:
+    host, _, port = raw["address"].rpartition(":")
+    if not 0 < int(port) < 65536:
+        raise b.fail(f"port {port} out of range", ["targets", "static", index, "address"])
+    labels = raw.get("labels") or {}
+    name = raw.get("name") or labels.get("pod") or raw["address"]
+    return Endpoint(name=name, host=host, port=int(port), labels=labels, ports=raw.get("ports") or {})
+
+
+def _health_service(raw: Mapping[str, Any]) -> str | None:
+    """`health: svc` names a service; no method at all means the whole server's health."""
+    if "health" in raw:
+        return str(raw["health"])
+    return "" if "method" not in raw else None
+
+
+def _path(raw: Mapping[str, Any], where: list[str | int], b: _Builder) -> PathSpec:
+    http = grpc = stream = None
+    if "http" in raw:
+        h = raw["http"]
+        body = h.get("body")
+        http = HttpSpec(
+            method=h.get("method", "GET"),
+            path=h.get("path", "/"),
+            version=h.get("version", "1.1"),
+            scheme=h.get("scheme", "http"),
+            headers=h.get("headers") or {},
+            body=body.encode() if body is not None else None,
+            tls=b.tls(h.get("tls"), [*where, "http", "tls"]),
+        )
+    if "grpc" in raw:
+        g = raw["grpc"]
+        grpc = GrpcSpec(
+            method=g.get("method", "/grpc.health.v1.Health/Check"),
+            request=b.b64(g.get("request", ""), [*where, "grpc", "request"]),
+            metadata=g.get("metadata") or {},
+            health_service=_health_service(g),
+            tls=b.tls(g.get("tls"), [*where, "grpc", "tls"]),
+        )
+    if "stream" in raw:
+        s = raw["stream"]
+        stream = StreamSpec(
+            method=s.get("method", "/grpc.health.v1.Health/Watch"),
+            request=b.b64(s.get("request", ""), [*where, "stream", "request"]),
+            per_endpoint=int(s.get("per_endpoint", 1)),
+            metadata=s.get("metadata") or {},
+            health_service=_health_service(s),
+            max_lifetime_s=(
+                b.duration(s["max_lifetime"], [*where, "stream", "max_lifetime"])
+                if "max_lifetime" in s
+                else None
+            ),
+            tls=b.tls(s.get("tls"), [*where, "stream", "tls"]),
+        )
+    expect = raw.get("expect") or {}
+    timeout = b.duration(raw.get("timeout", "1s"), [*where, "timeout"])
+    rate = b.rate(raw.get("rate", "1/s"), [*where, "rate"])
+    if stream is None and timeout * rate > 10_000:
+        raise b.fail("rate × timeout allows over 10,000 calls in flight per endpoint", where)
+    return PathSpec(
+        name=raw["name"],
+        rate_per_s=rate,
+        timeout_s=timeout,
+        http=http,
+        grpc=grpc,
+        stream=stream,
+        expect=ExpectSpec(
+            status=tuple(expect.get("status", (200,))),
+            grpc_codes=tuple(c.upper() for c in expect.get("grpc_codes", ("OK",))),
+        ),
+        port=raw.get("port"),
+        selector=raw.get("selector") or {},
+        attempts_header=raw.get("attempts_header", "x-envoy-attempt-count").lower(),
+        cohort_header=raw["cohort_header"].lower() if "cohort_header" in raw else None,
+    )
