@@ -1,0 +1,189 @@
+"""The probe's HTTP API: /metrics, /healthz, /verdict, /gate, /inventory.
+
+A raw ASGI app served by hypercorn (the same server the reference target uses), read-only:
+every route answers GET except Flagger's `POST /gate`. The verdict itself is computed by a
+function passed in, so this module knows HTTP and the gates' contracts, not statistics:
+
+- `GET /verdict` answers 200 with the verdict JSON for any computed verdict, pass, fail or
+  inconclusive alike: Argo Rollouts' `web` provider treats a non-2xx answer as a measurement
+  error, and evaluates `successCondition`/`failureCondition` on the JSON. Only an unreadable
+  store (no verdict could be computed) answers 503, with a JSON error.
+- `POST /gate` answers 200 only on pass and 409 otherwise: Flagger treats any status above
+  202 as a failed check, so fail and inconclusive both hold the canary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from probes._exceptions import BadInput, SkewprobeError
+
+log = logging.getLogger("skewprobe.api")
+
+_MAX_BODY = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictQuery:
+    """What a gate may narrow a verdict to. Every field is optional."""
+
+    path: str | None = None
+    baseline: str | None = None
+    canary: str | None = None
+    since: str | None = None
+
+
+VerdictFn = Callable[[VerdictQuery], Awaitable[Mapping[str, Any]]]
+HealthFn = Callable[[], tuple[bool, str]]
+JsonFn = Callable[[], Awaitable[Mapping[str, Any]]]
+
+ASGIScope = Mapping[str, Any]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+
+class ApiApp:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        verdict: VerdictFn,
+        health: HealthFn,
+        inventory: JsonFn | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.registry = registry
+        self.verdict = verdict
+        self.health = health
+        self.inventory = inventory
+        self.token = token
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        status, headers, body = await self._route(scope, receive)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _route(
+        self, scope: ASGIScope, receive: Receive
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        method, route = scope["method"], scope["path"]
+        if self.token is not None and route != "/healthz" and not self._authorised(scope):
+            return _json(401, {"error": "missing or wrong bearer token"})
+        if route == "/metrics" and method in ("GET", "HEAD"):
+            return 200, [(b"content-type", CONTENT_TYPE_LATEST.encode())], generate_latest(
+                self.registry
+            )
+        if route == "/healthz" and method in ("GET", "HEAD"):
+            ok, reason = self.health()
+            return _json(200 if ok else 503, {"ok": ok, "reason": reason})
+        if route == "/verdict" and method in ("GET", "HEAD"):
+            return await self._verdict(_query(scope), gate=False)
+        if route == "/gate" and method == "POST":
+            try:
+                query = _gate_query(await _read_body(receive))
+            except BadInput as exc:
+                return _json(400, {"error": str(exc)})
+            return await self._verdict(query, gate=True)
+        if route == "/inventory" and method in ("GET", "HEAD") and self.inventory is not None:
+            try:
+                return _json(200, await self.inventory())
+            except SkewprobeError as exc:
+                return _json(503, {"error": str(exc)})
+        if route in ("/metrics", "/healthz", "/verdict", "/gate", "/inventory"):
+            return _json(405, {"error": f"{method} not allowed on {route}"})
+        return _json(404, {"error": f"no route {route}"})
+
+    def _authorised(self, scope: ASGIScope) -> bool:
+        expected = f"Bearer {self.token}".encode()
+        return any(k == b"authorization" and v == expected for k, v in scope["headers"])
+
+    async def _verdict(
+        self, query: VerdictQuery | BadInput, *, gate: bool
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        if isinstance(query, BadInput):
+            return _json(409 if gate else 400, {"verdict": "inconclusive", "error": str(query)})
+        try:
+            result = await self.verdict(query)
+        except BadInput as exc:
+            # A bad query is an error for the caller, never a pass.
+            return _json(409 if gate else 400, {"verdict": "inconclusive", "error": str(exc)})
+        except SkewprobeError as exc:
+            return _json(503, {"error": str(exc)})
+        if gate:
+            return _json(200 if result.get("verdict") == "pass" else 409, result)
+        return _json(200, result)
+
+
+def _json(status: int, payload: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    return status, [(b"content-type", b"application/json")], json.dumps(payload).encode()
+
+
+def _query(scope: ASGIScope) -> VerdictQuery | BadInput:
+    try:
+        raw = parse_qs(scope.get("query_string", b"").decode("utf-8"), strict_parsing=False)
+    except UnicodeDecodeError:
+        return BadInput("query string is not UTF-8")
+    unknown = set(raw) - {"path", "baseline", "canary", "since"}
+    if unknown:
+        return BadInput(f"unknown query parameter(s): {', '.join(sorted(unknown))}")
+    if any(len(v) > 1 for v in raw.values()):
+        return BadInput("each query parameter may be given once")
+    return VerdictQuery(**{k: v[0] for k, v in raw.items()})
+
+
+def _gate_query(body: bytes) -> VerdictQuery:
+    """Flagger's webhook payload: name, namespace, phase, checksum, metadata{...}."""
+    if not body:
+        return VerdictQuery()
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"gate body is not JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise BadInput("gate body must be a JSON object")
+    metadata = payload.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise BadInput("gate metadata must map strings to strings")
+    return VerdictQuery(
+        path=metadata.get("path"),
+        baseline=metadata.get("baseline"),
+        canary=metadata.get("canary"),
+        since=metadata.get("since"),
+    )
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > _MAX_BODY:
+            raise BadInput("gate body larger than 64 KiB")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,213 @@
+"""The pod's HTTP API: a raw ASGI app (served by hypercorn, HTTP/1.1 and h2c on one port).
+
+Any path answers 200 with a small JSON body naming pod, version and path, unless the
+version's faults say otherwise. Knobs in the query string, for tests and demos:
+`delay_ms=N` (app-side delay), `status=N` (the app answers N), `bytes=N` (N bytes of filler);
+`/api/slow?ms=N` is `delay_ms`. `/healthz` answers 200, or 503 once the pod drains, and
+bypasses the sidecar's faults (as a kubelet probe bypasses the mesh's routes).
+
+Per-request work is kept small: a fleet process serves thousands of these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+from targets.sidecar import REJECT_STATUS, Forwarded, Sidecar
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+MAX_BODY = 1 << 20
+MAX_DELAY_S = 60.0
+MAX_FILLER = 1 << 20
+_JSON = (b"content-type", b"application/json")
+_TEXT = (b"content-type", b"text/plain")
+_SERVER = (b"server", b"envoy")
+
+
+class HttpApp:
+    """One pod's HTTP side. `draining` is flipped by the server when it starts to drain."""
+
+    def __init__(self, sidecar: Sidecar, *, clock: Callable[[], float] = time.monotonic):
+        self.sidecar = sidecar
+        self.draining = False
+        self._clock = clock
+        self._inflight: set[asyncio.Task[object]] = set()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            task = asyncio.current_task()
+            if task is not None:
+                self._inflight.add(task)
+            if self._waiters:
+                self._wake()
+            try:
+                await self._http(scope, receive, send)
+            finally:
+                self._inflight.discard(task)  # type: ignore[arg-type]
+        elif kind == "lifespan":
+            await _lifespan(receive, send)
+        elif kind == "websocket":
+            await send({"type": "websocket.close", "code": 1003})
+
+    @property
+    def inflight(self) -> int:
+        """HTTP requests being answered now."""
+        return len(self._inflight)
+
+    async def wait_inflight(self, count: int) -> None:
+        """Return once at least `count` requests are being answered (for tests and demos)."""
+        while len(self._inflight) < count:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    def _wake(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    def cut_inflight(self) -> None:
+        """Cancel every request still being answered: the end of a drain."""
+        for task in list(self._inflight):
+            task.cancel()
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        if path == "/healthz":
+            status = 503 if self.draining else 200
+            await _respond(send, status, [_TEXT, _SERVER, *self._version_header()],
+                           b"draining\n" if self.draining else b"ok\n")
+            return
+        if not await _drain_body(receive):
+            await _respond(send, 413, [_TEXT, _SERVER, *self._version_header()],
+                           b"body too large\n")
+            return
+        started = self._clock()
+        sidecar = self.sidecar
+        faults = sidecar.faults(path)
+        given = None
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                given = value.decode("latin-1")
+                break
+        request_id = sidecar.request_id(given)
+
+        if faults.headers.reject_requests_with:
+            rejected = sidecar.rejects(
+                faults, (n.decode("latin-1") for n, _ in scope["headers"])
+            )
+            if rejected is not None:
+                headers = sidecar.response_headers(faults, None, request_id, 0.0)
+                body = _json({"error": f"request header {rejected} not allowed",
+                              "pod": sidecar.pod, "version": sidecar.version})
+                await _respond(send, REJECT_STATUS, [_JSON, _SERVER, *_encode(headers)], body)
+                return
+
+        delay = sidecar.delay(faults)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        forwarded = await sidecar.forward(faults, request_id)
+        status = forwarded.status
+        filler = 0
+        query = scope.get("query_string", b"")
+        if query or path == "/api/slow":
+            knob_status, app_delay, filler = _knobs(path, query)
+            if forwarded.ok and knob_status is not None:
+                status = knob_status
+            if app_delay > 0:
+                limit = faults.max_stream_duration_s
+                if limit is not None and app_delay > limit:
+                    # Envoy's max_stream_duration before the response started: a 408.
+                    await asyncio.sleep(limit)
+                    forwarded = Forwarded(408, forwarded.attempts, forwarded.app_attempts)
+                    status = 408
+                else:
+                    await asyncio.sleep(app_delay)
+
+        doc: dict[str, Any] = {
+            "pod": sidecar.pod, "version": sidecar.version, "path": path,
+            "request_id": request_id, "attempts": forwarded.attempts,
+            "app_attempts": forwarded.app_attempts,
+        }
+        if status != 200:
+            doc["error"] = f"app answered {status}"
+        if filler:
+            doc["filler"] = "x" * filler
+        headers = sidecar.response_headers(faults, forwarded, request_id,
+                                           self._clock() - started)
+        body = b"" if scope.get("method") == "HEAD" else _json(doc)
+        await _respond(send, status, [_JSON, _SERVER, *_encode(headers)], body)
+
+    def _version_header(self) -> list[tuple[bytes, bytes]]:
+        return [(b"x-proxy-version", self.sidecar.version.encode("latin-1"))]
+
+
+async def _drain_body(receive: Receive) -> bool:
+    """Read the request body; False if it is larger than MAX_BODY."""
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return True  # disconnected: the response will go nowhere, that is fine
+        size += len(message.get("body", b""))
+        if size > MAX_BODY:
+            return False
+        if not message.get("more_body", False):
+            return True
+
+
+def _knobs(path: str, query: bytes) -> tuple[int | None, float, int]:
+    """(status, app delay in s, filler bytes) from the query string; bad values are ignored."""
+    status: int | None = None
+    delay_s = 0.0
+    filler = 0
+    for key, value in parse_qsl(query.decode("latin-1")):
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if key == "status" and 200 <= number <= 599:
+            status = int(number)
+        elif key == "delay_ms" or (key == "ms" and path == "/api/slow"):
+            delay_s = min(max(number, 0.0) / 1000.0, MAX_DELAY_S)
+        elif key == "bytes":
+            filler = int(min(max(number, 0), MAX_FILLER))
+    return status, delay_s, filler
+
+
+def _json(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+async def _respond(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

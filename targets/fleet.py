@@ -1,0 +1,492 @@
+"""The local fleet: N reference-target pods on loopback, and a simulated rollout.
+
+Each pod is a `TargetServer` on its own address 127.0.0.(base+i) with the same ports, as
+real pods share a container port. The fleet publishes its endpoint list for discovery to a
+JSON file, atomically (temp file + rename) on every change:
+
+    {"generation": 7, "endpoints": [{"name": "checkout-0", "address": "127.0.0.2:18080",
+      "ports": {"http": 18080, "grpc": 19090},
+      "labels": {"pod": "checkout-0", "namespace": "demo", "service": "checkout",
+                 "proxy_version": "1.20.3"}}, ...]}
+
+A rollout restarts pods batch by batch from one version to another, as a sidecar upgrade
+does: the pod leaves the endpoint list (a terminating pod is not ready), keeps serving for
+`notice_s` with health failing, drains (`drain_s`) and closes its listeners, then a new
+server of the new version binds the same address and the pod re-enters the list. Every
+step is a `FleetEvent` that a demo can show and a test can await (`wait_for`, `events`).
+
+    python -m targets.fleet --pods 12 --from 1.20.3 --to 1.21.0 --rollout-after 10s \\
+        --interval 4s --endpoints-file /tmp/fleet.json --profiles targets/examples/profiles.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import random
+import resource
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final
+
+from probes._exceptions import BadInput, SkewprobeError
+from targets.profile import ProfileSet, VersionProfile, load_profiles, parse_duration
+from targets.server import TargetServer, hostport
+
+ORDERS = ("ordinal", "reverse", "random")
+
+
+class EventKind:
+    ROLLOUT_STARTED: Final = "rollout_started"
+    RESTART_STARTED: Final = "restart_started"
+    RESTART_FINISHED: Final = "restart_finished"
+    ROLLOUT_FINISHED: Final = "rollout_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetEvent:
+    """One step of a rollout. `at` is wall-clock seconds; `seq` its index in the history."""
+
+    seq: int
+    kind: str
+    at: float
+    pod: str | None = None
+    from_version: str | None = None
+    to_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodEndpoint:
+    """A published pod, as discovery sees it."""
+
+    name: str
+    host: str
+    http_port: int
+    grpc_port: int | None
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+
+    def to_json(self) -> dict[str, object]:
+        ports = {"http": self.http_port}
+        if self.grpc_port is not None:
+            ports["grpc"] = self.grpc_port
+        return {"name": self.name, "address": hostport(self.host, self.http_port),
+                "ports": ports, "labels": dict(self.labels)}
+
+
+def pod_hosts(base_host: str, count: int) -> list[str]:
+    """`count` loopback addresses from `base_host` up, skipping .0 and .255."""
+    try:
+        address = ipaddress.IPv4Address(base_host)
+    except ValueError:
+        raise BadInput(f"bad base host {base_host!r} (want an IPv4 loopback address)") from None
+    hosts: list[str] = []
+    while len(hosts) < count:
+        if not address.is_loopback:
+            raise BadInput(f"{count} pods from {base_host} leave 127.0.0.0/8")
+        if address.packed[-1] not in (0, 255):
+            hosts.append(str(address))
+        address += 1
+    return hosts
+
+
+class Fleet:
+    """N pods of one service; `start()`, `rollout()`, `stop()`."""
+
+    def __init__(
+        self,
+        *,
+        pods: int,
+        version: str,
+        profiles: ProfileSet | None = None,
+        base_host: str = "127.0.0.2",
+        http_port: int = 0,
+        grpc_port: int | None = 0,
+        namespace: str = "default",
+        service: str = "target",
+        endpoints_file: str | Path | None = None,
+        seed: int | None = None,
+        drain_s: float = 1.0,
+        notice_s: float = 0.0,
+        keep_alive_s: float = 30.0,
+        wall_clock: Callable[[], float] = time.time,
+    ):
+        if pods < 1:
+            raise BadInput("a fleet needs at least one pod")
+        self.namespace = namespace
+        self.service = service
+        self.drain_s = drain_s
+        self.notice_s = notice_s
+        self._profiles = profiles
+        self._hosts = pod_hosts(base_host, pods)
+        self._http_port = http_port
+        self._grpc_port = grpc_port
+        self._endpoints_file = Path(endpoints_file) if endpoints_file is not None else None
+        self._seed = seed
+        self._keep_alive_s = keep_alive_s
+        self._wall = wall_clock
+        self._initial = self.profile(version)
+        self._servers: list[TargetServer] = []
+        self._published: list[bool] = []
+        self._generation = 0
+        self._history: list[FleetEvent] = []
+        self._changed = asyncio.Condition()
+        self._restarting: set[int] = set()
+        self._closing = asyncio.Event()
+        self._started = False
+
+    # --- state ---
+
+    @property
+    def pods(self) -> tuple[TargetServer, ...]:
+        """The current server of every pod, in ordinal order."""
+        return tuple(self._servers)
+
+    @property
+    def generation(self) -> int:
+        """Bumped on every published change."""
+        return self._generation
+
+    def profile(self, version: str) -> VersionProfile:
+        if self._profiles is None:
+            return VersionProfile(version)
+        return self._profiles.profile(version)
+
+    def endpoints(self) -> list[PodEndpoint]:
+        """The endpoints as last published (pods being restarted are absent)."""
+        return [self._endpoint(s) for s, shown in zip(self._servers, self._published, strict=True)
+                if shown]
+
+    def version_counts(self) -> dict[str, int]:
+        """Pods per proxy version (a pod being restarted counts as its old version)."""
+        counts: dict[str, int] = {}
+        for server in self._servers:
+            counts[server.version] = counts.get(server.version, 0) + 1
+        return counts
+
+    def history(self) -> tuple[FleetEvent, ...]:
+        return tuple(self._history)
+
+    def _endpoint(self, server: TargetServer) -> PodEndpoint:
+        return PodEndpoint(
+            name=server.pod, host=server.host, http_port=server.http_port,
+            grpc_port=server.grpc_port,
+            labels={"pod": server.pod, "namespace": self.namespace, "service": self.service,
+                    "proxy_version": server.version},
+        )
+
+    # --- lifecycle ---
+
+    async def start(self) -> None:
+        """Start every pod; pod 0 picks the ports when they are 0, the others reuse them."""
+        if self._started:
+            raise RuntimeError("fleet already started")
+        self._started = True
+        http_port, grpc_port = self._http_port, self._grpc_port
+        try:
+            for i, host in enumerate(self._hosts):
+                server = self._new_server(i, host, self._initial, http_port, grpc_port)
+                await server.start()
+                self._servers.append(server)
+                self._published.append(True)
+                http_port, grpc_port = server.http_port, server.grpc_port
+        except BaseException:
+            await asyncio.gather(*(s.stop(0.0) for s in self._servers))
+            raise
+        self._publish()
+
+    def _new_server(
+        self, i: int, host: str, profile: VersionProfile, http_port: int, grpc_port: int | None
+    ) -> TargetServer:
+        return TargetServer(
+            profile, host=host, http_port=http_port, grpc_port=grpc_port,
+            pod=f"{self.service}-{i}",
+            seed=None if self._seed is None else self._seed * 1_000_003 + i,
+            keep_alive_s=self._keep_alive_s,
+        )
+
+    async def stop(self, drain_s: float = 0.0) -> None:
+        """End any rollout after its current batch, then drain and close every pod."""
+        self._closing.set()
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self._restarting)
+        await asyncio.gather(*(s.stop(drain_s) for s in self._servers))
+        self._published = [False] * len(self._servers)
+        if self._started:
+            self._publish()
+
+    async def __aenter__(self) -> Fleet:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- restarts ---
+
+    async def restart(self, index: int, version: str) -> None:
+        """Restart pod `index` as `version`: unpublish, drain, close, rebind, republish."""
+        if self._closing.is_set():
+            raise RuntimeError("fleet is stopping")
+        if index in self._restarting:
+            raise RuntimeError(f"pod {index} is already restarting")
+        profile = self.profile(version)
+        old = self._servers[index]
+        self._restarting.add(index)
+        try:
+            await self._emit(EventKind.RESTART_STARTED, old.pod, old.version, version)
+            self._published[index] = False
+            self._publish()
+            await old.stop(self.drain_s, notice_s=self.notice_s)
+            new = self._new_server(index, old.host, profile, old.http_port, old.grpc_port)
+            await new.start()
+            self._servers[index] = new
+            self._published[index] = True
+            self._publish()
+            await self._emit(EventKind.RESTART_FINISHED, new.pod, old.version, version)
+        finally:
+            async with self._changed:
+                self._restarting.discard(index)
+                self._changed.notify_all()
+
+    async def rollout(
+        self,
+        to_version: str,
+        *,
+        interval_s: float,
+        batch_size: int = 1,
+        order: str = "ordinal",
+        seed: int | None = None,
+        limit: int | None = None,
+    ) -> None:
+        """Restart every pod not on `to_version`, `batch_size` at a time, a batch starting
+        every `interval_s` (or when the previous one ends, if later). Stops early, after
+        the current batch, when the fleet stops. `limit` restarts at most that many pods and
+        then holds, as a staged rollout pauses at a step for its gate."""
+        if order not in ORDERS:
+            raise BadInput(f"unknown rollout order {order!r} (one of {', '.join(ORDERS)})")
+        if batch_size < 1:
+            raise BadInput("batch size must be at least 1")
+        self.profile(to_version)  # an unknown version fails before anything restarts
+        todo = [i for i, s in enumerate(self._servers) if s.version != to_version]
+        if order == "reverse":
+            todo.reverse()
+        elif order == "random":
+            random.Random(seed).shuffle(todo)
+        if limit is not None:
+            todo = todo[: max(0, limit)]
+        from_versions = sorted({self._servers[i].version for i in todo})
+        await self._emit(EventKind.ROLLOUT_STARTED, None, ",".join(from_versions), to_version)
+        loop = asyncio.get_running_loop()
+        for start in range(0, len(todo), batch_size):
+            if self._closing.is_set():
+                break
+            began = loop.time()
+            batch = todo[start:start + batch_size]
+            await asyncio.gather(*(self.restart(i, to_version) for i in batch))
+            if start + batch_size < len(todo):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(),
+                                           max(0.0, began + interval_s - loop.time()))
+        await self._emit(EventKind.ROLLOUT_FINISHED, None, None, to_version)
+
+    # --- events ---
+
+    async def _emit(
+        self, kind: str, pod: str | None, from_version: str | None, to_version: str | None
+    ) -> None:
+        async with self._changed:
+            self._history.append(FleetEvent(
+                seq=len(self._history), kind=kind, at=self._wall(), pod=pod,
+                from_version=from_version, to_version=to_version,
+            ))
+            self._changed.notify_all()
+
+    async def wait_for(
+        self, predicate: Callable[[FleetEvent], bool], *, start: int = 0
+    ) -> FleetEvent:
+        """The first event from index `start` on that satisfies `predicate`, waiting for it."""
+        async with self._changed:
+            while True:
+                for event in self._history[start:]:
+                    if predicate(event):
+                        return event
+                start = len(self._history)
+                await self._changed.wait()
+
+    async def events(self, start: int = 0) -> AsyncIterator[FleetEvent]:
+        """Every event from index `start` on, as it happens (runs until cancelled)."""
+        while True:
+            async with self._changed:
+                while len(self._history) <= start:
+                    await self._changed.wait()
+                fresh = self._history[start:]
+            for event in fresh:
+                yield event
+            start += len(fresh)
+
+    # --- publishing ---
+
+    def _publish(self) -> None:
+        self._generation += 1
+        if self._endpoints_file is None:
+            return
+        # One endpoint per line: readable, and small for thousands of pods.
+        lines = ",\n  ".join(json.dumps(e.to_json()) for e in self.endpoints())
+        text = f'{{"generation": {self._generation}, "endpoints": [\n  {lines}\n]}}\n'
+        try:
+            write_atomically(self._endpoints_file, text)
+        except OSError as exc:
+            raise BadInput(f"cannot write endpoints file {self._endpoints_file}: "
+                           f"{exc.strerror or exc}") from exc
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` so a reader sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide it from a reader in a sidecar
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m targets.fleet",
+        description="Run N reference-target pods on loopback, optionally rolling them from "
+                    "one proxy version to another. Runs until SIGTERM/SIGINT.",
+    )
+    parser.add_argument("--pods", type=int, default=12, help="number of pods (default 12)")
+    parser.add_argument("--from", dest="from_version", required=True, help="initial version")
+    parser.add_argument("--to", dest="to_version", help="roll out to this version")
+    parser.add_argument("--rollout-after", default="10s", help="start the rollout after this")
+    parser.add_argument("--interval", default="4s", help="time between restart batches")
+    parser.add_argument("--batch", type=int, default=1, help="pods restarted at once")
+    parser.add_argument("--order", choices=ORDERS, default="ordinal", help="restart order")
+    parser.add_argument("--restarts", type=int, help="restart at most this many pods, then hold")
+    parser.add_argument("--endpoints-file", help="where to publish the endpoint list (JSON)")
+    parser.add_argument("--profiles", help="fault profile YAML (default: no faults)")
+    parser.add_argument("--base-host", default="127.0.0.2", help="address of pod 0")
+    parser.add_argument("--http-port", type=int, default=18080)
+    parser.add_argument("--grpc-port", type=int, default=19090)
+    parser.add_argument("--no-grpc", action="store_true", help="HTTP only (big fleets)")
+    parser.add_argument("--namespace", default="demo")
+    parser.add_argument("--service", default="checkout")
+    parser.add_argument("--drain", default="2s", help="drain time of a restarting pod")
+    parser.add_argument("--drain-notice", default="1.5s",
+                        help="a restarting pod serves this long, unpublished, before closing")
+    parser.add_argument("--seed", type=int, help="seed for fault decisions and random order")
+    parser.add_argument("--quiet", action="store_true", help="do not print rollout events")
+    return parser.parse_args(argv)
+
+
+def _durations(args: argparse.Namespace) -> dict[str, float]:
+    out = {}
+    for name in ("rollout_after", "interval", "drain", "drain_notice"):
+        try:
+            out[name] = parse_duration(getattr(args, name))
+        except ValueError as exc:
+            raise BadInput(f"--{name.replace('_', '-')}: {exc}") from None
+    return out
+
+
+async def _run(args: argparse.Namespace) -> None:
+    durations = _durations(args)
+    profiles = load_profiles(args.profiles) if args.profiles else None
+    _raise_fd_limit()
+    fleet = Fleet(
+        pods=args.pods, version=args.from_version, profiles=profiles,
+        base_host=args.base_host, http_port=args.http_port,
+        grpc_port=None if args.no_grpc else args.grpc_port,
+        namespace=args.namespace, service=args.service, endpoints_file=args.endpoints_file,
+        seed=args.seed, drain_s=durations["drain"], notice_s=durations["drain_notice"],
+    )
+    if args.to_version is not None:
+        fleet.profile(args.to_version)  # fail on an unknown version before starting anything
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await fleet.start()
+        first = fleet.pods[0]
+        print(f"fleet: {args.pods} pods of {args.service} on {first.host}.. "
+              f"http={first.http_port} grpc={first.grpc_port or 'off'} "
+              f"version {args.from_version}", flush=True)
+        if not args.quiet:
+            tasks.append(asyncio.create_task(_print_events(fleet)))
+        if args.to_version is not None:
+            tasks.append(asyncio.create_task(_rollout_later(fleet, args, durations, stop)))
+        await stop.wait()
+        await fleet.stop(0.0)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def _rollout_later(
+    fleet: Fleet, args: argparse.Namespace, durations: dict[str, float], stop: asyncio.Event
+) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), durations["rollout_after"])
+        return
+    await fleet.rollout(args.to_version, interval_s=durations["interval"],
+                        batch_size=args.batch, order=args.order, seed=args.seed,
+                        limit=args.restarts)
+
+
+async def _print_events(fleet: Fleet) -> None:
+    async for event in fleet.events():
+        stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
+        versions = fleet.version_counts()
+        counts = " ".join(f"{v}={n}" for v, n in sorted(versions.items()))
+        print(f"{stamp} {event.kind} {event.pod or '-'} "
+              f"{event.from_version or ''}->{event.to_version or ''}  [{counts}]", flush=True)
+
+
+def _raise_fd_limit() -> None:
+    """A fleet of thousands of pods needs a listener and connections per pod."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _args(argv)
+    try:
+        asyncio.run(_run(args))
+    except SkewprobeError as exc:
+        print(f"targets.fleet: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -1,0 +1,78 @@
+"""Static and file discovery: the file is re-read on change and a bad rewrite keeps the last list."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from probes._exceptions import BadInput
+from probes.discovery import FileSource, StaticSource, parse_endpoints
+
+
+def _write(path: Path, endpoints: list[dict[str, object]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"endpoints": endpoints}))
+    os.replace(tmp, path)
+
+
+def _pod(i: int, version: str) -> dict[str, object]:
+    return {
+        "name": f"pod-{i}",
+        "address": f"127.0.0.{10 + i}:18080",
+        "ports": {"grpc": 19090},
+        "labels": {"pod": f"pod-{i}", "proxy_version": version},
+    }
+
+
+def test_parse_endpoints_reads_the_fleet_format() -> None:
+    (endpoint,) = parse_endpoints(json.dumps({"endpoints": [_pod(1, "1.21.0")]}))
+    assert endpoint.name == "pod-1" and endpoint.host == "127.0.0.11" and endpoint.port == 18080
+    assert endpoint.port_for("grpc") == 19090 and endpoint.labels["proxy_version"] == "1.21.0"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{", '{"endpoints": 3}', '{"endpoints": [{"address": "nohost"}]}',
+     '{"endpoints": [{"address": "h:99999"}]}', '{"endpoints": [{"address": "h:1", "ports": {"a": "x"}}]}'],
+)
+def test_bad_endpoint_files_are_bad_input(text: str) -> None:
+    with pytest.raises(BadInput) as info:
+        parse_endpoints(text, source="eps.json")
+    assert str(info.value).startswith("eps.json") and "\n" not in str(info.value)
+
+
+async def test_file_source_follows_rewrites_and_survives_garbage(tmp_path: Path) -> None:
+    path = tmp_path / "endpoints.json"
+    source = FileSource(str(path), refresh_s=0.02)
+    snapshots = source.snapshots()
+    waiter = asyncio.ensure_future(anext(snapshots))
+    await asyncio.sleep(0.1)
+    assert not waiter.done()  # no file yet: nothing to probe, no error
+    _write(path, [_pod(0, "1.20.3"), _pod(1, "1.20.3")])
+    first = await asyncio.wait_for(waiter, 2)
+    assert [e.name for e in first] == ["pod-0", "pod-1"]
+
+    _write(path, [_pod(0, "1.21.0"), _pod(1, "1.20.3")])
+    second = await asyncio.wait_for(anext(snapshots), 2)
+    assert second[0].labels["proxy_version"] == "1.21.0"
+
+    path.write_text("{ half written")
+    pending = asyncio.ensure_future(anext(snapshots))
+    await asyncio.sleep(0.1)
+    assert not pending.done()  # garbage keeps the last good list: no empty snapshot
+    _write(path, [_pod(1, "1.21.0")])
+    third = await asyncio.wait_for(pending, 2)
+    assert [e.name for e in third] == ["pod-1"]
+    await snapshots.aclose()
+
+
+async def test_static_source_yields_once() -> None:
+    (endpoint,) = parse_endpoints(json.dumps([_pod(2, "1.20.3")]))
+    snapshots = StaticSource([endpoint]).snapshots()
+    assert await anext(snapshots) == (endpoint,)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(anext(snapshots), 0.05)

@@ -1,0 +1,140 @@
+"""The scheduler's own guarantees, with a prober whose timing the test controls.
+
+The probers here are real implementations of the `Prober` protocol (they await real timers),
+not mocks of a client library; the end-to-end tests run the real clients on real servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from probes._spec import PathSpec
+from probes._types import CallOutcome, CallResult, Endpoint, Outcome
+from probes.engine import Engine, EngineLimits
+
+
+class SleepProber:
+    """Answers ok after `delays[endpoint.name]` seconds (forever when None)."""
+
+    def __init__(self, delays: dict[str, float | None]) -> None:
+        self.delays = delays
+        self.forgotten: list[str] = []
+
+    async def call(self, endpoint: Endpoint, request_id: str) -> CallOutcome:
+        delay = self.delays.get(endpoint.name, 0.0)
+        if delay is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(delay or 0.0)
+        return CallOutcome(Outcome.OK, status=200)
+
+    def forget(self, endpoint: Endpoint) -> None:
+        self.forgotten.append(endpoint.name)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.results: list[CallResult] = []
+        self.drops: Counter[str] = Counter()
+
+    def record(self, result: CallResult, endpoint: Endpoint) -> None:
+        self.results.append(result)
+
+    def dropped(self, path: str, reason: str, count: int = 1) -> None:
+        self.drops[reason] += count
+
+
+def _ep(name: str, version: str = "1.20.3") -> Endpoint:
+    return Endpoint(name=name, host="127.0.0.1", port=1, labels={"proxy_version": version})
+
+
+async def _run_for(engine: Engine, snapshots: list[list[Endpoint]], seconds: float) -> None:
+    async def source():  # type: ignore[no-untyped-def]
+        for snap in snapshots:
+            yield snap
+            await asyncio.sleep(seconds / len(snapshots))
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(engine.run(source()))
+    await asyncio.sleep(seconds)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_open_loop_rate_holds_when_one_endpoint_hangs() -> None:
+    path = PathSpec(name="p", rate_per_s=20.0, timeout_s=0.3)
+    prober = SleepProber({"hung": None, "slow": 0.2, "fast": 0.0})
+    sink = ListSink()
+    engine = Engine([path], {"p": prober}, sink)
+    await _run_for(engine, [[_ep("hung"), _ep("slow"), _ep("fast")]], 2.0)
+    per_endpoint = Counter(r.endpoint for r in sink.results)
+    # 20/s for 2 s is 40 sends each; a closed loop would get ~7 on the hung one and ~10 on slow.
+    for name in ("hung", "slow", "fast"):
+        assert 34 <= per_endpoint[name] <= 41, per_endpoint
+    hung = [r for r in sink.results if r.endpoint == "hung"]
+    assert {r.outcome.outcome for r in hung} == {Outcome.TIMEOUT}
+    slow = [r for r in sink.results if r.endpoint == "slow"]
+    assert all(0.19 <= r.latency_s < 0.3 for r in slow)
+    assert max(r.lag_s for r in sink.results) < 0.05
+
+
+async def test_latency_is_measured_from_the_intended_send_time() -> None:
+    # The throttle ceiling (2/s) delays sends; that delay must show as lag and latency.
+    path = PathSpec(name="p", rate_per_s=10.0, timeout_s=1.0)
+    sink = ListSink()
+    engine = Engine([path], {"p": SleepProber({})}, sink, limits=EngineLimits(max_rate_per_s=2))
+    await _run_for(engine, [[_ep("a")]], 1.5)
+    delayed = [r for r in sink.results if r.lag_s > 0.1]
+    assert delayed, "the throttle must have delayed some sends"
+    assert all(r.latency_s >= r.lag_s for r in sink.results)
+
+
+async def test_removed_endpoints_stop_and_new_ones_start() -> None:
+    path = PathSpec(name="p", rate_per_s=50.0, timeout_s=0.5)
+    prober = SleepProber({})
+    sink = ListSink()
+    engine = Engine([path], {"p": prober}, sink)
+    await _run_for(engine, [[_ep("a"), _ep("b")], [_ep("b"), _ep("c", "1.21.0")]], 1.0)
+    last_a = max(r.intended_at for r in sink.results if r.endpoint == "a")
+    first_c = min(r.intended_at for r in sink.results if r.endpoint == "c")
+    assert last_a < first_c + 0.05
+    assert prober.forgotten == ["a"]
+    assert {r.cohort for r in sink.results if r.endpoint == "c"} == {"1.21.0"}
+    assert engine.loops == 0  # run() stops every loop when cancelled
+
+
+async def test_in_flight_bound_drops_instead_of_queueing() -> None:
+    path = PathSpec(name="p", rate_per_s=100.0, timeout_s=5.0)
+    sink = ListSink()
+    engine = Engine(
+        [path], {"p": SleepProber({"a": None})}, sink, limits=EngineLimits(max_in_flight=5)
+    )
+    await _run_for(engine, [[_ep("a")]], 0.5)
+    assert sink.drops["max_in_flight"] >= 30
+    assert engine.in_flight == 0
+
+
+async def test_selector_limits_paths_to_matching_endpoints() -> None:
+    only_new = PathSpec(name="p", rate_per_s=20.0, timeout_s=0.5, selector={"proxy_version": "2"})
+    sink = ListSink()
+    engine = Engine([only_new], {"p": SleepProber({})}, sink)
+    await _run_for(engine, [[_ep("old", "1"), _ep("new", "2")]], 0.5)
+    assert {r.endpoint for r in sink.results} == {"new"}
+
+
+@pytest.mark.parametrize("rate", [0.5, 7.0])
+async def test_first_sends_are_spread_over_one_period(rate: float) -> None:
+    path = PathSpec(name="p", rate_per_s=rate, timeout_s=0.2)
+    sink = ListSink()
+    engine = Engine([path], {"p": SleepProber({})}, sink)
+    endpoints = [_ep(f"e{i}") for i in range(40)]
+    await _run_for(engine, [endpoints], min(2.2, 1.2 / rate + 0.2))
+    first = sorted(min(r.intended_at for r in sink.results if r.endpoint == e.name)
+                   for e in endpoints if any(r.endpoint == e.name for r in sink.results))
+    assert len(first) >= 30
+    assert first[-1] - first[0] > 0.5 / rate  # not all at once
