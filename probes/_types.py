@@ -155,7 +155,7 @@ class PathWindow:
     lag_max_s: float = 0.0
     streams_opened: int = 0
     stream_seconds: float = 0.0
-    stream_resets: Mapping[str, int] = field(default_factory=lambda: _frozen(None))
+    stream_resets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcomes", MappingProxyType(dict(self.outcomes)))

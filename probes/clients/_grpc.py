@@ -1,0 +1,212 @@
+"""The gRPC prober: one unary call through grpc.aio with raw bytes in and out, classified.
+
+The probe needs no generated code for the callee: the request is the path's raw protobuf
+bytes and the answer is only counted. With `health_service` set the call is the standard
+`grpc.health.v1.Health/Check`; SERVING is ok, any other serving status is
+`unexpected_status` (the RPC worked, the answer was not the expected one) with the status in
+the detail, and a status code other than OK is `grpc_<CODE>` as for any call.
+
+One channel per endpoint, reused and closed on `forget`/`aclose`. Channel options, and why:
+
+* `grpc.enable_retries=0`. gRPC transparently re-sends an RPC the server provably did not
+  see (stream above a GOAWAY's last-stream-id, REFUSED_STREAM), which is correct but makes
+  connection churn invisible. With retries off those RPCs fail UNAVAILABLE with
+  "GOAWAY received…" or "Received RST_STREAM with error code 7" (grpc core's chttp2
+  transport); the prober re-sends exactly those once itself, on a new channel, and counts
+  them as churn: the same rule as for HTTP/2. No configured retry policy applies either,
+  so what the probe reports is what one attempt did.
+* a local subchannel pool, so each path's channel owns its connection and closing it closes
+  the connection (the global pool would share it across paths).
+* reconnect backoff 100 ms to 1 s instead of 1 s to 120 s, so an endpoint that refused
+  once (a restarting pod) is tried again at the probe's pace, not minutes later. The
+  minimum (`grpc.min_reconnect_backoff_ms`) is left alone: grpc core also uses it as the
+  connect timeout (20 s), and the RPC deadline should be what ends a hanging connect, as
+  DEADLINE_EXCEEDED with "no connection yet" in the detail.
+* 4 MiB receive limit (gRPC's default, made explicit): a bigger answer is
+  RESOURCE_EXHAUSTED with bounded memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2
+
+from probes._exceptions import BadInput
+from probes._spec import GrpcSpec, PathSpec
+from probes._types import CallOutcome, Endpoint, Outcome
+from probes.clients._base import USER_AGENT, host_port, inner_budget_s
+from probes.clients._classify import classify_exception, classify_grpc_code, parse_count
+from probes.clients._pool import EndpointPool
+from probes.clients._tls import grpc_credentials
+
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+APP_ATTEMPTS_KEY = "x-app-attempts"
+MAX_RECEIVE_BYTES = 4 << 20
+
+# Details grpc core gives an RPC it failed because the server never saw it (see above).
+_UNPROCESSED_DETAILS = ("GOAWAY received", "Received RST_STREAM with error code 7")
+
+_Channel = tuple[grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable]
+_Metadata = Sequence[tuple[str, str | bytes]]
+
+
+class GrpcProber:
+    """gRPC unary calls (or health checks) for one path, one channel per endpoint."""
+
+    def __init__(self, path: PathSpec) -> None:
+        spec = path.grpc
+        if spec is None:
+            raise BadInput(f"path {path.name}: not a gRPC path")
+        self._path = path
+        self._spec = spec
+        self._health = spec.health_service is not None
+        self._method = HEALTH_CHECK if self._health else spec.method
+        if not self._method.startswith("/") or self._method.count("/") != 2:
+            raise BadInput(f"path {path.name}: grpc.method must look like /pkg.Service/Method")
+        self._request = (
+            health_pb2.HealthCheckRequest(service=spec.health_service).SerializeToString()
+            if spec.health_service is not None
+            else spec.request
+        )
+        self._expected = frozenset(c.upper() for c in path.expect.grpc_codes)
+        self._budget = inner_budget_s(path.timeout_s)
+        self._metadata = tuple((k.lower(), v) for k, v in spec.metadata.items())
+        self._attempt_keys = tuple(dict.fromkeys((path.attempts_header.lower(), APP_ATTEMPTS_KEY)))
+        self._cohort_key = path.cohort_header.lower() if path.cohort_header else None
+        self._credentials = (
+            grpc_credentials(spec.tls, where=f"path {path.name}") if spec.tls else None
+        )
+        self._options = _channel_options(spec)
+        self._pool: EndpointPool[_Channel] = EndpointPool(self._connect, self._disconnect)
+
+    @property
+    def spec(self) -> GrpcSpec:
+        return self._spec
+
+    async def call(self, endpoint: Endpoint, request_id: str) -> CallOutcome:
+        try:
+            endpoint.port_for(self._path.port)
+        except LookupError as exc:
+            return CallOutcome(Outcome.PROBE_ERROR, detail=str(exc))
+        metadata = (*self._metadata, ("x-request-id", request_id))
+        deadline = asyncio.get_running_loop().time() + self._budget
+        async with self._pool.use(endpoint) as lease:
+            outcome = await self._once(lease.client, metadata, deadline)
+            if not _unprocessed(outcome):
+                return outcome
+            # Never seen by the server: re-send once, on a channel of its own.
+            self._pool.retire(lease)
+        async with self._pool.use(endpoint) as lease:
+            again = await self._once(lease.client, metadata, deadline)
+        note = f"re-sent on a fresh connection: {outcome.detail}"
+        return dataclasses.replace(
+            again, churn=1, detail=f"{note}; {again.detail}" if again.detail else note
+        )
+
+    def forget(self, endpoint: Endpoint) -> None:
+        self._pool.forget(endpoint)
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+    def _connect(self, endpoint: Endpoint) -> _Channel:
+        target = host_port(endpoint.host, endpoint.port_for(self._path.port))
+        if self._credentials is not None:
+            channel = grpc.aio.secure_channel(target, self._credentials, options=self._options)
+        else:
+            channel = grpc.aio.insecure_channel(target, options=self._options)
+        # Bytes in, bytes out: no serializers, so no generated code for the callee.
+        return channel, channel.unary_unary(self._method)
+
+    @staticmethod
+    async def _disconnect(client: _Channel) -> None:
+        await client[0].close()
+
+    async def _once(self, client: _Channel, metadata: _Metadata, deadline: float) -> CallOutcome:
+        channel, method = client
+        remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
+        try:
+            call = method(self._request, timeout=remaining, metadata=metadata)
+            response = await call
+            initial = await call.initial_metadata()
+            trailing = await call.trailing_metadata()
+        except grpc.aio.AioRpcError as err:
+            code = err.code()
+            detail = " ".join((err.details() or "").split())
+            if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                state = channel.get_state(try_to_connect=False)
+                if state is not grpc.ChannelConnectivity.READY:
+                    detail = f"{detail} (channel {state.name}: no connection yet)"
+            return CallOutcome(
+                classify_grpc_code(code.name, self._expected),
+                status=code.value[0],
+                attempts=self._attempts(err.initial_metadata(), err.trailing_metadata()),
+                cohort_hint=self._cohort(err.initial_metadata(), err.trailing_metadata()),
+                detail=detail,
+            )
+        except Exception as exc:
+            kind, detail = classify_exception(exc)
+            return CallOutcome(kind, detail=detail)
+        attempts = self._attempts(initial, trailing)
+        cohort = self._cohort(initial, trailing)
+        outcome = classify_grpc_code("OK", self._expected)
+        detail = ""
+        if self._health and outcome == Outcome.OK:
+            serving = _serving_status(response)
+            if serving != "SERVING":
+                outcome, detail = Outcome.UNEXPECTED_STATUS, f"health status {serving}"
+        return CallOutcome(outcome, status=0, attempts=attempts, cohort_hint=cohort, detail=detail)
+
+    def _attempts(self, *metadata: grpc.aio.Metadata | None) -> int | None:
+        for key in self._attempt_keys:
+            count = parse_count(_lookup(key, metadata))
+            if count is not None:
+                return count
+        return None
+
+    def _cohort(self, *metadata: grpc.aio.Metadata | None) -> str | None:
+        return _lookup(self._cohort_key, metadata) if self._cohort_key else None
+
+
+def _unprocessed(outcome: CallOutcome) -> bool:
+    return outcome.outcome == Outcome.grpc("UNAVAILABLE") and any(
+        marker in outcome.detail for marker in _UNPROCESSED_DETAILS
+    )
+
+
+def _lookup(key: str, metadata: Sequence[grpc.aio.Metadata | None]) -> str | None:
+    """The first text value of `key` in initial, then trailing metadata."""
+    for md in metadata:
+        if md is None:
+            continue
+        for name, value in md:
+            if name == key:
+                return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return None
+
+
+def _serving_status(response: bytes) -> str:
+    try:
+        status = health_pb2.HealthCheckResponse.FromString(response).status
+    except Exception:  # a malformed answer is an answer we did not expect
+        return "UNPARSEABLE"
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(status))
+
+
+def _channel_options(spec: GrpcSpec) -> list[tuple[str, str | int]]:
+    options: list[tuple[str, str | int]] = [
+        ("grpc.enable_retries", 0),
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+        ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+        ("grpc.primary_user_agent", USER_AGENT),
+    ]
+    if spec.tls is not None and spec.tls.server_name:
+        options.append(("grpc.ssl_target_name_override", spec.tls.server_name))
+    return options

@@ -1,0 +1,262 @@
+"""HTTP/2 for httpx, with the GOAWAY facts that httpcore and h2 lose.
+
+When a server drains a connection it sends GOAWAY with the last stream id it will process
+(RFC 9113 §6.8). What httpcore 1.x does with that, read from `httpcore/_async/http2.py`:
+
+* a stream above last-stream-id whose task reads next raises `ConnectionNotAvailable`
+  inside httpcore, and the pool silently re-sends it on another connection: correct, but
+  the churn is invisible;
+* h2 moves its state machine to CLOSED on GOAWAY and rejects every later frame, so when
+  the GOAWAY and the answers of streams at or below last-stream-id arrive in one read
+  (nginx at `keepalive_requests` sends the GOAWAY first), the reader gets
+  `LocalProtocolError: Invalid input ConnectionInputs.RECV_HEADERS in state
+  ConnectionState.CLOSED`, the exception carries no stream ids, and the other streams then
+  see "Server disconnected": a client-library artefact that looks like a callee failure;
+* once a GOAWAY is stored, streams at or below last-stream-id are failed with
+  `RemoteProtocolError(ConnectionTerminated)` instead of being read to the end.
+
+So this module watches the wire itself: `ObservedStream` wraps each connection's network
+stream (httpcore's public network-backend API) and follows HTTP/2 frame boundaries in the
+bytes the server sends, remembering the last GOAWAY. With the request's stream id (from
+httpcore's `trace` extension) the prober can then tell a request the server provably did not
+process from one whose answer was lost (`replay_reason`).
+"""
+
+from __future__ import annotations
+
+import ssl
+import typing
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+
+import h2.events
+import httpcore
+import httpx
+
+from probes.clients._classify import exception_chain
+from probes.clients._wire import Replay, WireRecord, current_record
+
+_FRAME_HEADER = 9
+_GOAWAY = 0x7
+_GOAWAY_FIXED = 8  # last-stream-id (31 bits) + error code
+_REFUSED_STREAM = 0x7
+
+
+class FrameScanner:
+    """Follows frame boundaries in a server's HTTP/2 byte stream and keeps the last GOAWAY.
+
+    It only reads 9-byte frame headers (and the first 8 payload bytes of a GOAWAY); payloads
+    are skipped by length, so a large body costs one subtraction per read.
+    """
+
+    __slots__ = ("_pending", "_seen", "_skip", "answered_http1", "goaway")
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._skip = 0
+        self._seen = 0
+        self.goaway: tuple[int, int] | None = None
+        # h2 buffers an "HTTP/1.1 400 ..." answer as the header of a huge frame and only
+        # reports the disconnect that follows; the first bytes say what really happened.
+        self.answered_http1 = False
+
+    def feed(self, data: bytes) -> None:
+        if self._seen < 5:
+            head = (self._pending + data)[:5] if self._pending else data[:5]
+            self._seen = len(head)
+            self.answered_http1 = head == b"HTTP/"
+        if self._pending:
+            data = self._pending + data
+            self._pending = b""
+        pos, end = 0, len(data)
+        while pos < end:
+            if self._skip:
+                step = min(self._skip, end - pos)
+                self._skip -= step
+                pos += step
+                continue
+            if end - pos < _FRAME_HEADER:
+                self._pending = data[pos:]
+                return
+            length = int.from_bytes(data[pos : pos + 3], "big")
+            if data[pos + 3] == _GOAWAY:
+                if end - pos < _FRAME_HEADER + _GOAWAY_FIXED:
+                    self._pending = data[pos:]
+                    return
+                body = pos + _FRAME_HEADER
+                last = int.from_bytes(data[body : body + 4], "big") & 0x7FFFFFFF
+                code = int.from_bytes(data[body + 4 : body + 8], "big")
+                self.goaway = (last, code)
+            pos += _FRAME_HEADER
+            self._skip = length
+
+
+class ObservedStream(httpcore.AsyncNetworkStream):
+    """A network stream that scans what it reads and tells the current request it was used."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._scanner = FrameScanner()
+
+    @property
+    def goaway(self) -> tuple[int, int] | None:
+        return self._scanner.goaway
+
+    @property
+    def answered_http1(self) -> bool:
+        return self._scanner.answered_http1
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        data = await self._inner.read(max_bytes, timeout)
+        self._scanner.feed(data)
+        return data
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        # httpcore writes a request's HEADERS from the request's own task, so the record
+        # current here belongs to the request that is using this connection.
+        record = current_record()
+        if record is not None:
+            record.connection = self
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+    ) -> httpcore.AsyncNetworkStream:
+        # HTTP/2 frames only flow after the handshake, so the scanner starts on the TLS stream.
+        return ObservedStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> typing.Any:
+        return self._inner.get_extra_info(info)
+
+
+class ObservingBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self) -> None:
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return ObservedStream(stream)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return ObservedStream(await self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, stream: AsyncIterable[bytes]) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self._stream:
+            yield part
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class H2Transport(httpx.AsyncBaseTransport):
+    """HTTP/2 only: h2c with prior knowledge on http://, ALPN "h2" on https://.
+
+    httpcore's errors are left as they are (no httpx re-mapping): `_classify` reads them.
+    """
+
+    def __init__(self, *, ssl_context: ssl.SSLContext, keepalive_s: float) -> None:
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=16,
+            max_keepalive_connections=4,
+            keepalive_expiry=keepalive_s,
+            http1=False,
+            http2=True,
+            network_backend=ObservingBackend(),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.AsyncByteStream)
+        url = request.url
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        response = await self._pool.handle_async_request(core_request)
+        assert isinstance(response.stream, AsyncIterable)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_Body(response.stream),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+
+def replay_reason(exc: BaseException, record: WireRecord) -> tuple[Replay, str] | None:
+    """Whether a failed HTTP/2 request may be re-sent, and why; None when it may not.
+
+    Timeouts and streams the server reset for any reason but REFUSED_STREAM are real
+    outcomes and never replayed. A connection-level failure on a connection that received
+    GOAWAY is replayed: as UNPROCESSED when the request's stream is above last-stream-id,
+    as LOST when it is at or below it and the GOAWAY was graceful (NO_ERROR).
+    """
+    connection_failure = False
+    for link in exception_chain(exc):
+        if isinstance(link, httpcore.TimeoutException):
+            return None
+        event = (
+            (link.args or (None,))[0] if isinstance(link, httpcore.RemoteProtocolError) else None
+        )
+        if isinstance(event, h2.events.StreamReset):
+            if event.error_code == _REFUSED_STREAM:
+                return Replay.UNPROCESSED, f"stream {event.stream_id} refused (REFUSED_STREAM)"
+            return None
+        if isinstance(link, httpcore.ProtocolError | httpcore.NetworkError):
+            connection_failure = True
+    goaway = record.connection.goaway if record.connection is not None else None
+    if not connection_failure or goaway is None:
+        return None
+    last, code = goaway
+    stream = record.stream_ids[-1] if record.stream_ids else None
+    if stream is None or stream > last:
+        return Replay.UNPROCESSED, f"GOAWAY last_stream_id={last} below stream {stream}"
+    if code == 0:
+        return Replay.LOST, (
+            f"graceful GOAWAY (last_stream_id={last}); stream {stream} lost its answer "
+            "to the client library"
+        )
+    return None
+
+
+def misread(record: WireRecord) -> str | None:
+    """A detail when the server's bytes were not HTTP/2 at all (h2 would only report the
+    disconnect that followed), else None."""
+    connection = record.connection
+    if connection is not None and connection.answered_http1:
+        return "the server answered in HTTP/1.x: it does not speak HTTP/2 on this port"
+    return None

@@ -1,0 +1,144 @@
+"""The pure parts of the clients: status and code classes, the exception-chain rules, header
+counts, and the HTTP/2 frame scanner that finds GOAWAY in a byte stream.
+
+The exceptions here are built the way the libraries chain them (seen on real servers in
+test_clients_http.py), to pin down the priority between a wrapper and what it wraps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import ssl
+
+import aiohttp
+import httpcore
+import httpx
+import pytest
+
+from probes._types import Outcome
+from probes.clients import classify_exception, classify_grpc_code, classify_status
+from probes.clients._classify import parse_count
+from probes.clients._h2 import FrameScanner
+
+
+@pytest.mark.parametrize(
+    ("status", "expected", "outcome"),
+    [
+        (200, {200}, Outcome.OK),
+        (201, {200}, Outcome.UNEXPECTED_STATUS),
+        (301, {200}, Outcome.UNEXPECTED_STATUS),
+        (404, {200}, Outcome.HTTP_4XX),
+        (404, {200, 404}, Outcome.OK),
+        (500, {200}, Outcome.HTTP_5XX),
+        (599, {200}, Outcome.HTTP_5XX),
+        (600, {200}, Outcome.UNEXPECTED_STATUS),
+    ],
+)
+def test_classify_status(status, expected, outcome):
+    assert classify_status(status, expected) == outcome
+
+
+def test_classify_grpc_code():
+    assert classify_grpc_code("OK", {"OK"}) == Outcome.OK
+    assert classify_grpc_code("UNAVAILABLE", {"OK"}) == "grpc_UNAVAILABLE"
+    assert classify_grpc_code("NOT_FOUND", {"OK", "NOT_FOUND"}) == Outcome.OK
+
+
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [(None, None), ("3", 3), (" 2 ", 2), ("0", 0), ("-1", None), ("many", None), ("", None)],
+)
+def test_parse_count(value, count):
+    assert parse_count(value) == count
+
+
+def chained(*excs: BaseException) -> BaseException:
+    """Raise excs[-1] from ... from excs[0], as the libraries do; return the outermost."""
+    for inner, outer in itertools.pairwise(excs):
+        outer.__cause__ = inner
+    return excs[-1]
+
+
+@pytest.mark.parametrize(
+    ("exc", "outcome"),
+    [
+        # httpx-aiohttp re-raises every aiohttp connection error as httpx.ConnectTimeout:
+        # what it wraps decides.
+        (chained(aiohttp.ServerDisconnectedError(), httpx.ConnectTimeout("x")), Outcome.RESET),
+        (
+            chained(ConnectionRefusedError(111, "refused"), httpx.ConnectTimeout("x")),
+            Outcome.CONNECT_REFUSED,
+        ),
+        (
+            chained(TimeoutError(), aiohttp.ConnectionTimeoutError("x"), httpx.ConnectTimeout("x")),
+            Outcome.CONNECT_TIMEOUT,
+        ),
+        (chained(aiohttp.SocketTimeoutError("x"), httpx.ReadTimeout("x")), Outcome.TIMEOUT),
+        (chained(TimeoutError(), httpcore.ConnectTimeout()), Outcome.CONNECT_TIMEOUT),
+        (chained(ConnectionResetError(104, "reset"), httpcore.ReadError()), Outcome.RESET),
+        (httpcore.RemoteProtocolError("Server disconnected"), Outcome.RESET),
+        (httpcore.RemoteProtocolError("illegal status line"), Outcome.PROTOCOL_ERROR),
+        (
+            chained(ssl.SSLCertVerificationError("bad cert"), httpcore.ConnectError()),
+            Outcome.TLS_ERROR,
+        ),
+        # A TLS session cut short after the handshake is a reset; during it, a TLS failure.
+        (chained(ssl.SSLEOFError("eof"), httpcore.ReadError()), Outcome.RESET),
+        (chained(ssl.SSLEOFError("eof"), httpcore.ConnectError()), Outcome.TLS_ERROR),
+        (httpx.ReadTimeout("x"), Outcome.TIMEOUT),
+        (ValueError("a bug"), Outcome.PROBE_ERROR),
+    ],
+)
+def test_classify_exception_lets_the_most_specific_fact_win(exc, outcome):
+    assert classify_exception(exc)[0] == outcome
+
+
+def test_detail_names_the_deciding_exception_in_one_bounded_line():
+    exc = chained(
+        ConnectionResetError(104, "Connection reset by peer\n" + "x" * 500),
+        httpx.ConnectTimeout("x"),
+    )
+    outcome, detail = classify_exception(exc)
+    assert outcome == Outcome.RESET
+    assert detail.startswith("ConnectionResetError:")
+    assert "\n" not in detail and len(detail) <= 240
+
+
+def frame(kind: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, 0]) + stream.to_bytes(4, "big") + payload
+
+
+GOAWAY = frame(0x7, 0, (3).to_bytes(4, "big") + (0).to_bytes(4, "big") + b"drain")
+WIRE = (
+    frame(0x4, 0, b"\x00" * 6)  # SETTINGS
+    + frame(0x1, 1, b"\x88")  # HEADERS
+    + frame(0x0, 1, bytes([0x7]) * 40000)  # DATA, with bytes that look like a GOAWAY type
+    + GOAWAY
+    + frame(0x1, 3, b"\x88")
+)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 9, 17, 1000, len(WIRE)])
+def test_frame_scanner_finds_goaway_across_any_read_boundaries(chunk):
+    scanner = FrameScanner()
+    for start in range(0, len(WIRE), chunk):
+        scanner.feed(WIRE[start : start + chunk])
+        if start + chunk < len(WIRE) - len(GOAWAY) - 10:
+            assert scanner.goaway is None
+    assert scanner.goaway == (3, 0)
+    assert not scanner.answered_http1
+
+
+def test_frame_scanner_keeps_the_last_goaway():
+    scanner = FrameScanner()
+    first = frame(0x7, 0, (2**31 - 1).to_bytes(4, "big") + (0).to_bytes(4, "big"))
+    second = frame(0x7, 0, (5).to_bytes(4, "big") + (2).to_bytes(4, "big"))
+    scanner.feed(first + second)
+    assert scanner.goaway == (5, 2)
+
+
+def test_frame_scanner_notices_an_http1_answer():
+    scanner = FrameScanner()
+    scanner.feed(b"HT")
+    scanner.feed(b"TP/1.1 400 Bad Request\r\n\r\n")
+    assert scanner.answered_http1
