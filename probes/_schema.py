@@ -99,6 +99,8 @@ _stream: dict[str, Any] = {
     },
 }
 
+_KINDS = ("http", "grpc", "stream")
+
 _path: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
@@ -132,9 +134,8 @@ _path: dict[str, Any] = {
         "cohort_header": {"type": "string", "minLength": 1},
     },
     "oneOf": [
-        {"required": ["http"], "not": {"anyOf": [{"required": ["grpc"]}, {"required": ["stream"]}]}},
-        {"required": ["grpc"], "not": {"anyOf": [{"required": ["http"]}, {"required": ["stream"]}]}},
-        {"required": ["stream"], "not": {"anyOf": [{"required": ["http"]}, {"required": ["grpc"]}]}},
+        {"required": [kind], "not": {"anyOf": [{"required": [o]} for o in _KINDS if o != kind]}}
+        for kind in _KINDS
     ],
 }
 

@@ -141,7 +141,7 @@ class CohortSpec:
 
 @dataclass(frozen=True, slots=True)
 class FileTargetsSpec:
-    """A file of endpoints (JSON or YAML) re-read whenever it changes; the local fleet writes one."""
+    """A file of endpoints (JSON or YAML), re-read when it changes; the local fleet writes one."""
 
     path: str
 

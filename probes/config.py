@@ -264,9 +264,9 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
 
     for index, endpoint in enumerate(static):
         for path in paths:
-            if path.matches(endpoint) and isinstance(path.port, str):
-                if path.port not in endpoint.ports:
-                    raise b.fail(
+            named = isinstance(path.port, str)
+            if named and path.matches(endpoint) and path.port not in endpoint.ports:
+                raise b.fail(
                         f"path {path.name!r} uses port {path.port!r} that this target lacks",
                         ["targets", "static", index],
                     )
@@ -299,7 +299,8 @@ def _static_endpoint(raw: Mapping[str, Any], index: int, b: _Builder) -> Endpoin
         raise b.fail(f"port {port} out of range", ["targets", "static", index, "address"])
     labels = raw.get("labels") or {}
     name = raw.get("name") or labels.get("pod") or raw["address"]
-    return Endpoint(name=name, host=host, port=int(port), labels=labels, ports=raw.get("ports") or {})
+    ports = raw.get("ports") or {}
+    return Endpoint(name=name, host=host, port=int(port), labels=labels, ports=ports)
 
 
 def _health_service(raw: Mapping[str, Any]) -> str | None:

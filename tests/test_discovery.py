@@ -1,4 +1,4 @@
-"""Static and file discovery: the file is re-read on change and a bad rewrite keeps the last list."""
+"""Static and file discovery: the file is re-read on change; a bad rewrite keeps the last list."""
 
 from __future__ import annotations
 
@@ -36,8 +36,13 @@ def test_parse_endpoints_reads_the_fleet_format() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["{", '{"endpoints": 3}', '{"endpoints": [{"address": "nohost"}]}',
-     '{"endpoints": [{"address": "h:99999"}]}', '{"endpoints": [{"address": "h:1", "ports": {"a": "x"}}]}'],
+    [
+        "{",
+        '{"endpoints": 3}',
+        '{"endpoints": [{"address": "nohost"}]}',
+        '{"endpoints": [{"address": "h:99999"}]}',
+        '{"endpoints": [{"address": "h:1", "ports": {"a": "x"}}]}',
+    ],
 )
 def test_bad_endpoint_files_are_bad_input(text: str) -> None:
     with pytest.raises(BadInput) as info:

@@ -1,0 +1,164 @@
+"""`skewprobe ...`: the command line.
+
+Exit codes (DESIGN.md): 0 pass / ok, 1 fail, 2 bad input, 3 inconclusive, 4 data source
+unavailable. Every error is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from probes._exceptions import (
+    EXIT_BAD_INPUT,
+    EXIT_FAIL,
+    EXIT_INCONCLUSIVE,
+    EXIT_PASS,
+    BadInput,
+    SkewprobeError,
+)
+
+_VERDICT_EXIT = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "inconclusive": EXIT_INCONCLUSIVE}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"skewprobe: error: {message} (see --help)\n")
+
+
+def _duration(text: str) -> float:
+    from probes.config import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="skewprobe", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="probe the configured targets and serve the API")
+    run.add_argument("--config", required=True, help="YAML config file")
+    run.add_argument("--store", help="SQLite store (default: the config's store.path)")
+    run.add_argument("--listen", help="API address (default 127.0.0.1:9464); 'none' disables it")
+    run.add_argument("--duration", type=_duration, help="stop after this long (e.g. 60s)")
+
+    validate = sub.add_parser("validate", help="check a config file")
+    validate.add_argument("file", nargs="?", help="YAML config file")
+    validate.add_argument("--schema", action="store_true", help="print the config's JSON Schema")
+
+    verdict = sub.add_parser("verdict", help="judge the canary cohort against the baseline")
+    verdict.add_argument("--store", required=True, help="SQLite store written by `run`")
+    verdict.add_argument("--config", help="config for tolerances and alpha (default: built-in)")
+    verdict.add_argument("--path", action="append", help="only this path (repeatable)")
+    verdict.add_argument("--baseline", help="baseline proxy version (default: oldest)")
+    verdict.add_argument("--canary", help="canary proxy version (default: newest)")
+    verdict.add_argument("--since", help="start of the comparison: RFC 3339, -30m, or 30m")
+    verdict.add_argument("--json", action="store_true", help="print the verdict JSON")
+
+    demo = sub.add_parser("demo", help="run the local fleet with a simulated rollout and probe it")
+    demo.add_argument("--pods", type=int, default=12)
+    demo.add_argument("--rollout", type=_duration, default=60.0, help="rollout length (60s)")
+    demo.add_argument("--store", default="skewprobe-demo.db")
+    demo.add_argument("--out", default="skewprobe-report", help="report folder")
+    demo.add_argument("--quiet", action="store_true", help="no live progress lines")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="skewprobe: %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return _dispatch(args)
+    except SkewprobeError as exc:
+        print(f"skewprobe: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "validate":
+        return _validate(args)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "verdict":
+        return _verdict(args)
+    if args.command == "demo":
+        from probes.demo import run_demo
+
+        return run_demo(
+            pods=args.pods, rollout_s=args.rollout, store=args.store, out=args.out,
+            quiet=args.quiet,
+        )
+    raise BadInput(f"unknown command {args.command}")
+
+
+def _validate(args: argparse.Namespace) -> int:
+    if args.schema:
+        from probes._schema import SCHEMA
+
+        print(json.dumps(SCHEMA, indent=2))
+        return EXIT_PASS
+    if not args.file:
+        raise BadInput("validate needs a config FILE (or --schema)")
+    from probes.config import load_config
+
+    config = load_config(args.file)
+    kinds = ", ".join(f"{p.name} ({p.kind})" for p in config.paths)
+    print(f"{args.file}: ok: {len(config.paths)} paths: {kinds}")
+    return EXIT_PASS
+
+
+def _run(args: argparse.Namespace) -> int:
+    from probes.config import load_config
+    from probes.runner import ProbeRunner, RunOptions
+
+    config = load_config(args.config)
+    listen = config.listen if args.listen is None else args.listen
+    options = RunOptions(
+        store_path=args.store or config.store,
+        listen=None if listen == "none" else listen,
+        duration_s=args.duration,
+    )
+    asyncio.run(ProbeRunner(config, options).run())
+    return EXIT_PASS
+
+
+def _verdict(args: argparse.Namespace) -> int:
+    import time
+
+    from probes.verdict_service import compute_verdict, format_table, load_judging_config
+
+    config = load_judging_config(args.config)
+    result = compute_verdict(
+        args.store,
+        config,
+        path=args.path,
+        baseline=args.baseline,
+        canary=args.canary,
+        since=args.since,
+        now=time.time(),
+    )
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_table(result))
+    return _VERDICT_EXIT[result["verdict"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

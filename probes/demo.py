@@ -1,0 +1,152 @@
+"""`skewprobe demo`: a rollout on the local fleet, probed end to end.
+
+The fleet (`python -m targets.fleet`, its own process, so fleet work never shows as the
+probe's schedule lag) serves 12 pods on 127.0.0.10.. at proxy version 1.20.3. After a few
+seconds a staged rollout restarts half of them, one by one, to 1.21.0, whose fault profile
+regresses one path (`/api/checkout`: +1 pp errors, every request retried once by the
+sidecar) and leaves the others alone; then the rollout holds, as a staged rollout pauses for
+its gate. The probe follows the fleet's endpoints file, probes every path on every pod,
+prints live progress, and ends with the per-path, per-cohort table and the verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from probes._exceptions import BadInput, SkewprobeError
+from probes.config import parse_config
+from probes.report.summary import format_figures, summarise
+from probes.runner import ProbeRunner, RunOptions
+from probes.store import Store
+
+BASELINE = "1.20.3"
+CANARY = "1.21.0"
+BASE_HOST = "127.0.0.10"
+ROLLOUT_AFTER_S = 8.0
+HOLD_S = 24.0
+
+_CONFIG = """\
+targets:
+  file: {{path: {endpoints}}}
+cohort: {{by: proxy_version}}
+window: 5s
+verdict: {{alpha: 0.01, min_samples: 100}}
+paths:
+  - name: checkout
+    http: {{method: GET, path: /api/checkout}}
+    rate: 10/s
+    timeout: 1s
+  - name: catalog
+    http: {{method: GET, path: /api/catalog, version: "2"}}
+    rate: 10/s
+    timeout: 1s
+  - name: echo
+    grpc: {{method: /skewprobe.target.v1.Target/Echo}}
+    port: grpc
+    rate: 5/s
+    timeout: 1s
+  - name: health
+    grpc: {{health: ""}}
+    port: grpc
+    rate: 2/s
+    timeout: 1s
+"""
+
+
+def _profiles() -> Path:
+    import targets
+
+    return Path(targets.__file__).parent / "examples" / "profiles.yaml"
+
+
+def _fresh_store(path: str) -> None:
+    # The demo's store holds one demo run; an older run would mix into the verdict.
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path + suffix)
+
+
+def run_demo(*, pods: int, rollout_s: float, store: str, out: str, quiet: bool) -> int:
+    if pods < 2:
+        raise BadInput("--pods must be at least 2 (one per cohort)")
+    if pods > 200:
+        raise BadInput("--pods above 200 is a benchmark, not a demo (see benchmarks/)")
+    _fresh_store(store)
+    with tempfile.TemporaryDirectory(prefix="skewprobe-demo-") as workdir:
+        return asyncio.run(_demo(pods, rollout_s, store, Path(workdir), quiet))
+
+
+async def _demo(pods: int, rollout_s: float, store: str, workdir: Path, quiet: bool) -> int:
+    endpoints = workdir / "endpoints.json"
+    restarts = pods // 2
+    interval = rollout_s / restarts
+    duration = ROLLOUT_AFTER_S + rollout_s + HOLD_S
+    config = parse_config(_CONFIG.format(endpoints=endpoints), file="<demo config>")
+    fleet = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "targets.fleet",
+        "--pods", str(pods), "--from", BASELINE, "--to", CANARY,
+        "--rollout-after", f"{ROLLOUT_AFTER_S}s", "--interval", f"{interval:.3f}s",
+        "--restarts", str(restarts), "--profiles", str(_profiles()),
+        "--endpoints-file", str(endpoints), "--base-host", BASE_HOST,
+        "--drain", "1s", "--drain-notice", "1.5s", "--seed", "7", "--quiet",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )
+    print(f"demo: fleet of {pods} pods at {BASE_HOST}.. on {BASELINE}; "
+          f"from t={ROLLOUT_AFTER_S:.0f}s "
+          f"{restarts} pods restart to {CANARY} every {interval:.1f}s, then the rollout holds; "
+          f"probing for {duration:.0f}s")
+    runner = ProbeRunner(config, RunOptions(store_path=store, listen=None, duration_s=duration))
+    progress = asyncio.create_task(_progress(runner, time.monotonic(), quiet))
+    try:
+        await runner.run()
+    finally:
+        progress.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            fleet.terminate()
+        _, fleet_err = await fleet.communicate()
+    if fleet.returncode not in (0, -15):
+        raise SkewprobeError(f"the fleet failed: {fleet_err.decode().strip()[-300:]}")
+    return _finish(store, config)
+
+
+async def _progress(runner: ProbeRunner, started: float, quiet: bool) -> None:
+    last_calls = 0
+    last_by_cohort: Counter[str] = Counter()
+    last_errors: Counter[str] = Counter()
+    while True:
+        await asyncio.sleep(5.0)
+        if quiet or runner.engine is None:
+            continue
+        recorder = runner.recorder
+        versions = Counter(e.labels.get("proxy_version", "?") for e in runner.engine.endpoints)
+        calls = Counter(recorder.calls_by_cohort)
+        errors = Counter(recorder.errors_by_cohort)
+        delta_calls = calls - last_by_cohort
+        delta_errors = errors - last_errors
+        per_cohort = "  ".join(
+            f"{c}: {100 * delta_errors[c] / n:.1f}% errors" for c, n in sorted(delta_calls.items())
+        )
+        pods = " ".join(f"{v}={n}" for v, n in sorted(versions.items()))
+        rate = (recorder.calls - last_calls) / 5.0
+        print(f"t={time.monotonic() - started:4.0f}s  pods {pods:<24} {rate:6.0f} calls/s  "
+              f"in flight {runner.engine.in_flight:3d}  {per_cohort}", flush=True)
+        last_calls, last_by_cohort, last_errors = recorder.calls, calls, errors
+
+
+def _finish(store_path: str, config: object) -> int:
+    store = Store.open(store_path, readonly=True)
+    try:
+        windows = store.read_windows()
+    finally:
+        store.close()
+    print()
+    print("per path and cohort (pooled over the run):")
+    print(format_figures(summarise(windows)))
+    return 0

@@ -1,0 +1,1 @@
+"""Post-incident comparison reports, and the pooled figures the demo prints."""

@@ -1,0 +1,239 @@
+"""`skewprobe run`: wires discovery → engine → clients → measure → store, and serves the API.
+
+The shape is uvicorn's: startup (open the store, build probers, bind the API), the main loop
+(the engine applies discovery snapshots; a flusher closes each window on its boundary and
+writes it), then shutdown (stop sending, give in-flight calls their timeout to finish, write
+every open window, close the store). SIGTERM and SIGINT trigger shutdown; a second signal
+does not skip the final flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+from prometheus_client import CollectorRegistry
+
+from probes._exceptions import BadInput, StoreError
+from probes._spec import Config
+from probes._types import CallResult, Endpoint
+from probes.api import ApiApp, VerdictQuery
+from probes.clients import build_prober
+from probes.discovery import DiscoverySource, FileSource, StaticSource
+from probes.engine import Engine, EngineLimits, Prober
+from probes.measure.window import WindowAggregator
+from probes.metrics import ProbeMetrics
+from probes.store import Store
+from probes.verdict_service import compute_verdict
+
+log = logging.getLogger("skewprobe.run")
+
+
+class Recorder:
+    """The engine's sink: each result goes to the window aggregator and to /metrics."""
+
+    def __init__(self, aggregator: WindowAggregator, metrics: ProbeMetrics) -> None:
+        self.aggregator = aggregator
+        self.metrics = metrics
+        self.calls = 0
+        self.errors_by_cohort: dict[str, int] = {}
+        self.calls_by_cohort: dict[str, int] = {}
+        self.dropped_total = 0
+
+    def record(self, result: CallResult, endpoint: Endpoint) -> None:
+        self.aggregator.add(result, endpoint.labels)
+        self.metrics.observe(result)
+        self.calls += 1
+        self.calls_by_cohort[result.cohort] = self.calls_by_cohort.get(result.cohort, 0) + 1
+        if not result.ok:
+            self.errors_by_cohort[result.cohort] = self.errors_by_cohort.get(result.cohort, 0) + 1
+
+    def dropped(self, path: str, reason: str, count: int = 1) -> None:
+        self.dropped_total += count
+        self.metrics.drop(path, reason, count)
+
+
+def discovery_for(config: Config) -> DiscoverySource:
+    if config.file_targets is not None:
+        return FileSource(config.file_targets.path)
+    return StaticSource(config.static_targets)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise BadInput(f"--listen {listen!r} is not host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@dataclass
+class RunOptions:
+    store_path: str
+    listen: str | None = "127.0.0.1:9464"
+    duration_s: float | None = None
+    token: str | None = None
+    on_window: Callable[[Sequence[Any]], None] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ProbeRunner:
+    """One probe process. `run()` returns when the duration ends or a signal arrives."""
+
+    def __init__(self, config: Config, options: RunOptions) -> None:
+        self.config = config
+        self.options = options
+        self.registry = CollectorRegistry()
+        self.metrics = ProbeMetrics(self.registry)
+        grace = max((p.timeout_s for p in config.paths), default=1.0) + 0.5
+        self.aggregator = WindowAggregator(length_s=config.window_s, grace_s=grace)
+        self.recorder = Recorder(self.aggregator, self.metrics)
+        self.store: Store | None = None
+        self.engine: Engine | None = None
+        self.probers: dict[str, Prober] = {}
+        self.stopping = asyncio.Event()
+        self.bound: tuple[str, int] | None = None
+        self._api_ready = asyncio.Event()
+        self._store_error: str | None = None
+        self.windows_written = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.store = Store.open(self.options.store_path)
+        try:
+            await self._main()
+        finally:
+            self.store.close()
+
+    async def _main(self) -> None:
+        self.probers = {p.name: build_prober(p) for p in self.config.paths if p.stream is None}
+        self.engine = Engine(
+            self.config.paths,
+            self.probers,
+            self.recorder,
+            cohort_by=self.config.cohort.by,
+            limits=EngineLimits(
+                max_in_flight=self.config.max_in_flight,
+                max_rate_per_s=self.config.max_rate_per_s,
+            ),
+        )
+        restore = self._install_signal_handlers()
+        tasks: set[asyncio.Task[Any]] = set()
+        try:
+            engine_task = asyncio.create_task(
+                self.engine.run(discovery_for(self.config).snapshots()), name="engine"
+            )
+            tasks.add(engine_task)
+            tasks.add(asyncio.create_task(self._flusher(), name="flusher"))
+            if self.options.listen:
+                tasks.add(asyncio.create_task(self._serve_api(), name="api"))
+            if self.options.duration_s is not None:
+                tasks.add(asyncio.create_task(self._stop_after(self.options.duration_s)))
+            stop_wait = asyncio.create_task(self.stopping.wait())
+            done, _ = await asyncio.wait({*tasks, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stop_wait and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            stop_wait.cancel()
+        finally:
+            self.stopping.set()
+            # Stop sending, let in-flight calls finish within their timeout, then flush all.
+            await self.engine.stop(grace_s=max(p.timeout_s for p in self.config.paths))
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._write(force=True)
+            await asyncio.gather(*(p.aclose() for p in self.probers.values()))
+            restore()
+
+    async def _stop_after(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self.stopping.set()
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.stopping.set)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                pass
+
+        def restore() -> None:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+        return restore
+
+    # -- windows ---------------------------------------------------------------------------
+
+    async def _flusher(self) -> None:
+        length = self.config.window_s
+        grace = self.aggregator.grace_s
+        while True:
+            now = time.time()
+            next_boundary = math.floor(now / length) * length + length + grace
+            await asyncio.sleep(max(0.0, next_boundary - now))
+            self._write(force=False)
+            self.metrics.set_in_flight(self.engine.in_flight if self.engine else 0)
+
+    def _write(self, *, force: bool) -> None:
+        path_windows, endpoint_windows = self.aggregator.flush(time.time(), force=force)
+        if not path_windows and not endpoint_windows:
+            return
+        assert self.store is not None
+        try:
+            self.store.write(path_windows, endpoint_windows)
+        except StoreError as exc:
+            # Keep probing and keep the windows in memory-less metrics; /healthz turns red.
+            self._store_error = str(exc)
+            self.metrics.store_error()
+            log.error("store write failed: %s", exc)
+            return
+        self._store_error = None
+        self.windows_written += len(path_windows)
+        if self.options.on_window is not None:
+            self.options.on_window(path_windows)
+
+    # -- API -------------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, str]:
+        if self._store_error:
+            return False, f"store: {self._store_error}"
+        if self.engine is None or not self.engine.endpoints:
+            return True, "no endpoints discovered yet"
+        return True, f"probing {len(self.engine.endpoints)} endpoints"
+
+    async def verdict_json(self, query: VerdictQuery) -> Mapping[str, Any]:
+        return await asyncio.to_thread(
+            compute_verdict,
+            self.options.store_path,
+            self.config,
+            path=query.path,
+            baseline=query.baseline,
+            canary=query.canary,
+            since=query.since,
+            now=time.time(),
+        )
+
+    async def _serve_api(self) -> None:
+        assert self.options.listen is not None
+        host, port = parse_listen(self.options.listen)
+        app = ApiApp(
+            self.registry, verdict=self.verdict_json, health=self.health, token=self.options.token
+        )
+        hconfig = HypercornConfig()
+        hconfig.bind = [f"{host}:{port}"]
+        hconfig.accesslog = None
+        hconfig.errorlog = None
+        hconfig.graceful_timeout = 1.0
+        await serve(app, hconfig, shutdown_trigger=self.stopping.wait)  # type: ignore[arg-type]
