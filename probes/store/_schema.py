@@ -1,0 +1,129 @@
+"""The store's schema (v1), its version check, and the sqlite3 -> store error mapping.
+
+The schema is versioned in the `meta` table (`application`, `schema_version`) and mirrored
+in SQLite's header (`application_id`, `user_version`) so tools can tell the file apart.
+A store whose version is newer than this code, or a SQLite file that is not a skewprobe
+store, is refused with a StoreError; future versions migrate older ones here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from probes._exceptions import StoreCorrupt, StoreError
+
+__all__ = ["SCHEMA_VERSION", "UPSERT_WINDOW", "check_schema", "create_schema", "mapped"]
+
+SCHEMA_VERSION = 1
+_APPLICATION = "skewprobe"
+_APPLICATION_ID = 0x736B6577  # "skew": lets file(1) and sqlite tools tell our files apart
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE names (
+    id INTEGER PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL, UNIQUE (kind, name));
+CREATE TABLE path_windows (
+    id INTEGER PRIMARY KEY,
+    start REAL NOT NULL, path_id INTEGER NOT NULL, cohort_id INTEGER NOT NULL,
+    length REAL NOT NULL, requests INTEGER NOT NULL, successes INTEGER NOT NULL,
+    attempts_sum INTEGER NOT NULL, attempts_count INTEGER NOT NULL, churn INTEGER NOT NULL,
+    lag_max_s REAL NOT NULL, streams_opened INTEGER NOT NULL, stream_seconds REAL NOT NULL,
+    -- probes.measure.sparse records: (names.id u16, count u32) for outcomes and
+    -- stream_resets, (bucket of probes.measure.histogram u16, count u8) for latency
+    outcomes BLOB NOT NULL, stream_resets BLOB NOT NULL, latency BLOB NOT NULL,
+    UNIQUE (start, path_id, cohort_id));
+CREATE TABLE endpoints (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL, labels TEXT NOT NULL, UNIQUE (name, labels));
+CREATE TABLE endpoint_windows (
+    start REAL NOT NULL, path_id INTEGER NOT NULL, endpoint_id INTEGER NOT NULL,
+    cohort_id INTEGER NOT NULL, requests INTEGER NOT NULL, errors INTEGER NOT NULL,
+    PRIMARY KEY (start, path_id, endpoint_id, cohort_id)) WITHOUT ROWID;
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
+    cohort TEXT NOT NULL, endpoint TEXT NOT NULL, detail TEXT NOT NULL,
+    UNIQUE (at, kind, path, cohort, endpoint));
+CREATE TABLE inventory_snapshots (at REAL PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE inventory (
+    at REAL NOT NULL, namespace TEXT NOT NULL, workload TEXT NOT NULL,
+    proxy_version TEXT NOT NULL, pods INTEGER NOT NULL, max_age_s REAL NOT NULL,
+    PRIMARY KEY (at, namespace, workload, proxy_version)) WITHOUT ROWID;
+"""
+
+UPSERT_WINDOW = """
+INSERT INTO path_windows (start, path_id, cohort_id, length, requests, successes,
+    attempts_sum, attempts_count, churn, lag_max_s, streams_opened, stream_seconds,
+    outcomes, stream_resets, latency)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (start, path_id, cohort_id) DO UPDATE SET
+    length = excluded.length, requests = excluded.requests, successes = excluded.successes,
+    attempts_sum = excluded.attempts_sum, attempts_count = excluded.attempts_count,
+    churn = excluded.churn, lag_max_s = excluded.lag_max_s,
+    streams_opened = excluded.streams_opened, stream_seconds = excluded.stream_seconds,
+    outcomes = excluded.outcomes, stream_resets = excluded.stream_resets,
+    latency = excluded.latency
+"""
+
+# SQLite primary result codes (the low byte of extended codes).
+_SQLITE_CORRUPT = 11
+_SQLITE_FULL = 13
+_SQLITE_NOTADB = 26
+
+
+@contextmanager
+def mapped(path: str, action: str) -> Iterator[None]:
+    """Translate sqlite3 errors into the store's exceptions, one line each."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if code == _SQLITE_NOTADB:
+            raise StoreCorrupt(f"{path}: {action}: not a SQLite database ({text})") from exc
+        if code == _SQLITE_CORRUPT:
+            raise StoreCorrupt(f"{path}: {action}: store file is corrupted ({text})") from exc
+        if code == _SQLITE_FULL:
+            raise StoreError(f"{path}: {action}: disk full ({text})") from exc
+        raise StoreError(f"{path}: {action}: {text}") from exc
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Create schema v1 in an empty database, in one transaction."""
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for stmt in SCHEMA.split(";"):
+            if stmt.strip():
+                conn.execute(stmt)
+        conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?)",
+            [("application", _APPLICATION), ("schema_version", str(SCHEMA_VERSION))],
+        )
+        conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> None:
+    """Refuse a database that is not a skewprobe store or has a schema we cannot read."""
+    if "meta" not in tables:
+        raise StoreError(f"{path}: a SQLite database but not a skewprobe store")
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("application") != _APPLICATION:
+        raise StoreError(f"{path}: a SQLite database but not a skewprobe store")
+    raw = meta.get("schema_version", "")
+    if not raw.isdigit():
+        raise StoreError(f"{path}: unknown store schema version {raw!r}")
+    version = int(raw)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path}: store schema v{version} is newer than this skewprobe reads "
+            f"(v{SCHEMA_VERSION}); upgrade skewprobe"
+        )
+    if version < SCHEMA_VERSION:  # no older schema has existed yet
+        raise StoreError(f"{path}: unknown store schema v{version}")

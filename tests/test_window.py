@@ -1,0 +1,183 @@
+"""Window aggregation: attribution by intended time, flush after grace, late data, streams."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from probes._types import CallOutcome, CallResult, Outcome
+from probes.measure.histogram import Histogram, counts_from_tuple
+from probes.measure.window import WindowAggregator
+
+OK = CallOutcome(Outcome.OK, 200, attempts=1)
+
+
+def call(
+    at: float,
+    *,
+    path: str = "checkout",
+    cohort: str = "1.20.3",
+    endpoint: str = "pod-0",
+    latency: float = 0.002,
+    lag: float = 0.0,
+    outcome: CallOutcome = OK,
+) -> CallResult:
+    return CallResult(path, endpoint, cohort, at, latency, lag, outcome)
+
+
+def test_calls_land_in_the_window_of_their_intended_time() -> None:
+    agg = WindowAggregator(length_s=10.0, grace_s=2.0)
+    agg.add(call(19.999, latency=5.0))  # finished at ~25 s, scheduled in [10, 20)
+    agg.add(call(20.0))
+    paths, _ = agg.flush(now=100.0)
+    assert [(w.start, w.requests) for w in paths] == [(10.0, 1), (20.0, 1)]
+    assert all(w.length == 10.0 for w in paths)
+
+
+def test_flush_waits_for_end_plus_grace() -> None:
+    agg = WindowAggregator(length_s=10.0, grace_s=2.0)
+    agg.add(call(15.0))
+    assert agg.flush(now=21.999) == ([], [])
+    paths, endpoints = agg.flush(now=22.0)
+    assert [w.start for w in paths] == [10.0] and [e.start for e in endpoints] == [10.0]
+    assert agg.flush(now=23.0) == ([], [])  # emitted once, unchanged since
+
+
+def test_window_contents() -> None:
+    agg = WindowAggregator(length_s=10.0, grace_s=1.0)
+    rng = np.random.default_rng(1)
+    latencies = rng.lognormal(-6, 0.5, 200)
+    for i, lat in enumerate(latencies):
+        if i % 10 == 0:
+            outcome = CallOutcome(Outcome.HTTP_5XX, 503, attempts=3)
+        elif i % 10 == 1:
+            outcome = CallOutcome(Outcome.OK, 200, attempts=None, churn=1)
+        else:
+            outcome = CallOutcome(Outcome.OK, 200, attempts=1)
+        agg.add(call(100.0 + i * 0.04, latency=float(lat), lag=i * 1e-4, outcome=outcome))
+    agg.add(call(101.0, cohort="1.21.0", outcome=CallOutcome("grpc_UNAVAILABLE")))
+    paths, _ = agg.flush(now=1000.0)
+    assert [(w.path, w.cohort) for w in paths] == [("checkout", "1.20.3"), ("checkout", "1.21.0")]
+    old, new = paths
+    assert dict(old.outcomes) == {Outcome.OK: 180, Outcome.HTTP_5XX: 20}
+    assert old.requests == 200 and old.successes == 180
+    assert Histogram.from_window(old.latency) == Histogram.from_values(latencies)
+    # attempts only where measured: 20 calls x 3 + 160 calls x 1, over 180 calls
+    assert (old.attempts_sum, old.attempts_count) == (220, 180)
+    assert old.churn == 20
+    assert old.lag_max_s == pytest.approx(199e-4)
+    assert dict(new.outcomes) == {"grpc_UNAVAILABLE": 1} and new.attempts_count == 0
+
+
+def test_endpoint_windows_count_requests_errors_and_keep_labels() -> None:
+    agg = WindowAggregator(length_s=10.0, grace_s=0.0)
+    labels = {"pod": "pod-1", "namespace": "shop"}
+    for i in range(5):
+        outcome = CallOutcome(Outcome.CONNECT_REFUSED) if i < 2 else OK
+        agg.add(call(i, endpoint="pod-1", outcome=outcome), labels)
+    agg.add(call(3, endpoint="pod-2"), {"pod": "pod-2"})
+    _, endpoints = agg.flush(now=10.0)
+    assert [(e.endpoint, e.requests, e.errors) for e in endpoints] == [
+        ("pod-1", 5, 2),
+        ("pod-2", 1, 0),
+    ]
+    assert dict(endpoints[0].labels) == labels
+
+
+def test_late_data_reemits_the_whole_window_then_is_dropped_after_retention() -> None:
+    agg = WindowAggregator(length_s=10.0, grace_s=1.0, retain_s=30.0)
+    agg.add(call(5.0))
+    first, _ = agg.flush(now=11.0)
+    assert first[0].requests == 1
+    assert agg.add(call(6.0))  # late, but within retention
+    again, endpoints = agg.flush(now=12.0)
+    assert [(w.start, w.requests) for w in again] == [(0.0, 2)]  # cumulative, not a delta
+    assert endpoints[0].requests == 2
+    agg.flush(now=41.0)  # 10 + 1 + 30: forgotten
+    assert agg.open_windows == 0
+    assert not agg.add(call(7.0))
+    assert not agg.add_stream_time("watch", "v", "pod-0", 8.0, 12.0)  # [8, 10) is forgotten
+    assert agg.late_dropped == 2
+    paths, _ = agg.flush(now=50.0)
+    assert [(w.start, w.stream_seconds) for w in paths] == [(10.0, 2.0)]
+
+
+def test_force_emits_open_windows_and_keeps_them_whole() -> None:
+    agg = WindowAggregator(length_s=10.0, grace_s=5.0)
+    agg.add(call(101.0))
+    paths, _ = agg.flush(now=102.0, force=True)
+    assert [(w.start, w.requests) for w in paths] == [(100.0, 1)]
+    agg.add(call(102.0))
+    paths, _ = agg.flush(now=103.0, force=True)
+    assert [(w.start, w.requests) for w in paths] == [(100.0, 2)]
+
+
+def test_stream_events_and_time_split_across_windows() -> None:
+    agg = WindowAggregator(length_s=10.0, grace_s=0.0)
+    labels = {"pod": "pod-3"}
+    assert agg.add_stream_open("watch", "1.21.0", "pod-3", at=5.0, labels=labels)
+    assert agg.add_stream_reset("watch", "1.21.0", "pod-3", "goaway", at=12.0, labels=labels)
+    agg.add_stream_reset("watch", "1.21.0", "pod-3", "goaway", at=13.0, labels=labels)
+    agg.add_stream_reset("watch", "1.21.0", "pod-3", "rst_stream", at=14.0, labels=labels)
+    assert agg.add_stream_time("watch", "1.21.0", "pod-3", 5.0, 27.0)
+    paths, endpoints = agg.flush(now=100.0)
+    by_start = {w.start: w for w in paths}
+    assert [by_start[s].stream_seconds for s in (0.0, 10.0, 20.0)] == [5.0, 10.0, 7.0]
+    assert by_start[0.0].streams_opened == 1
+    assert dict(by_start[10.0].stream_resets) == {"goaway": 2, "rst_stream": 1}
+    assert all(w.requests == 0 and sum(w.latency) == 0 for w in paths)
+    assert [(e.start, e.requests, e.errors) for e in endpoints] == [(0.0, 1, 0), (10.0, 0, 3)]
+    assert dict(endpoints[1].labels) == labels
+
+
+def test_random_stream_of_calls_matches_a_brute_force_reference() -> None:
+    rng = np.random.default_rng(42)
+    n = 5000
+    intended = np.sort(rng.uniform(1000.0, 1120.0, n))
+    latency = rng.lognormal(-5, 1, n)
+    paths = rng.choice(["a", "b", "c"], n)
+    cohorts = rng.choice(["v1", "v2"], n)
+    agg = WindowAggregator(length_s=10.0, grace_s=3.0)
+    emitted = {}
+    for i in range(n):
+        # results arrive in completion order, at most `grace` after their intended time
+        agg.add(call(float(intended[i]), path=str(paths[i]), cohort=str(cohorts[i]),
+                     latency=float(latency[i])))
+        if i % 97 == 0:
+            for w in agg.flush(now=float(intended[i]))[0]:
+                emitted[(w.start, w.path, w.cohort)] = w
+    for w in agg.flush(now=2000.0)[0]:
+        emitted[(w.start, w.path, w.cohort)] = w
+    starts = np.floor(intended / 10.0) * 10.0
+    assert sum(w.requests for w in emitted.values()) == n
+    for (start, path, cohort), w in emitted.items():
+        sel = (starts == start) & (paths == path) & (cohorts == cohort)
+        assert w.requests == int(sel.sum())
+        assert np.array_equal(
+            counts_from_tuple(w.latency), Histogram.from_values(latency[sel]).counts
+        )
+
+
+def test_add_is_cheap() -> None:
+    agg = WindowAggregator(length_s=10.0, grace_s=1.0)
+    results = [
+        call(1000.0 + i / 2400, path=f"p{i % 50}", endpoint=f"pod-{i % 2400}",
+             cohort=("v1", "v2")[i % 2], latency=0.001 + (i % 97) * 1e-4)
+        for i in range(24_000)
+    ]
+    labels = {"pod": "x"}
+    t0 = time.perf_counter()
+    for r in results:
+        agg.add(r, labels)
+    per_call = (time.perf_counter() - t0) / len(results)
+    # ~1.5 µs measured; 2,400 calls/s on one core needs far less than 100 µs.
+    assert per_call < 100e-6
+
+
+def test_bad_parameters() -> None:
+    with pytest.raises(ValueError):
+        WindowAggregator(length_s=0)
+    with pytest.raises(ValueError):
+        WindowAggregator(grace_s=-1)
