@@ -106,7 +106,11 @@ _path: dict[str, Any] = {
     "additionalProperties": False,
     "required": ["name"],
     "properties": {
-        "name": {"type": "string", "pattern": r"^[A-Za-z0-9_.:/-]+$"},
+        "name": {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$",
+            "description": "unique; letters, digits and _.:/- (a leading _ is reserved)",
+        },
         "http": _http,
         "grpc": _grpc,
         "stream": _stream,

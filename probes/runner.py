@@ -49,7 +49,9 @@ class Recorder:
         self.dropped_total = 0
 
     def record(self, result: CallResult, endpoint: Endpoint) -> None:
-        self.aggregator.add(result, endpoint.labels)
+        if not self.aggregator.add(result, endpoint.labels):
+            # Its window was written and forgotten long ago: count it, never lose it silently.
+            self.metrics.drop(result.path, "late")
         self.metrics.observe(result)
         self.calls += 1
         self.calls_by_cohort[result.cohort] = self.calls_by_cohort.get(result.cohort, 0) + 1
@@ -127,6 +129,7 @@ class ProbeRunner:
         )
         restore = self._install_signal_handlers()
         tasks: set[asyncio.Task[Any]] = set()
+        api_task: asyncio.Task[None] | None = None
         try:
             engine_task = asyncio.create_task(
                 self.engine.run(discovery_for(self.config).snapshots()), name="engine"
@@ -134,7 +137,8 @@ class ProbeRunner:
             tasks.add(engine_task)
             tasks.add(asyncio.create_task(self._flusher(), name="flusher"))
             if self.options.listen:
-                tasks.add(asyncio.create_task(self._serve_api(), name="api"))
+                api_task = asyncio.create_task(self._serve_api(), name="api")
+                tasks.add(api_task)
             if self.options.duration_s is not None:
                 tasks.add(asyncio.create_task(self._stop_after(self.options.duration_s)))
             stop_wait = asyncio.create_task(self.stopping.wait())
@@ -147,6 +151,9 @@ class ProbeRunner:
             self.stopping.set()
             # Stop sending, let in-flight calls finish within their timeout, then flush all.
             await self.engine.stop(grace_s=max(p.timeout_s for p in self.config.paths))
+            if api_task is not None and not api_task.done():
+                # hypercorn shuts down on `stopping`; cancelling it would cut connections.
+                await asyncio.wait({api_task}, timeout=3.0)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -201,6 +208,7 @@ class ProbeRunner:
             return
         self._store_error = None
         self.windows_written += len(path_windows)
+        self.metrics.windows_written(len(path_windows))
         if self.options.on_window is not None:
             self.options.on_window(path_windows)
 

@@ -1,0 +1,156 @@
+"""`skewprobe run` as a real process against the local fleet during a rollout.
+
+The fleet runs in the test's event loop; the probe is its own process, found through the
+fleet's endpoints file, exactly as the demo and a file-discovery deployment run it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from probes.report.summary import summarise
+from probes.store import Store
+from targets.fleet import Fleet
+from targets.profile import load_profiles
+
+PROFILES = Path(__file__).parent.parent / "targets" / "examples" / "profiles.yaml"
+
+CONFIG = """\
+targets: {{file: {{path: {endpoints}}}}}
+window: 1s
+paths:
+  - name: checkout
+    http: {{path: /api/checkout}}
+    rate: 20/s
+    timeout: 500ms
+  - name: catalog
+    http: {{path: /api/catalog, version: "2"}}
+    rate: 10/s
+    timeout: 500ms
+  - name: echo
+    grpc: {{method: /skewprobe.target.v1.Target/Echo}}
+    port: grpc
+    rate: 10/s
+    timeout: 500ms
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
+    fleet = Fleet(
+        pods=4, version="1.20.3", profiles=load_profiles(PROFILES), base_host="127.0.0.40",
+        endpoints_file=tmp_path / "endpoints.json", seed=3, drain_s=0.5, notice_s=1.2,
+    )
+    await fleet.start()
+    yield fleet
+    await fleet.stop(0.0)
+
+
+async def _start_probe(tmp_path: Path, listen: str) -> asyncio.subprocess.Process:
+    config = tmp_path / "probe.yaml"
+    config.write_text(CONFIG.format(endpoints=tmp_path / "endpoints.json"))
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "probes.cli", "run", "--config", str(config),
+        "--store", str(tmp_path / "probe.db"), "--listen", listen,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def _wait_healthy(base: str, deadline_s: float = 10.0) -> None:
+    async with httpx.AsyncClient() as client:
+        until = time.monotonic() + deadline_s
+        while time.monotonic() < until:
+            try:
+                if (await client.get(f"{base}/healthz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError("probe API never came up")
+
+
+@pytest.mark.slow
+async def test_run_follows_a_rollout_and_flushes_on_sigterm(fleet: Fleet, tmp_path: Path) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    probe = await _start_probe(tmp_path, f"127.0.0.1:{port}")
+    try:
+        await _wait_healthy(base)
+        await asyncio.sleep(2.0)
+        await fleet.rollout("1.21.0", interval_s=0.5, limit=2)
+        await asyncio.sleep(3.0)
+        async with httpx.AsyncClient() as client:
+            exposition = (await client.get(f"{base}/metrics")).text
+        sent = time.monotonic()
+        probe.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(probe.communicate(), 10)
+        stopped_in = time.monotonic() - sent
+    finally:
+        if probe.returncode is None:
+            probe.kill()
+            await probe.wait()
+    assert probe.returncode == 0, stderr.decode()
+    assert stopped_in < 5.0
+    assert b"Traceback" not in stderr
+
+    restarted = [e for e in fleet.history() if e.kind == "restart_finished"]
+    assert len(restarted) == 2
+    with Store.open(str(tmp_path / "probe.db"), readonly=True) as store:
+        figures = {(f.path, f.cohort): f for f in summarise(store.read_windows())}
+        last_window = store.time_range()
+    assert set(figures) == {(p, c) for p in ("checkout", "catalog", "echo")
+                            for c in ("1.20.3", "1.21.0")}
+    # The regressed path on the new version: every request retried by the sidecar.
+    assert figures[("checkout", "1.21.0")].attempts_per_request == pytest.approx(2.0, abs=0.05)
+    assert figures[("checkout", "1.20.3")].attempts_per_request == pytest.approx(1.0)
+    assert figures[("catalog", "1.21.0")].attempts_per_request == pytest.approx(1.0)
+    for fig in figures.values():
+        assert "probe_error" not in fig.outcomes
+    # The windows open at SIGTERM were written: the store reaches the last second.
+    assert last_window is not None and last_window[1] > time.time() - 3.0
+
+    assert 'skewprobe_requests_total{cohort="1.21.0",outcome="ok",path="catalog"}' in exposition
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        check = subprocess.run([promtool, "check", "metrics"], input=exposition.encode(),
+                               capture_output=True, timeout=30)
+        assert check.returncode == 0, check.stderr.decode() + check.stdout.decode()
+
+
+@pytest.mark.slow
+async def test_kill_9_keeps_committed_windows(fleet: Fleet, tmp_path: Path) -> None:
+    probe = await _start_probe(tmp_path, "none")
+    db = str(tmp_path / "probe.db")
+    try:
+        await asyncio.sleep(4.0)
+        probe.kill()
+        await probe.wait()
+    finally:
+        if probe.returncode is None:
+            probe.kill()
+            await probe.wait()
+    assert probe.returncode == -signal.SIGKILL
+    with Store.open(db) as store:  # opens cleanly, recovering the WAL
+        store.check()
+        windows = store.read_windows()
+    assert len({w.start for w in windows}) >= 1
+    assert sum(w.requests for w in windows) > 0
+    assert os.path.getsize(db) > 0
