@@ -99,6 +99,89 @@ _stream: dict[str, Any] = {
     },
 }
 
+_LABEL_KEY = r"^([A-Za-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"
+
+_kubernetes: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["mesh"],
+    "description": "pods from the Kubernetes API (list + watch), each with its proxy version",
+    "properties": {
+        "namespaces": {
+            "type": "array",
+            "items": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+            "uniqueItems": True,
+            "description": "namespaces to watch; absent or empty: every namespace",
+        },
+        "selector": {
+            "type": "string",
+            "description": "a Kubernetes label selector: 'app=checkout,tier in (web,api)'",
+        },
+        "port": {
+            **_port,
+            "description": "the pod port to probe: a number, or a named container port",
+        },
+        "labels": {
+            "type": "array",
+            "items": {"type": "string", "pattern": _LABEL_KEY},
+            "uniqueItems": True,
+            "description": "pod labels copied onto each endpoint (for path selectors, reports)",
+        },
+        "mesh": {
+            "enum": ["istio", "linkerd", "generic"],
+            "description": "how the callee's proxy version is read from its pod",
+        },
+        "version_from": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": "generic mesh: exactly one place that holds the proxy version",
+            "properties": {
+                "label": {"type": "string", "pattern": _LABEL_KEY},
+                "annotation": {"type": "string", "pattern": _LABEL_KEY},
+                "image": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "the tag of this container's image",
+                },
+                "header": {
+                    "type": "string",
+                    "pattern": r"^[A-Za-z0-9-]+$",
+                    "description": "a response header (probing through a Service address)",
+                },
+            },
+            "minProperties": 1,
+            "maxProperties": 1,
+        },
+        "mesh_namespace": {
+            "type": "string",
+            "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "description": "where istiod/ztunnel or linkerd-destination run"
+            " (istio-system / linkerd)",
+        },
+        "control_plane_version": {
+            "type": "string",
+            "minLength": 1,
+            "description": "judge skew against this version instead of the discovered one",
+        },
+        "supported_skew": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": "minor versions the data plane may be behind / ahead of the"
+            " control plane (default 1 / 0)",
+            "properties": {
+                "behind": {"type": "integer", "minimum": 0},
+                "ahead": {"type": "integer", "minimum": 0},
+            },
+        },
+        "kubeconfig": {"type": "string", "minLength": 1},
+        "context": {"type": "string", "minLength": 1},
+        "in_cluster": {
+            "type": "boolean",
+            "description": "use the pod's service account (default: when running in a pod)",
+        },
+    },
+}
+
 _KINDS = ("http", "grpc", "stream")
 
 _path: dict[str, Any] = {
@@ -160,6 +243,17 @@ SCHEMA: dict[str, Any] = {
                     "additionalProperties": False,
                     "required": ["path"],
                     "properties": {"path": {"type": "string", "minLength": 1}},
+                },
+                "kubernetes": _kubernetes,
+            },
+        },
+        "inventory": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "snapshot_every": {
+                    **_duration,
+                    "description": "how often the pod inventory is written to the store",
                 },
             },
         },

@@ -147,11 +147,67 @@ class FileTargetsSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class VersionSource:
+    """Where a generic mesh keeps the proxy version: exactly one of the four is set.
+
+    `image` names a container whose image tag is the version; `header` names a response
+    header, for probing through a Service address where only the response knows the pod.
+    """
+
+    label: str | None = None
+    annotation: str | None = None
+    image: str | None = None
+    header: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SkewPolicy:
+    """The supported version skew: minor versions the data plane may lag (`behind`) or lead
+    (`ahead`) the control plane. The default, one behind and never ahead, is Istio's and
+    Linkerd's published support policy for in-place upgrades."""
+
+    behind: int = 1
+    ahead: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSpec:
+    """Pods from the Kubernetes API (`probes.discovery.kubernetes`).
+
+    `namespaces` empty means every namespace. `port` is the pod port probed (a number, or
+    the name of a container port); unset, the first port the first app container declares.
+    `in_cluster` None means: the pod's service account when running in a pod
+    (KUBERNETES_SERVICE_HOST set), else `kubeconfig` (default ~/.kube/config).
+    """
+
+    mesh: str
+    namespaces: tuple[str, ...] = ()
+    selector: str = ""
+    port: str | int | None = None
+    labels: tuple[str, ...] = ()
+    version_from: VersionSource | None = None
+    mesh_namespace: str | None = None
+    control_plane_version: str | None = None
+    supported_skew: SkewPolicy = SkewPolicy()
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool | None = None
+
+    @property
+    def system_namespace(self) -> str:
+        """Where the mesh's control plane (and Istio's ztunnel) runs."""
+        if self.mesh_namespace:
+            return self.mesh_namespace
+        return "linkerd" if self.mesh == "linkerd" else "istio-system"
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     source: str
     paths: tuple[PathSpec, ...]
     static_targets: tuple[Endpoint, ...] = ()
     file_targets: FileTargetsSpec | None = None
+    kubernetes: KubernetesSpec | None = None
     cohort: CohortSpec = CohortSpec()
     tolerances: Tolerances = Tolerances()
     alpha: float = 0.01
@@ -161,3 +217,4 @@ class Config:
     max_rate_per_s: float = 20000.0
     store: str = "skewprobe.db"
     listen: str = "127.0.0.1:9464"
+    inventory_every_s: float = 60.0

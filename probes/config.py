@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -26,10 +27,13 @@ from probes._spec import (
     FileTargetsSpec,
     GrpcSpec,
     HttpSpec,
+    KubernetesSpec,
     PathSpec,
+    SkewPolicy,
     StreamSpec,
     TlsSpec,
     Tolerances,
+    VersionSource,
 )
 from probes._types import Endpoint
 
@@ -170,6 +174,11 @@ def _to_config_error(error: jsonschema.ValidationError, root: yaml.Node, file: s
         return ConfigError(
             f"{error.instance!r} is not a port number or port name", file=file, line=line, key=key
         )
+    if validator in ("minProperties", "maxProperties") and path and path[-1] == "version_from":
+        return ConfigError(
+            "give exactly one of label, annotation, image or header", file=file, line=line,
+            key=key,
+        )
     if validator == "pattern":
         pattern = error.schema.get("pattern", "")
         if "ms|s|m|h" in pattern:
@@ -247,8 +256,11 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
     targets = data.get("targets") or {}
     static = tuple(_static_endpoint(t, i, b) for i, t in enumerate(targets.get("static") or []))
     file_targets = FileTargetsSpec(**targets["file"]) if "file" in targets else None
-    if not static and file_targets is None:
-        raise b.fail("no targets: give targets.static or targets.file", ["targets"])
+    kubernetes = _kubernetes(targets["kubernetes"], b) if "kubernetes" in targets else None
+    if not static and file_targets is None and kubernetes is None:
+        raise b.fail(
+            "no targets: give targets.static, targets.file or targets.kubernetes", ["targets"]
+        )
 
     paths: list[PathSpec] = []
     seen: dict[str, int] = {}
@@ -261,6 +273,13 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
             )
         seen[raw["name"]] = index
         paths.append(_path(raw, where, b))
+    header = kubernetes.version_from.header if kubernetes and kubernetes.version_from else None
+    if header:
+        # The version is only known from the response: every path reads it unless told.
+        paths = [
+            p if p.cohort_header else dataclasses.replace(p, cohort_header=header.lower())
+            for p in paths
+        ]
 
     for index, endpoint in enumerate(static):
         for path in paths:
@@ -274,11 +293,13 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
     verdict = data.get("verdict") or {}
     probe = data.get("probe") or {}
     cohort = data.get("cohort") or {}
+    inventory = data.get("inventory") or {}
     return Config(
         source=data.get("source", "store"),
         paths=tuple(paths),
         static_targets=static,
         file_targets=file_targets,
+        kubernetes=kubernetes,
         cohort=CohortSpec(**cohort),
         tolerances=Tolerances(**(verdict.get("tolerances") or {})),
         alpha=float(verdict.get("alpha", 0.01)),
@@ -290,7 +311,76 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
         ),
         store=(data.get("store") or {}).get("path", "skewprobe.db"),
         listen=data.get("listen", "127.0.0.1:9464"),
+        inventory_every_s=(
+            b.duration(inventory["snapshot_every"], ["inventory", "snapshot_every"])
+            if "snapshot_every" in inventory
+            else 60.0
+        ),
     )
+
+
+def _kubernetes(raw: Mapping[str, Any], b: _Builder) -> KubernetesSpec:
+    where: list[str | int] = ["targets", "kubernetes"]
+    mesh = raw["mesh"]
+    source = raw.get("version_from")
+    if mesh == "generic" and source is None:
+        raise b.fail("a generic mesh needs version_from (label, annotation, image or header)",
+                     [*where, "mesh"])
+    if mesh != "generic" and source is not None:
+        raise b.fail(f"version_from is for mesh: generic ({mesh} has its own)",
+                     [*where, "version_from"])
+    if raw.get("in_cluster") and "kubeconfig" in raw:
+        raise b.fail("give kubeconfig or in_cluster: true, not both", [*where, "kubeconfig"])
+    kubeconfig = raw.get("kubeconfig")
+    if kubeconfig is not None and not Path(kubeconfig).expanduser().is_file():
+        raise b.fail(f"no such file: {kubeconfig}", [*where, "kubeconfig"])
+    if "selector" in raw:
+        problem = _selector_problem(raw["selector"])
+        if problem:
+            raise b.fail(problem, [*where, "selector"])
+    return KubernetesSpec(
+        mesh=mesh,
+        namespaces=tuple(raw.get("namespaces") or ()),
+        selector=raw.get("selector", "").strip(),
+        port=raw.get("port"),
+        labels=tuple(raw.get("labels") or ()),
+        version_from=VersionSource(**source) if source is not None else None,
+        mesh_namespace=raw.get("mesh_namespace"),
+        control_plane_version=raw.get("control_plane_version"),
+        supported_skew=SkewPolicy(**(raw.get("supported_skew") or {})),
+        kubeconfig=kubeconfig,
+        context=raw.get("context"),
+        in_cluster=raw.get("in_cluster"),
+    )
+
+
+_SELECTOR_TERM = re.compile(
+    r"^\s*(!?[A-Za-z0-9./_-]+|[A-Za-z0-9./_-]+\s*(==?|!=)\s*[A-Za-z0-9._-]*"
+    r"|[A-Za-z0-9./_-]+\s+(in|notin)\s+\([A-Za-z0-9._,\s-]*\))\s*$"
+)
+
+
+def _selector_problem(selector: str) -> str | None:
+    """A label selector's syntax, checked here so a typo fails validation, not the API call."""
+    # Split on commas outside parentheses: "a in (x,y),b" is two terms.
+    terms, depth, current = [], 0, ""
+    for ch in selector:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            terms.append(current)
+            current = ""
+        else:
+            current += ch
+    terms.append(current)
+    if not selector.strip():
+        return None
+    for term in terms:
+        if not term.strip():
+            return "empty term in the label selector (a stray comma?)"
+        if not _SELECTOR_TERM.match(term):
+            return f"{term.strip()!r} is not a label selector term (k=v, k!=v, k in (a,b), !k)"
+    return None
 
 
 def _static_endpoint(raw: Mapping[str, Any], index: int, b: _Builder) -> Endpoint:

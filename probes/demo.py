@@ -21,10 +21,12 @@ from collections import Counter
 from pathlib import Path
 
 from probes._exceptions import BadInput, SkewprobeError
+from probes._spec import Config
 from probes.config import parse_config
 from probes.report.summary import format_figures, summarise
 from probes.runner import ProbeRunner, RunOptions
 from probes.store import Store
+from probes.verdict_service import compute_verdict, format_table
 
 BASELINE = "1.20.3"
 CANARY = "1.21.0"
@@ -140,7 +142,7 @@ async def _progress(runner: ProbeRunner, started: float, quiet: bool) -> None:
         last_calls, last_by_cohort, last_errors = recorder.calls, calls, errors
 
 
-def _finish(store_path: str, config: object) -> int:
+def _finish(store_path: str, config: Config) -> int:
     store = Store.open(store_path, readonly=True)
     try:
         windows = store.read_windows()
@@ -149,4 +151,10 @@ def _finish(store_path: str, config: object) -> int:
     print()
     print("per path and cohort (pooled over the run):")
     print(format_figures(summarise(windows)))
+    result = compute_verdict(store_path, config, now=time.time())
+    print()
+    print(f"verdict, {result['canary']} (canary) against {result['baseline']} (baseline):")
+    print(format_table(result))
+    print()
+    print(f"store: {store_path}  (skewprobe verdict --store {store_path} --json)")
     return 0

@@ -22,7 +22,7 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 from prometheus_client import CollectorRegistry
 
-from probes._exceptions import BadInput, StoreError
+from probes._exceptions import BadInput, SkewprobeError, StoreError
 from probes._spec import Config
 from probes._types import CallResult, Endpoint
 from probes.api import ApiApp, VerdictQuery
@@ -30,7 +30,7 @@ from probes.clients import build_prober
 from probes.discovery import DiscoverySource, FileSource, StaticSource
 from probes.engine import Engine, EngineLimits, Prober
 from probes.measure.window import WindowAggregator
-from probes.metrics import ProbeMetrics
+from probes.metrics import OVERALL, ProbeMetrics
 from probes.store import Store
 from probes.verdict_service import compute_verdict
 
@@ -105,6 +105,7 @@ class ProbeRunner:
         self._api_ready = asyncio.Event()
         self._store_error: str | None = None
         self.windows_written = 0
+        self.last_verdict: Mapping[str, Any] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -192,6 +193,7 @@ class ProbeRunner:
             await asyncio.sleep(max(0.0, next_boundary - now))
             self._write(force=False)
             self.metrics.set_in_flight(self.engine.in_flight if self.engine else 0)
+            await self._publish_verdict()
 
     def _write(self, *, force: bool) -> None:
         path_windows, endpoint_windows = self.aggregator.flush(time.time(), force=force)
@@ -211,6 +213,18 @@ class ProbeRunner:
         self.metrics.windows_written(len(path_windows))
         if self.options.on_window is not None:
             self.options.on_window(path_windows)
+
+    async def _publish_verdict(self) -> None:
+        """Refresh the skewprobe_verdict gauges from the store, once per window."""
+        try:
+            result = await self.verdict_json(VerdictQuery())
+        except SkewprobeError as exc:
+            log.warning("verdict not computed: %s", exc)
+            return
+        self.last_verdict = result
+        for path in result.get("paths", []):
+            self.metrics.set_verdict(path["path"], path["verdict"])
+        self.metrics.set_verdict(OVERALL, result["verdict"])
 
     # -- API -------------------------------------------------------------------------------
 

@@ -11,9 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from probes._exceptions import BadInput
 from probes._spec import CohortSpec, Config, Tolerances
 from probes._timeparse import parse_time
+from probes.stats.cohorts import pick_cohorts
 from probes.store import Store
 from probes.verdict import judge
 
@@ -58,13 +61,21 @@ def compute_verdict(
     now: float,
     overloaded: bool = False,
 ) -> Mapping[str, Any]:
-    """Read the store and judge. Raises StoreError (exit 4) or BadInput (exit 2)."""
+    """Read the store and judge. Raises StoreError (exit 4) or BadInput (exit 2).
+
+    Without `since`, the comparison starts where the canary cohort's first window is: that
+    origin stays fixed for the whole rollout, so the sequential tests' guarantee covers
+    every look a gate takes. A relative `since` (-30m) moves with each call and restarts the
+    sequence each time; an absolute one (RFC 3339) is as good as the default.
+    """
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     paths = [path] if isinstance(path, str) else (list(path) if path else None)
     since_t = parse_time(since, now=now) if since else None
     if since_t is not None and since_t > now:
-        raise BadInput(f"--since {since!r} is in the future")
+        raise BadInput(f"since {since!r} is in the future")
+    baseline = baseline or settings.cohort.baseline
+    canary = canary or settings.cohort.canary
     store = Store.open(store_path, readonly=True)
     try:
         if paths:
@@ -72,23 +83,50 @@ def compute_verdict(
             unknown = [p for p in paths if p not in known]
             if unknown:
                 raise BadInput(f"no data for path(s) {', '.join(unknown)} in {store_path}")
-        windows = store.read_windows(since=since_t, paths=paths)
+        if since_t is None:
+            since_t = _origin(store, settings, paths, baseline, canary, now)
+        table = store.read_table(since=since_t, paths=paths)
     finally:
         store.close()
+    # Staleness is judged in the windows the probe actually wrote, whatever the settings say.
+    window_s = float(np.median(table.length)) if len(table) else settings.window_s
     verdict = judge(
-        windows,
+        table,
         tolerances=settings.tolerances,
         alpha=settings.alpha,
         min_samples=settings.min_samples,
-        window_s=settings.window_s,
+        window_s=window_s,
         now=now,
-        baseline=baseline or settings.cohort.baseline,
-        canary=canary or settings.cohort.canary,
+        baseline=baseline,
+        canary=canary,
         since=since_t,
         paths=paths,
         overloaded=overloaded,
     )
     return verdict.to_json()
+
+
+def _origin(
+    store: Store,
+    settings: JudgingSettings,
+    paths: Sequence[str] | None,
+    baseline: str | None,
+    canary: str | None,
+    now: float,
+) -> float | None:
+    """The canary's first window, the canary picked among the cohorts seen recently.
+
+    Recent means the last three windows, so a version from an earlier rollout that is no
+    longer served is not taken for this rollout's baseline or canary.
+    """
+    recent = store.read_table(since=now - 3 * settings.window_s, paths=paths)
+    present = sorted({recent.cohorts[i] for i in np.unique(recent.cohort)})
+    if not present:
+        return None  # nothing recent: the verdict says the data is stale
+    chosen = pick_cohorts(present, baseline, canary)
+    if chosen.canary is None:
+        return None
+    return store.first_window(chosen.canary)
 
 
 _METRIC_LABELS = {
@@ -115,9 +153,9 @@ def format_table(result: Mapping[str, Any]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
     lines.append(f"overall: {result['verdict'].upper()}")
-    for reason in result.get("reasons", []):
-        lines.append(f"  - {reason}")
+    # The overall reasons already say each path's first reason; a failed path lists all.
+    lines.extend(f"  - {reason}" for reason in result.get("reasons", []))
     for path in result.get("paths", []):
-        for reason in path.get("reasons", []):
-            lines.append(f"  - {path['path']}: {reason}")
+        if path["verdict"] == "fail":
+            lines.extend(f"    {path['path']}: {reason}" for reason in path.get("reasons", []))
     return "\n".join(lines)

@@ -387,6 +387,21 @@ class Store:
             )
         ]
 
+    def first_window(self, cohort: str, since: float | None = None) -> float | None:
+        """Start of the earliest window of `cohort` at or after `since` (None: no data).
+
+        A verdict's sequential test starts where the canary cohort first appeared, a time
+        that stays fixed while the rollout runs, so every later look is covered.
+        """
+        lo, _ = _time_filter(since, None)
+        row = self._read(
+            "read first window",
+            "SELECT MIN(w.start) FROM path_windows w JOIN names n ON n.id = w.cohort_id"
+            " WHERE n.kind = 'cohort' AND n.name = ? AND w.start >= ?",
+            (cohort, lo),
+        )
+        return None if row[0][0] is None else float(row[0][0])
+
     def time_range(self) -> tuple[float, float] | None:
         """(start of the first window, end of the last), or None for a store with no windows."""
         first = self._read("read time range", "SELECT MIN(start) FROM path_windows")[0][0]

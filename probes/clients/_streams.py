@@ -1,0 +1,638 @@
+"""Long-lived gRPC streams: K server-streaming calls held per (path, endpoint), re-opened.
+
+`StreamProber` is the engine's `StreamHolder`: the engine runs one `hold(path, endpoint,
+cohort)` task per (stream path, endpoint) and cancels it when the endpoint leaves discovery.
+Each of the path's `per_endpoint` slots opens a server-streaming call (the path's method with
+raw request bytes, or `grpc.health.v1.Health/Watch`), reads it until it ends, reports how it
+ended, waits a backoff and opens the next one, as a well-behaved client does.
+
+Why the pieces are shaped this way:
+
+* A stream is its own task, not a child of `hold()`. A restarting pod leaves the endpoint
+  list *before* it drains (Kubernetes marks it not ready first), so the engine cancels
+  `hold()` while the pod still serves. Cutting the streams then would hide exactly the
+  resets the drain is about to cause, so a cancelled `hold()` only stops re-opening: its open
+  streams *linger* until they end on their own (the drain's reset is counted) or
+  `linger_s` passes (then the probe closes them: `client_stopped`, not a reset).
+* How a stream ended is classified once, here, from the status code and grpc core's detail
+  text (`classify_stream_end`); see `EndReason` for the classes and which are resets.
+* Held time is reported to the sink per slice (`checkpoint()` and at the end), so windows
+  get their stream-seconds while a stream is still open hours later.
+* Backoff: the first re-open after a healthy stream waits `initial_backoff_s` (jittered);
+  consecutive failures double it up to `max_backoff_s`, each delay drawn from [d/2, d].
+  A stream is healthy once it received a message or lived `stable_s`.
+* Client-side rotation: with `max_lifetime_s`, the probe closes a stream after that long
+  (x U(0.9, 1.0), so rotations do not synchronise) and re-opens at once: `client_rotated`.
+* Channels: one per (path, endpoint), shared by its K streams (a client multiplexes them on
+  one connection, so a connection loss ends them together, as it would for real callers);
+  the unary prober's options plus HTTP/2 keepalive every 5 min (gRPC servers answer more
+  frequent pings with a too_many_pings GOAWAY), so a black-holed pod ends its streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2
+
+from probes._exceptions import BadInput
+from probes._spec import GrpcSpec, PathSpec, StreamSpec
+from probes._types import Endpoint, Outcome
+from probes.clients._base import host_port
+from probes.clients._grpc import _channel_options
+from probes.clients._pool import EndpointPool
+from probes.clients._tls import grpc_credentials
+from probes.measure.histogram import MIDPOINT, index_of
+
+__all__ = [
+    "HEALTH_WATCH",
+    "EndReason",
+    "OpenStream",
+    "StreamEnd",
+    "StreamPolicy",
+    "StreamProber",
+    "StreamSink",
+    "classify_stream_end",
+]
+
+log = logging.getLogger("skewprobe.streams")
+
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
+
+
+class EndReason:
+    """How a stream ended, named once.
+
+    Resets (counted in `skewprobe_stream_resets_total` and per stream-hour): an *established*
+    stream that ended with `goaway`, `rst_stream`, `connection_reset`, `deadline`,
+    `cancelled` or any other non-OK status (`grpc_<CODE>`, or `probe_error`).
+    Not resets: `server_closed_ok` (the server finished the stream with OK),
+    `client_rotated` (the probe's own max lifetime), `client_stopped` (the probe shut down,
+    or a removed endpoint's stream outlived the linger time), and `refused`, which only a
+    stream that never opened can have (no connection: an open failure, not a reset).
+    Any reason can end a stream that never opened; those are open failures, never resets.
+    """
+
+    GOAWAY: Final = "goaway"
+    RST_STREAM: Final = "rst_stream"
+    CONNECTION_RESET: Final = "connection_reset"
+    DEADLINE: Final = "deadline"
+    CANCELLED: Final = "cancelled"
+    SERVER_CLOSED_OK: Final = "server_closed_ok"
+    REFUSED: Final = "refused"
+    CLIENT_ROTATED: Final = "client_rotated"
+    CLIENT_STOPPED: Final = "client_stopped"
+
+    NOT_RESETS: Final = frozenset({SERVER_CLOSED_OK, REFUSED, CLIENT_ROTATED, CLIENT_STOPPED})
+    # Ends the probe caused: the stream's lifetime says nothing about the server (censored).
+    CLIENT_SIDE: Final = frozenset({CLIENT_ROTATED, CLIENT_STOPPED})
+
+    @staticmethod
+    def is_reset(reason: str) -> bool:
+        return reason not in EndReason.NOT_RESETS
+
+
+# grpc core's own texts (chttp2 transport and server), as grpcio 1.85 reports them, e.g.
+#   "Stream removed (Socket closed (GOAWAY received; Error code: 0; Debug Text: ))"
+#   "Stream removed (RST_STREAM (Received RST_STREAM with error code 2))"
+#   "max connection age"       server: max_connection_age_grace over, after its GOAWAY
+#   "Cancelling all calls"     server: shutdown grace over, after its GOAWAY (a drain)
+#   "Stream removed (recvmsg:Connection reset by peer (104))", "... (Socket closed)"
+#   "failed to connect to all addresses; last error: ... Connection refused"
+_GOAWAY = ("GOAWAY received", "max connection age", "Cancelling all calls")
+_RST = re.compile(r"Received RST_STREAM with error code (\d+)")
+_REFUSED = (
+    "failed to connect to all addresses", "Failed to connect to remote host",
+    "Connection refused", "connections to all backends failing", "DNS resolution failed",
+)
+_CONNECTION_LOST = (
+    "Connection reset", "Socket closed", "Broken pipe", "Connection aborted",
+    "keepalive watchdog timeout", "Transport closed", "Stream removed", "Endpoint read failed",
+)
+
+
+def classify_stream_end(code: str, details: str, *, established: bool = True) -> str:
+    """The end reason of a stream from its status code name and details (first rule wins).
+
+    OK → server_closed_ok; a GOAWAY (or grpc core's post-GOAWAY drain cut) → goaway, even
+    when the socket then closed; an RST_STREAM frame → rst_stream, whatever status it mapped
+    to; a failed connect → refused (connection_reset if the stream had opened); a lost
+    connection → connection_reset; then DEADLINE_EXCEEDED → deadline, CANCELLED →
+    cancelled, and `grpc_<CODE>` for anything else.
+    """
+    code = code.upper()
+    if code == "OK":
+        return EndReason.SERVER_CLOSED_OK
+    if any(marker in details for marker in _GOAWAY):
+        return EndReason.GOAWAY
+    if _RST.search(details):
+        return EndReason.RST_STREAM
+    if any(marker in details for marker in _REFUSED):
+        return EndReason.CONNECTION_RESET if established else EndReason.REFUSED
+    if any(marker in details for marker in _CONNECTION_LOST):
+        return EndReason.CONNECTION_RESET
+    if code == "DEADLINE_EXCEEDED":
+        return EndReason.DEADLINE
+    if code == "CANCELLED":
+        return EndReason.CANCELLED
+    return Outcome.grpc(code)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStream:
+    """An established stream, as a snapshot (ages for the lifetime check)."""
+
+    path: str
+    endpoint: str
+    cohort: str
+    slot: int
+    opened_at: float
+    age_s: float
+    messages: int = 0
+    lingering: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """One stream attempt, finished. Wall-clock times (epoch seconds); `lifetime_s` is
+    measured on the monotonic clock from the moment the stream was established.
+
+    `opened_at` None means it never opened (an open failure). `gap_p99_s` is the p99 of the
+    gaps between consecutive messages (None with fewer than two messages), read from the
+    shared log-linear buckets (within 1 %). `code` is the gRPC status name, "" when the probe
+    ended the stream itself.
+    """
+
+    path: str
+    endpoint: str
+    cohort: str
+    slot: int
+    started_at: float
+    opened_at: float | None
+    ended_at: float
+    lifetime_s: float
+    messages: int
+    gap_p99_s: float | None
+    reason: str
+    code: str = ""
+    detail: str = ""
+
+    @property
+    def established(self) -> bool:
+        return self.opened_at is not None
+
+    @property
+    def is_reset(self) -> bool:
+        return self.established and EndReason.is_reset(self.reason)
+
+
+class StreamSink(Protocol):
+    """Takes what held streams report (`probes.streams.StreamRecorder` feeds the window
+    aggregator, the metrics and the storm detector)."""
+
+    def stream_opened(self, stream: OpenStream, endpoint: Endpoint) -> None: ...
+
+    def stream_held(
+        self, path: str, cohort: str, endpoint: str, start: float, end: float
+    ) -> None: ...
+
+    def stream_message(self, path: str, cohort: str, gap_s: float) -> None: ...
+
+    def stream_ended(self, end: StreamEnd, endpoint: Endpoint) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPolicy:
+    """Re-open, rotation and linger behaviour (see the module docstring)."""
+
+    initial_backoff_s: float = 0.1
+    max_backoff_s: float = 10.0
+    multiplier: float = 2.0
+    open_spread_s: float = 1.0
+    stable_s: float = 1.0
+    linger_s: float = 30.0
+    keepalive_s: float = 300.0
+
+    def backoff(self, failures: int, rng: random.Random) -> float:
+        """Delay before the next open after `failures` consecutive unhealthy streams."""
+        ceiling = min(self.max_backoff_s, self.initial_backoff_s * self.multiplier**failures)
+        return ceiling * rng.uniform(0.5, 1.0)
+
+
+_Client = tuple[grpc.aio.Channel, grpc.aio.UnaryStreamMultiCallable]
+
+
+@dataclass(frozen=True, slots=True)
+class _PathConf:
+    name: str
+    spec: StreamSpec
+    port: str | int | None
+    method: str
+    request: bytes
+    metadata: tuple[tuple[str, str], ...]
+    open_timeout_s: float
+    cohort_key: str | None
+    credentials: grpc.ChannelCredentials | None
+    options: tuple[tuple[str, str | int], ...]
+
+    @property
+    def health(self) -> bool:
+        return self.spec.health_service is not None
+
+
+class _Stream:
+    """One attempt's mutable state; owned by the prober, reported as OpenStream/StreamEnd."""
+
+    __slots__ = (
+        "accounted_to", "cohort", "conf", "endpoint", "gaps", "health", "last_message", "linger",
+        "messages", "opened", "opened_wall", "slot", "started", "started_wall", "stop_reason",
+        "task",
+    )
+
+    def __init__(self, conf: _PathConf, endpoint: Endpoint, cohort: str, slot: int,
+                 now: float, wall: float) -> None:
+        self.conf = conf
+        self.endpoint = endpoint
+        self.cohort = cohort
+        self.slot = slot
+        self.started = now
+        self.started_wall = wall
+        self.opened: float | None = None
+        self.opened_wall: float | None = None
+        self.accounted_to = wall
+        self.messages = 0
+        self.last_message: float | None = None
+        self.gaps: dict[int, int] = {}
+        self.health: str | None = None
+        self.stop_reason: str | None = None
+        self.linger: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[StreamEnd] | None = None
+
+    def gap_p99(self) -> float | None:
+        total = sum(self.gaps.values())
+        if total == 0:
+            return None
+        rank = max(1, -(-99 * total // 100))  # ceil(0.99 n), the inverted-CDF rule
+        seen = 0
+        for index in sorted(self.gaps):
+            seen += self.gaps[index]
+            if seen >= rank:
+                return float(MIDPOINT[index])
+        raise AssertionError("unreachable: rank <= total")
+
+
+class StreamProber:
+    """Holds the long-lived streams of every stream path (the engine's `StreamHolder`)."""
+
+    def __init__(
+        self,
+        paths: Sequence[PathSpec],
+        sink: StreamSink,
+        *,
+        policy: StreamPolicy = StreamPolicy(),
+        wall: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._sink = sink
+        self._policy = policy
+        self._wall = wall
+        self._rng = rng or random.Random()
+        self._paths: dict[str, _PathConf] = {}
+        self._pools: dict[str, EndpointPool[_Client]] = {}
+        self._live: set[_Stream] = set()
+        self._tasks: set[asyncio.Task[StreamEnd]] = set()
+        self._closed = False
+        for path in paths:
+            if path.stream is not None:
+                self._conf(path)
+
+    # -- the engine's StreamHolder ---------------------------------------------------------
+
+    async def hold(self, path: PathSpec, endpoint: Endpoint, cohort: str) -> None:
+        """Keep the path's K streams open on `endpoint` until cancelled; then let the open
+        ones linger (see the module docstring)."""
+        conf = self._conf(path)
+        if self._closed:
+            return
+        try:
+            endpoint.port_for(conf.port)
+        except LookupError as exc:
+            log.warning("stream path %s cannot run on %s: %s", conf.name, endpoint.name, exc)
+            return
+        slots = [
+            asyncio.create_task(self._slot(conf, endpoint, cohort, i),
+                                name=f"{conf.name}@{endpoint.name}#{i}")
+            for i in range(max(1, conf.spec.per_endpoint))
+        ]
+        try:
+            await asyncio.gather(*slots)
+        finally:
+            for task in slots:
+                task.cancel()
+            await asyncio.gather(*slots, return_exceptions=True)
+            # Closed once its lingering streams have ended.
+            self._pools[conf.name].forget(endpoint)
+
+    # -- state for the recorder, the lifetime check and shutdown ---------------------------
+
+    def checkpoint(self, now: float | None = None) -> None:
+        """Report the held time of every open stream up to `now` (call before flushing
+        windows, so each window gets its stream-seconds while streams are still open)."""
+        now = self._wall() if now is None else now
+        for stream in self._live:
+            if stream.opened is not None and now > stream.accounted_to:
+                self._sink.stream_held(stream.conf.name, stream.cohort, stream.endpoint.name,
+                                       stream.accounted_to, now)
+                stream.accounted_to = now
+
+    def open_streams(self) -> tuple[OpenStream, ...]:
+        """Every established stream now, with its age."""
+        now = asyncio.get_running_loop().time()
+        return tuple(self._snapshot(s, now) for s in self._live if s.opened is not None)
+
+    @property
+    def tasks(self) -> int:
+        """Stream tasks alive (open, opening or lingering): 0 after `aclose()`."""
+        return len(self._tasks)
+
+    async def aclose(self) -> None:
+        """Close every stream now (`client_stopped`) and every channel."""
+        self._closed = True
+        for stream in list(self._live):
+            self._stop(stream, EndReason.CLIENT_STOPPED)
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(pool.aclose() for pool in self._pools.values()))
+
+    # -- one slot: open, read to the end, back off, again ----------------------------------
+
+    async def _slot(self, conf: _PathConf, endpoint: Endpoint, cohort: str, slot: int) -> None:
+        policy = self._policy
+        failures = 0
+        delay = self._rng.uniform(0.0, policy.open_spread_s)
+        stream: _Stream | None = None
+        try:
+            while not self._closed:
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                stream = self._start(conf, endpoint, cohort, slot)
+                assert stream.task is not None
+                # asyncio.wait, not await: cancelling this slot must not cut the stream.
+                await asyncio.wait({stream.task})
+                end = stream.task.result()
+                stream = None
+                healthy = end.established and (
+                    end.messages > 0 or end.lifetime_s >= policy.stable_s
+                )
+                failures = 0 if healthy else failures + 1
+                delay = policy.backoff(failures, self._rng)
+        except asyncio.CancelledError:
+            if stream is not None:
+                self._linger(stream)
+            raise
+
+    def _start(self, conf: _PathConf, endpoint: Endpoint, cohort: str, slot: int) -> _Stream:
+        loop = asyncio.get_running_loop()
+        stream = _Stream(conf, endpoint, cohort, slot, loop.time(), self._wall())
+        task = loop.create_task(self._run(stream), name=f"stream {conf.name}@{endpoint.name}")
+        stream.task = task
+        self._live.add(stream)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return stream
+
+    def _linger(self, stream: _Stream) -> None:
+        if stream.task is None or stream.task.done() or stream.linger is not None:
+            return
+        stream.linger = asyncio.get_running_loop().call_later(
+            self._policy.linger_s, self._stop, stream, EndReason.CLIENT_STOPPED
+        )
+
+    def _stop(self, stream: _Stream, reason: str) -> None:
+        if stream.task is None or stream.task.done() or stream.stop_reason is not None:
+            return
+        stream.stop_reason = reason
+        stream.task.cancel()
+
+    # -- one stream ------------------------------------------------------------------------
+
+    async def _run(self, stream: _Stream) -> StreamEnd:
+        conf = stream.conf
+        call: grpc.aio.UnaryStreamCall | None = None
+        try:
+            async with self._pools[conf.name].use(stream.endpoint) as lease:
+                channel, method = lease.client
+                metadata = (*conf.metadata, ("x-request-id", uuid.uuid4().hex))
+                call = method(conf.request, metadata=metadata, wait_for_ready=False)
+                return await self._drive(stream, channel, call)
+        except asyncio.CancelledError:
+            if call is not None:
+                call.cancel()
+            if stream.stop_reason is None:
+                self._finish(stream, EndReason.CLIENT_STOPPED, "", "cancelled")
+                raise
+            return self._finish(stream, stream.stop_reason, "", "closed by the probe")
+        except Exception as exc:  # a bug here must not kill the slot: count it, log it
+            log.exception("stream %s on %s failed", conf.name, stream.endpoint.name)
+            if call is not None:
+                call.cancel()
+            return self._finish(stream, Outcome.PROBE_ERROR, "", f"{type(exc).__name__}: {exc}")
+
+    async def _drive(
+        self, stream: _Stream, channel: grpc.aio.Channel, call: grpc.aio.UnaryStreamCall
+    ) -> StreamEnd:
+        conf = stream.conf
+        loop = asyncio.get_running_loop()
+        headers = asyncio.ensure_future(call.initial_metadata())
+        headers.add_done_callback(_retrieve)
+        await asyncio.wait({headers}, timeout=conf.open_timeout_s)
+        if call.done():
+            code = await call.code()
+            if code is not grpc.StatusCode.OK:  # failed before it opened (trailers-only)
+                return await self._ended(stream, call, established=False)
+        elif not headers.done():
+            state = channel.get_state(try_to_connect=False)
+            if state is not grpc.ChannelConnectivity.READY:
+                call.cancel()
+                return self._finish(
+                    stream, EndReason.REFUSED, "",
+                    f"no connection within {conf.open_timeout_s:g}s (channel {state.name})",
+                )
+            # Connected and the server took the stream; it just sends no headers yet.
+        cohort = stream.cohort
+        if conf.cohort_key and headers.done() and not headers.cancelled():
+            cohort = _lookup(conf.cohort_key, headers.result()) or cohort
+        self._opened(stream, cohort, loop.time())
+        rotate_at = None
+        if conf.spec.max_lifetime_s:
+            rotate_at = loop.time() + conf.spec.max_lifetime_s * self._rng.uniform(0.9, 1.0)
+        try:
+            async with asyncio.timeout_at(rotate_at):
+                while True:
+                    message = await call.read()
+                    if message is grpc.aio.EOF:
+                        break
+                    self._message(stream, bytes(message), loop.time())
+        except TimeoutError:
+            call.cancel()
+            return self._finish(stream, EndReason.CLIENT_ROTATED, "",
+                                f"rotated after max_lifetime {conf.spec.max_lifetime_s:g}s")
+        except grpc.aio.AioRpcError:
+            pass  # the status is read below, as for an orderly end
+        return await self._ended(stream, call, established=True)
+
+    def _opened(self, stream: _Stream, cohort: str, now: float) -> None:
+        stream.cohort = cohort
+        stream.opened = now
+        stream.opened_wall = stream.accounted_to = self._wall()
+        self._sink.stream_opened(self._snapshot(stream, now), stream.endpoint)
+
+    def _message(self, stream: _Stream, message: bytes, now: float) -> None:
+        stream.messages += 1
+        if stream.conf.health:
+            stream.health = _serving_status(message)
+        if stream.last_message is not None:
+            gap = now - stream.last_message
+            index = index_of(gap)
+            stream.gaps[index] = stream.gaps.get(index, 0) + 1
+            self._sink.stream_message(stream.conf.name, stream.cohort, gap)
+        stream.last_message = now
+
+    async def _ended(
+        self, stream: _Stream, call: grpc.aio.UnaryStreamCall, *, established: bool
+    ) -> StreamEnd:
+        code = await call.code()
+        details = " ".join((await call.details() or "").split())
+        reason = classify_stream_end(code.name, details, established=established)
+        return self._finish(stream, reason, code.name, details)
+
+    def _finish(self, stream: _Stream, reason: str, code: str, detail: str) -> StreamEnd:
+        now = asyncio.get_running_loop().time()
+        wall = self._wall()
+        self._live.discard(stream)
+        if stream.linger is not None:
+            stream.linger.cancel()
+        if stream.health is not None:
+            # A drain shows here: health turns NOT_SERVING before the pod cuts its streams.
+            detail = f"{detail}; last health status {stream.health}".lstrip("; ")
+        if stream.opened is not None and wall > stream.accounted_to:
+            self._sink.stream_held(stream.conf.name, stream.cohort, stream.endpoint.name,
+                                   stream.accounted_to, wall)
+            stream.accounted_to = wall
+        end = StreamEnd(
+            path=stream.conf.name,
+            endpoint=stream.endpoint.name,
+            cohort=stream.cohort,
+            slot=stream.slot,
+            started_at=stream.started_wall,
+            opened_at=stream.opened_wall,
+            ended_at=wall,
+            lifetime_s=0.0 if stream.opened is None else now - stream.opened,
+            messages=stream.messages,
+            gap_p99_s=stream.gap_p99(),
+            reason=reason,
+            code=code,
+            detail=detail,
+        )
+        self._sink.stream_ended(end, stream.endpoint)
+        return end
+
+    def _snapshot(self, stream: _Stream, now: float) -> OpenStream:
+        return OpenStream(
+            path=stream.conf.name,
+            endpoint=stream.endpoint.name,
+            cohort=stream.cohort,
+            slot=stream.slot,
+            opened_at=stream.opened_wall or stream.started_wall,
+            age_s=0.0 if stream.opened is None else now - stream.opened,
+            messages=stream.messages,
+            lingering=stream.linger is not None,
+        )
+
+    # -- per-path configuration ------------------------------------------------------------
+
+    def _conf(self, path: PathSpec) -> _PathConf:
+        conf = self._paths.get(path.name)
+        if conf is not None:
+            return conf
+        spec = path.stream
+        if spec is None:
+            raise BadInput(f"path {path.name}: not a stream path")
+        health = spec.health_service is not None
+        method = HEALTH_WATCH if health else spec.method
+        if not method.startswith("/") or method.count("/") != 2:
+            raise BadInput(f"path {path.name}: stream.method must look like /pkg.Service/Method")
+        if spec.max_lifetime_s is not None and not spec.max_lifetime_s > 0:
+            raise BadInput(f"path {path.name}: stream.max_lifetime must be positive")
+        where = f"path {path.name}"
+        options = [
+            *_channel_options(GrpcSpec(tls=spec.tls)),
+            ("grpc.keepalive_time_ms", int(self._policy.keepalive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", 20_000),
+        ]
+        conf = _PathConf(
+            name=path.name,
+            spec=spec,
+            port=path.port,
+            method=method,
+            request=(
+                health_pb2.HealthCheckRequest(service=spec.health_service).SerializeToString()
+                if spec.health_service is not None
+                else spec.request
+            ),
+            metadata=tuple((k.lower(), v) for k, v in spec.metadata.items()),
+            open_timeout_s=path.timeout_s,
+            cohort_key=path.cohort_header.lower() if path.cohort_header else None,
+            credentials=grpc_credentials(spec.tls, where=where) if spec.tls else None,
+            options=tuple(options),
+        )
+        self._paths[path.name] = conf
+        self._pools[path.name] = EndpointPool(
+            lambda endpoint: self._connect(conf, endpoint), _disconnect
+        )
+        return conf
+
+    @staticmethod
+    def _connect(conf: _PathConf, endpoint: Endpoint) -> _Client:
+        target = host_port(endpoint.host, endpoint.port_for(conf.port))
+        options = list(conf.options)
+        if conf.credentials is not None:
+            channel = grpc.aio.secure_channel(target, conf.credentials, options=options)
+        else:
+            channel = grpc.aio.insecure_channel(target, options=options)
+        return channel, channel.unary_stream(conf.method)
+
+
+async def _disconnect(client: _Client) -> None:
+    await client[0].close()
+
+
+def _retrieve(task: asyncio.Future[object]) -> None:
+    # The headers future may fail or be abandoned with its call; never log it as lost.
+    if not task.cancelled():
+        task.exception()
+
+
+def _serving_status(message: bytes) -> str:
+    try:
+        status = health_pb2.HealthCheckResponse.FromString(message).status
+    except Exception:  # a malformed answer is an answer we did not expect
+        return "UNPARSEABLE"
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(status))
+
+
+def _lookup(key: str, metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+    for name, value in metadata or ():
+        if name == key:
+            return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return None

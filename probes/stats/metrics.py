@@ -1,0 +1,283 @@
+"""The four verdict metrics, each judged for many paths at once.
+
+Every function takes per-path arrays of cohort totals, runs one anytime-valid two-sample test
+(`bounded`, `quantile`, `rates`) and returns one `MetricVerdict` per path:
+
+- fail when the e-value against "canary within tolerance" reaches 1/α_share,
+- pass when the e-value against "canary beyond tolerance" reaches 1/α_share,
+- inconclusive otherwise.
+
+The per-cohort bounds shown as evidence are each cohort's own confidence sequence at the same
+α_share (two-sided); the decision itself comes from the two-sample e-values, which are sharper
+than comparing the two bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from probes._spec import Tolerances
+from probes.stats import bounded, quantile, rates
+from probes.stats._num import log_clip
+
+__all__ = [
+    "ATTEMPTS",
+    "LATENCY_P99",
+    "STREAM_RESETS",
+    "SUCCESS_RATE",
+    "CohortEvidence",
+    "MetricVerdict",
+    "attempts_per_request",
+    "latency_p99",
+    "missing",
+    "stream_resets",
+    "success_rate",
+]
+
+SUCCESS_RATE = "success_rate"
+LATENCY_P99 = "latency_p99_ms"
+ATTEMPTS = "attempts_per_request"
+STREAM_RESETS = "stream_resets_per_hour"
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+F64 = npt.NDArray[np.float64]
+
+
+def _ro(m: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(m or {}))
+
+
+def _num(x: float | None, digits: int = 6) -> float | None:
+    """JSON-safe: None for missing or non-finite, else rounded to `digits` significant."""
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.{digits}g}")
+
+
+@dataclass(frozen=True, slots=True)
+class CohortEvidence:
+    """One cohort's estimate, anytime-valid bounds and the counts behind them."""
+
+    estimate: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    counts: Mapping[str, float] = field(default_factory=lambda: _ro(None))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "counts", _ro(self.counts))
+
+
+@dataclass(frozen=True, slots=True)
+class MetricVerdict:
+    """One metric on one path. `e_fail` / `e_pass` are the e-values (None: not computed)."""
+
+    name: str
+    verdict: str
+    unit: str
+    baseline: CohortEvidence
+    canary: CohortEvidence
+    tolerance: Mapping[str, float]
+    alpha: float
+    e_fail: float | None
+    e_pass: float | None
+    reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tolerance", _ro(self.tolerance))
+
+    def with_verdict(self, verdict: str) -> MetricVerdict:
+        return MetricVerdict(
+            self.name, verdict, self.unit, self.baseline, self.canary, self.tolerance,
+            self.alpha, self.e_fail, self.e_pass, self.reason,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        b, c = self.baseline, self.canary
+
+        def p_value(e: float | None) -> float | None:
+            return None if e is None else _num(min(1.0, 1.0 / e) if e > 0 else 1.0)
+
+        return {
+            "baseline": _num(b.estimate),
+            "canary": _num(c.estimate),
+            "verdict": self.verdict,
+            "unit": self.unit,
+            "lower": {"baseline": _num(b.lower), "canary": _num(c.lower)},
+            "upper": {"baseline": _num(b.upper), "canary": _num(c.upper)},
+            "counts": {"baseline": dict(b.counts), "canary": dict(c.counts)},
+            "tolerance": dict(self.tolerance),
+            "alpha": _num(self.alpha),
+            "e_value": {"fail": _num(self.e_fail), "pass": _num(self.e_pass)},
+            "p_value": {"fail": p_value(self.e_fail), "pass": p_value(self.e_pass)},
+            "reason": self.reason,
+        }
+
+
+def missing(name: str, unit: str, tolerance: Mapping[str, float], alpha: float,
+            reason: str) -> MetricVerdict:
+    """An inconclusive metric that could not be computed (one cohort lacks the data)."""
+    return MetricVerdict(name, INCONCLUSIVE, unit, CohortEvidence(), CohortEvidence(),
+                         tolerance, alpha, None, None, reason)
+
+
+def _decide(test: bounded.TwoSample, log_thr: float) -> list[str]:
+    fail = np.asarray(test.log_e_fail) >= log_thr
+    ok = np.asarray(test.log_e_pass) >= log_thr
+    return [FAIL if f else PASS if p else INCONCLUSIVE for f, p in zip(fail.ravel(), ok.ravel(),
+                                                                        strict=True)]
+
+
+_TAIL = {
+    FAIL: "",
+    PASS: ": within tolerance",
+    INCONCLUSIVE: ": not enough evidence yet to pass or fail",
+}
+
+
+def _fmt(x: float, decimals: int = 2) -> str:
+    text = f"{x:.{decimals}f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _sig(x: float) -> str:
+    """Three significant digits, without exponent for the ranges seen here."""
+    if not math.isfinite(x):
+        return "n/a"
+    return _fmt(x, max(0, 2 - math.floor(math.log10(abs(x))))) if x else "0"
+
+
+def success_rate(
+    req_b: F64, err_b: F64, req_c: F64, err_c: F64, tol: Tolerances, alpha: float
+) -> list[MetricVerdict]:
+    """Fail when the canary's success rate is lower by more than `success_rate_drop_pp`."""
+    log_thr = math.log(1.0 / alpha)
+    drop = tol.success_rate_drop_pp / 100.0
+    test = bounded.two_sample(err_b, req_b, err_c, req_c, 1.0, drop)
+    lo_b, hi_b = bounded.mean_cs(err_b, req_b, log_thr)
+    lo_c, hi_c = bounded.mean_cs(err_c, req_c, log_thr)
+    tolerance = {"max_drop_pp": tol.success_rate_drop_pp}
+    out = []
+    for i, verdict in enumerate(_decide(test, log_thr)):
+        sb = 1.0 - err_b[i] / req_b[i]
+        sc = 1.0 - err_c[i] / req_c[i]
+        reason = (
+            f"success rate {_fmt(100 * sc)}% vs {_fmt(100 * sb)}% "
+            f"({_fmt(100 * (sc - sb))} pp; allowed -{_fmt(tol.success_rate_drop_pp)} pp)"
+            + _TAIL[verdict]
+        )
+        out.append(MetricVerdict(
+            SUCCESS_RATE, verdict, "ratio",
+            CohortEvidence(sb, 1.0 - hi_b[i], 1.0 - lo_b[i],
+                           {"requests": int(req_b[i]), "errors": int(err_b[i])}),
+            CohortEvidence(sc, 1.0 - hi_c[i], 1.0 - lo_c[i],
+                           {"requests": int(req_c[i]), "errors": int(err_c[i])}),
+            tolerance, alpha,
+            float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])), reason,
+        ))
+    return out
+
+
+def latency_p99(
+    cum_b: F64, cum_c: F64, layout: quantile.Layout, tol: Tolerances, alpha: float
+) -> list[MetricVerdict]:
+    """Fail when the canary's p99 exceeds ratio × baseline p99 + margin (pooled histograms)."""
+    p = 0.99
+    log_thr = math.log(1.0 / alpha)
+    margin_s = tol.latency_p99_margin_ms / 1000.0
+    test = quantile.two_sample(cum_b, cum_c, layout, p, tol.latency_p99_ratio, margin_s, log_thr)
+    est_b = quantile.quantile_estimate(cum_b, layout, p) * 1000.0
+    est_c = quantile.quantile_estimate(cum_c, layout, p) * 1000.0
+    lo_b, hi_b = (x * 1000.0 for x in quantile.quantile_cs(cum_b, layout, p, log_thr))
+    lo_c, hi_c = (x * 1000.0 for x in quantile.quantile_cs(cum_c, layout, p, log_thr))
+    tolerance = {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms}
+    out = []
+    for i, verdict in enumerate(_decide(test, log_thr)):
+        ratio = est_c[i] / est_b[i] if est_b[i] > 0 else math.inf
+        reason = (
+            f"p99 latency {_sig(est_c[i])} ms vs {_sig(est_b[i])} ms (×{ratio:.2f}; "
+            f"allowed ×{_fmt(tol.latency_p99_ratio)} + {_fmt(tol.latency_p99_margin_ms)} ms)"
+            + _TAIL[verdict]
+        )
+        out.append(MetricVerdict(
+            LATENCY_P99, verdict, "ms",
+            CohortEvidence(est_b[i], lo_b[i], hi_b[i], {"samples": int(cum_b[i, -1])}),
+            CohortEvidence(est_c[i], lo_c[i], hi_c[i], {"samples": int(cum_c[i, -1])}),
+            tolerance, alpha,
+            float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])), reason,
+        ))
+    return out
+
+
+def attempts_per_request(
+    sum_b: F64, count_b: F64, sum_c: F64, count_c: F64, tol: Tolerances, alpha: float,
+    attempts_max: int,
+) -> list[MetricVerdict]:
+    """Fail when the canary's mean upstream attempts exceed ratio × the baseline's.
+
+    Each call's attempts A in [1, attempts_max] is scaled to Y = (A − 1)/(attempts_max − 1)
+    in [0, 1], and mean attempts 1 + (A_max − 1)·μ_c ≤ r·(1 + (A_max − 1)·μ_b) is the linear
+    null μ_c ≤ r·μ_b + (r − 1)/(A_max − 1) of `bounded.two_sample`. Valid only if no call
+    made more than attempts_max attempts (the proxies' retry limit + 1).
+    """
+    log_thr = math.log(1.0 / alpha)
+    span = float(attempts_max - 1)
+    y_b, y_c = (sum_b - count_b) / span, (sum_c - count_c) / span
+    r = tol.attempts_ratio
+    test = bounded.two_sample(y_b, count_b, y_c, count_c, r, min((r - 1.0) / span, 1 - 1e-12))
+    lo_b, hi_b = bounded.mean_cs(y_b, count_b, log_thr)
+    lo_c, hi_c = bounded.mean_cs(y_c, count_c, log_thr)
+    tolerance = {"max_ratio": r, "attempts_max": attempts_max}
+    out = []
+    for i, verdict in enumerate(_decide(test, log_thr)):
+        mb, mc = sum_b[i] / count_b[i], sum_c[i] / count_c[i]
+        reason = (
+            f"attempts per request {_fmt(mc)} vs {_fmt(mb)} (×{mc / mb:.2f}; "
+            f"allowed ×{_fmt(r)})" + _TAIL[verdict]
+        )
+        out.append(MetricVerdict(
+            ATTEMPTS, verdict, "attempts",
+            CohortEvidence(mb, 1 + span * lo_b[i], 1 + span * hi_b[i],
+                           {"calls": int(count_b[i]), "attempts": int(sum_b[i])}),
+            CohortEvidence(mc, 1 + span * lo_c[i], 1 + span * hi_c[i],
+                           {"calls": int(count_c[i]), "attempts": int(sum_c[i])}),
+            tolerance, alpha,
+            float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])), reason,
+        ))
+    return out
+
+
+def stream_resets(
+    resets_b: F64, seconds_b: F64, resets_c: F64, seconds_c: F64, tol: Tolerances, alpha: float
+) -> list[MetricVerdict]:
+    """Fail when the canary's resets per stream-hour exceed ratio × baseline + margin."""
+    log_thr = math.log(1.0 / alpha)
+    hours_b, hours_c = seconds_b / 3600.0, seconds_c / 3600.0
+    r, m = tol.stream_resets_ratio, tol.stream_resets_margin_per_hour
+    test = rates.two_sample(resets_b, hours_b, resets_c, hours_c, r, m)
+    lo_b, hi_b = rates.rate_cs(resets_b, hours_b, log_thr)
+    lo_c, hi_c = rates.rate_cs(resets_c, hours_c, log_thr)
+    tolerance = {"max_ratio": r, "margin_per_hour": m}
+    out = []
+    for i, verdict in enumerate(_decide(test, log_thr)):
+        rb, rc = resets_b[i] / hours_b[i], resets_c[i] / hours_c[i]
+        reason = (
+            f"stream resets {_sig(rc)} vs {_sig(rb)} per stream-hour "
+            f"(allowed ×{_fmt(r)} + {_fmt(m)} per hour)" + _TAIL[verdict]
+        )
+        out.append(MetricVerdict(
+            STREAM_RESETS, verdict, "per_hour",
+            CohortEvidence(rb, lo_b[i], hi_b[i],
+                           {"resets": int(resets_b[i]), "stream_hours": _num(hours_b[i]) or 0.0}),
+            CohortEvidence(rc, lo_c[i], hi_c[i],
+                           {"resets": int(resets_c[i]), "stream_hours": _num(hours_c[i]) or 0.0}),
+            tolerance, alpha,
+            float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])), reason,
+        ))
+    return out

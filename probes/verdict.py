@@ -1,0 +1,353 @@
+"""The verdict: is the canary cohort worse than the baseline on any path? pass/fail/inconclusive.
+
+`judge()` is pure: windows in, a frozen `Verdict` out, the clock passed in as `now`.
+
+What the verdict guarantees
+---------------------------
+For each path and metric (success rate, p99 latency, attempts per request, stream resets per
+stream-hour) an anytime-valid two-sample test (`probes.stats`) yields two e-values over the
+span since the origin (the first window at or after `since` where both cohorts have data):
+
+- E_fail, against "the canary is within tolerance of the baseline";
+- E_pass, against "the canary is beyond tolerance".
+
+A metric fails when E_fail ≥ 1/α_share and passes when E_pass ≥ 1/α_share, with
+α_share = α / (4 × number of paths judged): four metric slots per path whether or not the
+metric applies, so the share does not move when a metric appears mid-rollout. By Ville's
+inequality and a union bound:
+
+    P(some verdict, at any of the times it is asked for, says fail although on every path and
+      metric the canary is within tolerance) ≤ α,
+
+and the same bound holds for a pass on a path where the canary is beyond tolerance. No state
+is kept between calls and asking after every window costs nothing in error rate.
+
+Assumptions, stated plainly: within each cohort the calls are independent with a common
+distribution over the span (the probe's open-loop schedule decides *when* calls happen, not
+their outcomes). A drift that hits both cohorts alike with a steady traffic split adds only
+noise; a drift while the split between cohorts changes (pods restarting into the canary
+during a latency spike) can move the pooled comparison, as can bursts shared by both cohorts
+(stream resets). `since` must be fixed (the rollout's start): a sliding `since` starts a new
+sequence at every call and the "at any time" guarantee then holds per call only.
+
+The JSON (`Verdict.to_json`) is DESIGN.md's shape. Each metric carries, besides `baseline`,
+`canary` (estimates) and `verdict`: `unit`; `lower` / `upper` (each cohort's own anytime-valid
+bounds at α_share); `counts`; `tolerance`; `alpha` (α_share); `e_value` {fail, pass} and the
+matching always-valid `p_value` = min(1, 1/e); `reason`. p99 e-values are exact up to
+10^6/α_share and reported as that beyond it.
+
+Never a pass without evidence: no data, only one cohort, fewer than `min_samples` requests
+in a cohort, data older than two windows, or an overloaded probe make the path inconclusive
+with a reason. A path fails if any metric fails and passes only if every metric that applies
+passes; the verdict fails if any path fails and passes only if every path passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from probes._exceptions import BadInput
+from probes._spec import Tolerances
+from probes._timeparse import rfc3339
+from probes._types import PathWindow
+from probes.measure.histogram import LOWER, UPPER
+from probes.stats import metrics as M
+from probes.stats.cohorts import pick_cohorts
+from probes.stats.metrics import CohortEvidence, MetricVerdict
+from probes.stats.quantile import Layout
+from probes.stats.series import PathSeries, columns, path_series
+
+__all__ = [
+    "FAIL",
+    "INCONCLUSIVE",
+    "METRIC_SLOTS",
+    "PASS",
+    "CohortEvidence",
+    "MetricVerdict",
+    "PathVerdict",
+    "Verdict",
+    "judge",
+]
+
+PASS, FAIL, INCONCLUSIVE = M.PASS, M.FAIL, M.INCONCLUSIVE
+METRIC_SLOTS = 4
+METRIC_ORDER = (M.SUCCESS_RATE, M.LATENCY_P99, M.ATTEMPTS, M.STREAM_RESETS)
+_LAYOUT = Layout.from_edges(LOWER, UPPER)
+_DEFAULT_TOLERANCES = Tolerances()
+
+
+@dataclass(frozen=True, slots=True)
+class PathVerdict:
+    path: str
+    verdict: str
+    samples_baseline: int
+    samples_canary: int
+    metrics: tuple[MetricVerdict, ...]
+    reasons: tuple[str, ...]
+
+    def metric(self, name: str) -> MetricVerdict | None:
+        return next((m for m in self.metrics if m.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "verdict": self.verdict,
+            "samples": {"baseline": self.samples_baseline, "canary": self.samples_canary},
+            "metrics": {m.name: m.to_json() for m in self.metrics},
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    verdict: str
+    baseline: str | None
+    canary: str | None
+    window_from: float | None
+    window_to: float | None
+    paths: tuple[PathVerdict, ...]
+    reasons: tuple[str, ...]
+
+    def path(self, name: str) -> PathVerdict | None:
+        return next((p for p in self.paths if p.path == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The Verdict JSON of DESIGN.md (window bounds are null when nothing was compared)."""
+        return {
+            "verdict": self.verdict,
+            "baseline": self.baseline,
+            "canary": self.canary,
+            "window": {
+                "from": None if self.window_from is None else rfc3339(self.window_from),
+                "to": None if self.window_to is None else rfc3339(self.window_to),
+            },
+            "paths": [p.to_json() for p in self.paths],
+            "reasons": list(self.reasons),
+        }
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _gate(
+    s: PathSeries, baseline: str | None, canary: str | None, *, now: float, window_s: float,
+    min_samples: int, overloaded: bool,
+) -> list[str]:
+    """Why this path cannot pass, whatever its statistics say (empty: nothing stops it)."""
+    if not s.cohorts:
+        return ["no data for this path"]
+    if baseline is None or canary is None or baseline == canary:
+        return ["no baseline and canary cohorts to compare"]
+    have = ", ".join(s.cohorts)
+    if baseline not in s.newest_end:
+        return [f"no data from the baseline cohort {baseline} (cohorts with data: {have})"]
+    if canary not in s.newest_end:
+        return [f"no data from the canary cohort {canary} (cohorts with data: {have})"]
+    if s.span is None:
+        return ["the baseline and canary cohorts have no window in common"]
+    reasons = []
+    for role, name in (("baseline", baseline), ("canary", canary)):
+        age = now - s.newest_end[name]
+        if age > 2 * window_s:
+            reasons.append(
+                f"data is stale: the newest {role} window ended {_ago(age)} ago "
+                f"(more than two {window_s:g} s windows)"
+            )
+    assert s.baseline is not None and s.canary is not None
+    if s.baseline.requests or s.canary.requests:
+        for role, t in (("baseline", s.baseline), ("canary", s.canary)):
+            if t.requests < min_samples:
+                reasons.append(
+                    f"the {role} cohort has {t.requests} requests, fewer than "
+                    f"min_samples {min_samples}"
+                )
+    if overloaded:
+        reasons.append("the probe is overloaded, so its measurements are not trusted")
+    return reasons
+
+
+def _metrics(
+    series: Sequence[PathSeries], tol: Tolerances, alpha_share: float, attempts_max: int
+) -> dict[str, dict[str, MetricVerdict]]:
+    """Per path, per metric name, for every path with a comparison span."""
+    out: dict[str, dict[str, MetricVerdict]] = {s.path: {} for s in series}
+    judged = [s for s in series if s.baseline is not None and s.canary is not None]
+    too_many = _check_attempts(judged, attempts_max)
+    a = alpha_share
+
+    def cols(pick: Any, rows: Sequence[PathSeries]) -> tuple[np.ndarray, np.ndarray]:
+        b = np.array([float(pick(s.baseline)) for s in rows])
+        c = np.array([float(pick(s.canary)) for s in rows])
+        return b, c
+
+    def run(name: str, unit: str, tolerance: dict[str, float], applies: Any, has: Any,
+            compute: Any, skip: set[str] | None = None) -> None:
+        rows = [s for s in judged if applies(s.baseline) or applies(s.canary)]
+        full = [s for s in rows if has(s.baseline) and has(s.canary)]
+        for s in rows:
+            if skip and s.path in skip:
+                full.remove(s)
+                out[s.path][name] = M.missing(
+                    name, unit, tolerance, a,
+                    f"attempts per request: some calls made more than attempts_max "
+                    f"{attempts_max} attempts, so the bound behind the test does not hold",
+                )
+            elif s not in full:
+                role = "baseline" if not has(s.baseline) else "canary"
+                out[s.path][name] = M.missing(
+                    name, unit, tolerance, a, f"{name.replace('_', ' ')}: the {role} cohort "
+                    "has no data for this metric"
+                )
+        if full:
+            for s, mv in zip(full, compute(full), strict=True):
+                out[s.path][name] = mv
+
+    def success(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
+        req_b, req_c = cols(lambda t: t.requests, rows)
+        err_b, err_c = cols(lambda t: t.errors, rows)
+        return M.success_rate(req_b, err_b, req_c, err_c, tol, a)
+
+    def latency(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
+        cum_b = np.cumsum(np.stack([s.baseline.latency for s in rows]), axis=1)  # type: ignore[union-attr]
+        cum_c = np.cumsum(np.stack([s.canary.latency for s in rows]), axis=1)  # type: ignore[union-attr]
+        return M.latency_p99(cum_b.astype(float), cum_c.astype(float), _LAYOUT, tol, a)
+
+    def attempts(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
+        sum_b, sum_c = cols(lambda t: t.attempts_sum, rows)
+        cnt_b, cnt_c = cols(lambda t: t.attempts_count, rows)
+        return M.attempts_per_request(sum_b, cnt_b, sum_c, cnt_c, tol, a, attempts_max)
+
+    def streams(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
+        k_b, k_c = cols(lambda t: t.stream_resets, rows)
+        e_b, e_c = cols(lambda t: t.stream_seconds, rows)
+        return M.stream_resets(k_b, e_b, k_c, e_c, tol, a)
+
+    run(M.SUCCESS_RATE, "ratio", {"max_drop_pp": tol.success_rate_drop_pp},
+        lambda t: t.requests > 0, lambda t: t.requests > 0, success)
+    run(M.LATENCY_P99, "ms",
+        {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms},
+        lambda t: t.latency.sum() > 0, lambda t: t.latency.sum() > 0, latency)
+    run(M.ATTEMPTS, "attempts", {"max_ratio": tol.attempts_ratio, "attempts_max": attempts_max},
+        lambda t: t.attempts_count > 0, lambda t: t.attempts_count > 0, attempts, too_many)
+    run(M.STREAM_RESETS, "per_hour",
+        {"max_ratio": tol.stream_resets_ratio,
+         "margin_per_hour": tol.stream_resets_margin_per_hour},
+        lambda t: t.stream_seconds > 0 or t.streams_opened > 0, lambda t: t.stream_seconds > 0,
+        streams)
+    return out
+
+
+def _check_attempts(series: Sequence[PathSeries], attempts_max: int) -> set[str]:
+    """Paths whose attempt counts cannot come from calls of at most attempts_max attempts."""
+    bad = set()
+    for s in series:
+        for t in (s.baseline, s.canary):
+            if t is not None and t.attempts_count and not (
+                t.attempts_count <= t.attempts_sum <= attempts_max * t.attempts_count
+            ):
+                bad.add(s.path)
+    return bad
+
+
+def _combine(verdicts: Iterable[str]) -> str:
+    vs = list(verdicts)
+    if FAIL in vs:
+        return FAIL
+    if vs and all(v == PASS for v in vs):
+        return PASS
+    return INCONCLUSIVE
+
+
+def judge(
+    windows: Sequence[PathWindow] | Any,
+    *,
+    tolerances: Tolerances = _DEFAULT_TOLERANCES,
+    alpha: float = 0.01,
+    min_samples: int = 100,
+    window_s: float = 10.0,
+    now: float,
+    baseline: str | None = None,
+    canary: str | None = None,
+    since: float | None = None,
+    paths: Iterable[str] | None = None,
+    overloaded: bool = False,
+    attempts_max: int = 5,
+) -> Verdict:
+    """Judge the canary cohort against the baseline on every path (module docstring).
+
+    `windows`: `PathWindow`s or a store `WindowTable`. `since` (epoch seconds) fixes the
+    sequential origin; `paths` limits the verdict to those paths (a named path without data
+    is inconclusive). `overloaded` marks the probe's own measurements untrusted.
+    `attempts_max` bounds the upstream attempts of one call (the proxies' retries + 1).
+    Raises BadInput for parameters out of range.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise BadInput(f"alpha must lie in (0, 1), got {alpha}")
+    if min_samples < 0 or window_s <= 0 or attempts_max < 2:
+        raise BadInput("min_samples must be >= 0, window_s > 0 and attempts_max >= 2")
+    if tolerances.latency_p99_ratio <= 0 or not 0 <= tolerances.success_rate_drop_pp < 100:
+        raise BadInput("tolerances out of range")
+
+    cols = columns(windows)
+    wanted = None if paths is None else sorted(set(paths))
+    keep = cols.has_data
+    if since is not None:
+        keep = keep & (cols.start >= since)
+    if wanted is not None:
+        keep = keep & np.isin(cols.path, [i for i, p in enumerate(cols.paths) if p in wanted])
+    seen = np.bincount(cols.cohort[keep], minlength=len(cols.cohorts)) > 0
+    present = [cols.cohorts[i] for i in np.flatnonzero(seen)]
+    choice = pick_cohorts(present, baseline, canary)
+    b, c = choice.baseline, choice.canary
+    series = path_series(cols, b, c, since=since, paths=wanted)
+
+    alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
+    by_path = _metrics(series, tolerances, alpha_share, attempts_max)
+
+    path_verdicts = []
+    for s in series:
+        gates = _gate(s, b, c, now=now, window_s=window_s, min_samples=min_samples,
+                      overloaded=overloaded)
+        found = by_path[s.path]
+        mvs = tuple(found[name] for name in METRIC_ORDER if name in found)
+        if gates:
+            mvs = tuple(m.with_verdict(INCONCLUSIVE) for m in mvs)
+            verdict = INCONCLUSIVE
+            reasons = tuple(gates) + tuple(m.reason for m in mvs)
+        else:
+            verdict = _combine(m.verdict for m in mvs)
+            if not mvs:
+                verdict = INCONCLUSIVE
+            # Failing metrics first, then the undecided ones; a pass lists every metric.
+            reasons = tuple(
+                m.reason for v in (FAIL, INCONCLUSIVE) for m in mvs if m.verdict == v
+            ) or tuple(m.reason for m in mvs) or ("no metric applies to this path",)
+        path_verdicts.append(PathVerdict(
+            s.path, verdict,
+            s.baseline.requests if s.baseline else 0, s.canary.requests if s.canary else 0,
+            mvs, reasons,
+        ))
+
+    overall = _combine(p.verdict for p in path_verdicts)
+    notes = list(choice.reasons)
+    if not path_verdicts:
+        notes.append("no data" + (f" at or after {rfc3339(since)}" if since is not None else ""))
+    for p in path_verdicts:
+        if p.verdict != PASS:
+            notes.append(f"{p.path}: {p.verdict}: {p.reasons[0]}")
+    spans = [s.span for s in series if s.span is not None]
+    return Verdict(
+        verdict=overall,
+        baseline=b,
+        canary=c,
+        window_from=min(sp[0] for sp in spans) if spans else None,
+        window_to=max(sp[1] for sp in spans) if spans else None,
+        paths=tuple(path_verdicts),
+        reasons=tuple(notes),
+    )
+
