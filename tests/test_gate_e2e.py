@@ -60,7 +60,8 @@ async def test_regressed_path_fails_the_gate(tmp_path: Path) -> None:
             await asyncio.sleep(2.5)
             early = await client.get("/verdict")
             assert early.status_code == 200 and early.json()["verdict"] == "inconclusive"
-            assert (await client.post("/gate", json={"name": "x", "namespace": "y"})).status_code == 409
+            held = await client.post("/gate", json={"name": "x", "namespace": "y"})
+            assert held.status_code == 409
 
             await fleet.rollout("1.21.0", interval_s=0.2, limit=2)
             verdict: dict = {}
