@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--store", default="skewprobe-demo.db")
     demo.add_argument("--out", default="skewprobe-report", help="report folder")
     demo.add_argument("--quiet", action="store_true", help="no live progress lines")
+    demo.add_argument("--proxy", choices=("emulated", "haproxy"), default="emulated",
+                      help="the fleet's sidecars: the Python emulation, or real HAProxy")
     return parser
 
 
@@ -102,7 +104,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_demo(
             pods=args.pods, rollout_s=args.rollout, store=args.store, out=args.out,
-            quiet=args.quiet,
+            quiet=args.quiet, proxy=args.proxy,
         )
     raise BadInput(f"unknown command {args.command}")
 

@@ -33,6 +33,7 @@ CANARY = "1.21.0"
 BASE_HOST = "127.0.0.10"
 ROLLOUT_AFTER_S = 8.0
 HOLD_S = 24.0
+BATCH = 3
 
 _CONFIG = """\
 targets:
@@ -59,6 +60,13 @@ paths:
     port: grpc
     rate: 2/s
     timeout: 1s
+  - name: feed
+    stream:
+      method: /skewprobe.target.v1.Target/Subscribe
+      request: CPQD                  # SubscribeRequest(interval_ms=500)
+      per_endpoint: 2
+    port: grpc
+    timeout: 2s
 """
 
 
@@ -75,35 +83,54 @@ def _fresh_store(path: str) -> None:
             os.remove(path + suffix)
 
 
-def run_demo(*, pods: int, rollout_s: float, store: str, out: str, quiet: bool) -> int:
+def run_demo(
+    *, pods: int, rollout_s: float, store: str, out: str, quiet: bool, proxy: str = "emulated"
+) -> int:
     if pods < 2:
         raise BadInput("--pods must be at least 2 (one per cohort)")
     if pods > 200:
         raise BadInput("--pods above 200 is a benchmark, not a demo (see benchmarks/)")
+    if proxy == "haproxy":
+        from targets.haproxy import find_haproxy
+
+        if find_haproxy() is None:
+            raise BadInput("--proxy haproxy needs haproxy (apt-get install haproxy)")
     _fresh_store(store)
     with tempfile.TemporaryDirectory(prefix="skewprobe-demo-") as workdir:
-        return asyncio.run(_demo(pods, rollout_s, store, Path(workdir), quiet))
+        return asyncio.run(_demo(pods, rollout_s, store, Path(workdir), quiet, proxy))
 
 
-async def _demo(pods: int, rollout_s: float, store: str, workdir: Path, quiet: bool) -> int:
+async def _demo(
+    pods: int, rollout_s: float, store: str, workdir: Path, quiet: bool, proxy: str
+) -> int:
     endpoints = workdir / "endpoints.json"
     restarts = pods // 2
-    interval = rollout_s / restarts
+    # Pods restart in batches of BATCH, as a tier of a rollout does: held streams on a batch
+    # are reset together, which is what a reconnect storm looks like.
+    batches = max(1, restarts // BATCH)
+    interval = rollout_s / batches
     duration = ROLLOUT_AFTER_S + rollout_s + HOLD_S
     config = parse_config(_CONFIG.format(endpoints=endpoints), file="<demo config>")
+    sidecar = (
+        ["--sidecar", "haproxy"] if proxy == "haproxy" else ["--profiles", str(_profiles())]
+    )
     fleet = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "targets.fleet",
         "--pods", str(pods), "--from", BASELINE, "--to", CANARY,
         "--rollout-after", f"{ROLLOUT_AFTER_S}s", "--interval", f"{interval:.3f}s",
-        "--restarts", str(restarts), "--profiles", str(_profiles()),
+        "--batch", str(BATCH), "--restarts", str(restarts), *sidecar,
         "--endpoints-file", str(endpoints), "--base-host", BASE_HOST,
         "--drain", "1s", "--drain-notice", "1.5s", "--seed", "7", "--quiet",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
-    print(f"demo: fleet of {pods} pods at {BASE_HOST}.. on {BASELINE}; "
-          f"from t={ROLLOUT_AFTER_S:.0f}s "
-          f"{restarts} pods restart to {CANARY} every {interval:.1f}s, then the rollout holds; "
-          f"probing for {duration:.0f}s")
+    regression = (
+        "HAProxy 1.21.0 retries failed requests (retry volume)" if proxy == "haproxy"
+        else "/api/checkout: +1 pp errors, every request retried"
+    )
+    print(f"demo: fleet of {pods} pods at {BASE_HOST}.. on {BASELINE} ({proxy} sidecars); "
+          f"from t={ROLLOUT_AFTER_S:.0f}s {restarts} pods restart to {CANARY}, {BATCH} at a "
+          f"time every {interval:.1f}s, then the rollout holds; canary regression: "
+          f"{regression}; probing for {duration:.0f}s")
     runner = ProbeRunner(config, RunOptions(store_path=store, listen=None, duration_s=duration))
     progress = asyncio.create_task(_progress(runner, time.monotonic(), quiet))
     try:
@@ -115,7 +142,9 @@ async def _demo(pods: int, rollout_s: float, store: str, workdir: Path, quiet: b
         _, fleet_err = await fleet.communicate()
     if fleet.returncode not in (0, -15):
         raise SkewprobeError(f"the fleet failed: {fleet_err.decode().strip()[-300:]}")
-    return _finish(store, config)
+    # "Upgrading now would reset N streams older than…": the demo's streams are young.
+    lifetimes = runner.streams.lifetime_report(runner.open_at_stop, threshold_s=30.0)
+    return _finish(store, config, [r.summary for r in lifetimes])
 
 
 async def _progress(runner: ProbeRunner, started: float, quiet: bool) -> None:
@@ -128,6 +157,9 @@ async def _progress(runner: ProbeRunner, started: float, quiet: bool) -> None:
             continue
         recorder = runner.recorder
         versions = Counter(e.labels.get("proxy_version", "?") for e in runner.engine.endpoints)
+        streams = Counter(
+            s.cohort for s in (runner.stream_prober.open_streams() if runner.stream_prober else ())
+        )
         calls = Counter(recorder.calls_by_cohort)
         errors = Counter(recorder.errors_by_cohort)
         delta_calls = calls - last_by_cohort
@@ -137,20 +169,27 @@ async def _progress(runner: ProbeRunner, started: float, quiet: bool) -> None:
         )
         pods = " ".join(f"{v}={n}" for v, n in sorted(versions.items()))
         rate = (recorder.calls - last_calls) / 5.0
+        held = " ".join(f"{c}={n}" for c, n in sorted(streams.items())) or "-"
         print(f"t={time.monotonic() - started:4.0f}s  pods {pods:<24} {rate:6.0f} calls/s  "
-              f"in flight {runner.engine.in_flight:3d}  {per_cohort}", flush=True)
+              f"streams {held:<20} {per_cohort}", flush=True)
         last_calls, last_by_cohort, last_errors = recorder.calls, calls, errors
 
 
-def _finish(store_path: str, config: Config) -> int:
+def _finish(store_path: str, config: Config, lifetimes: list[str]) -> int:
     store = Store.open(store_path, readonly=True)
     try:
         windows = store.read_windows()
+        events = store.read_events()
     finally:
         store.close()
     print()
     print("per path and cohort (pooled over the run):")
     print(format_figures(summarise(windows)))
+    for line in lifetimes:
+        print(f"stream lifetimes: {line}")
+    for event in events:
+        stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
+        print(f"event {stamp} {event.kind} {event.path} cohort {event.cohort}: {event.detail}")
     result = compute_verdict(store_path, config, now=time.time())
     print()
     print(f"verdict, {result['canary']} (canary) against {result['baseline']} (baseline):")

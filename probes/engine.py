@@ -51,7 +51,14 @@ class ResultSink(Protocol):
 
 
 class StreamHolder(Protocol):
-    """Holds a path's long-lived streams on one endpoint until cancelled (see clients.streams)."""
+    """Holds a path's long-lived streams on one endpoint until cancelled
+    (`probes.clients.StreamProber`).
+
+    Cancelling `hold()` (the endpoint left discovery, or the engine stops) only stops
+    re-opening: a restarting pod leaves the endpoint list before it drains, so the holder
+    keeps the open streams until they end on their own (bounded by its linger time) and the
+    drain's resets are still counted. The holder's own `aclose()` ends them at shutdown.
+    """
 
     async def hold(self, path: PathSpec, endpoint: Endpoint, cohort: str) -> None: ...
 

@@ -14,6 +14,7 @@ import logging
 import math
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,17 +25,21 @@ from prometheus_client import CollectorRegistry
 
 from probes._exceptions import BadInput, SkewprobeError, StoreError
 from probes._spec import Config
-from probes._types import CallResult, Endpoint
+from probes._types import CallResult, Endpoint, EndpointWindow, PathWindow
 from probes.api import ApiApp, VerdictQuery
-from probes.clients import build_prober
+from probes.clients import OpenStream, StreamProber, build_prober
 from probes.discovery import DiscoverySource, FileSource, StaticSource
 from probes.engine import Engine, EngineLimits, Prober
 from probes.measure.window import WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
-from probes.store import Store
+from probes.store import Event, Store
+from probes.streams import StreamRecorder
 from probes.verdict_service import compute_verdict
 
 log = logging.getLogger("skewprobe.run")
+
+# How many flushes' worth of windows are held while the store cannot be written (1 h of 10 s).
+PENDING_WINDOWS = 360
 
 
 class Recorder:
@@ -105,6 +110,13 @@ class ProbeRunner:
         self._api_ready = asyncio.Event()
         self._store_error: str | None = None
         self.windows_written = 0
+        self.streams = StreamRecorder(self.aggregator, self.metrics)
+        self.stream_prober: StreamProber | None = None
+        self.open_at_stop: tuple[OpenStream, ...] = ()
+        # Windows the store refused (full disk): retried every window, oldest dropped last.
+        self._pending: deque[tuple[list[PathWindow], list[EndpointWindow], list[Event]]] = deque(
+            maxlen=PENDING_WINDOWS
+        )
         self.last_verdict: Mapping[str, Any] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -118,6 +130,9 @@ class ProbeRunner:
 
     async def _main(self) -> None:
         self.probers = {p.name: build_prober(p) for p in self.config.paths if p.stream is None}
+        stream_paths = [p for p in self.config.paths if p.stream is not None]
+        if stream_paths:
+            self.stream_prober = StreamProber(stream_paths, self.streams)
         self.engine = Engine(
             self.config.paths,
             self.probers,
@@ -127,6 +142,7 @@ class ProbeRunner:
                 max_in_flight=self.config.max_in_flight,
                 max_rate_per_s=self.config.max_rate_per_s,
             ),
+            streams=self.stream_prober,
         )
         restore = self._install_signal_handlers()
         tasks: set[asyncio.Task[Any]] = set()
@@ -152,6 +168,10 @@ class ProbeRunner:
             self.stopping.set()
             # Stop sending, let in-flight calls finish within their timeout, then flush all.
             await self.engine.stop(grace_s=max(p.timeout_s for p in self.config.paths))
+            if self.stream_prober is not None:
+                # Lingering streams end as client_stopped, their time accounted, then flushed.
+                self.open_at_stop = self.stream_prober.open_streams()
+                await self.stream_prober.aclose()
             if api_task is not None and not api_task.done():
                 # hypercorn shuts down on `stopping`; cancelling it would cut connections.
                 await asyncio.wait({api_task}, timeout=3.0)
@@ -196,19 +216,35 @@ class ProbeRunner:
             await self._publish_verdict()
 
     def _write(self, *, force: bool) -> None:
-        path_windows, endpoint_windows = self.aggregator.flush(time.time(), force=force)
-        if not path_windows and not endpoint_windows:
+        now = time.time()
+        if self.stream_prober is not None:
+            self.stream_prober.checkpoint(now)  # stream-seconds up to now, before flushing
+        path_windows, endpoint_windows = self.aggregator.flush(now, force=force)
+        events = self.streams.storm_events(now)
+        if path_windows or endpoint_windows or events:
+            self._pending.append((path_windows, endpoint_windows, events))
+        if not self._pending:
             return
         assert self.store is not None
+        written: list[PathWindow] = []
         try:
-            self.store.write(path_windows, endpoint_windows)
+            while self._pending:
+                pws, ews, evs = self._pending[0]
+                self.store.write(pws, ews)
+                if evs:
+                    self.store.write_events(evs)
+                written += pws
+                self._pending.popleft()
         except StoreError as exc:
-            # Keep probing and keep the windows in memory-less metrics; /healthz turns red.
+            # Keep probing; keep what could not be written and retry it next window (bounded
+            # by the deque), and let /healthz say why.
             self._store_error = str(exc)
             self.metrics.store_error()
-            log.error("store write failed: %s", exc)
+            log.error("store write failed, %d windows kept for retry: %s",
+                      sum(len(p[0]) for p in self._pending), exc)
             return
         self._store_error = None
+        path_windows = written
         self.windows_written += len(path_windows)
         self.metrics.windows_written(len(path_windows))
         if self.options.on_window is not None:

@@ -17,6 +17,9 @@ step is a `FleetEvent` that a demo can show and a test can await (`wait_for`, `e
 
     python -m targets.fleet --pods 12 --from 1.20.3 --to 1.21.0 --rollout-after 10s \\
         --interval 4s --endpoints-file /tmp/fleet.json --profiles targets/examples/profiles.yaml
+
+With `--sidecar haproxy` (`Fleet(sidecar=HaproxySidecars(...))`) each pod's sidecar is a real
+HAProxy process instead of the emulated one; see `targets.haproxy`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Protocol
 
 from probes._exceptions import BadInput, SkewprobeError
 from targets.profile import ProfileSet, VersionProfile, load_profiles, parse_duration
@@ -86,6 +89,38 @@ class PodEndpoint:
                 "ports": ports, "labels": dict(self.labels)}
 
 
+class Pod(Protocol):
+    """What the fleet needs of a pod: a `TargetServer` (emulated sidecar) or, in HAProxy
+    mode, a `targets.haproxy.HaproxyPod`."""
+
+    pod: str
+    host: str
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def http_port(self) -> int: ...
+
+    @property
+    def grpc_port(self) -> int | None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self, drain_s: float = ..., *, notice_s: float = ...) -> None: ...
+
+
+class SidecarFactory(Protocol):
+    """Builds the pods of a real-sidecar mode (`targets.haproxy.HaproxySidecars`)."""
+
+    def app_profile(self, version: str) -> VersionProfile: ...
+
+    def pod(
+        self, profile: VersionProfile, *, host: str, http_port: int, grpc_port: int | None,
+        pod: str, seed: int | None, keep_alive_s: float, drain_s: float, notice_s: float,
+    ) -> Pod: ...
+
+
 def pod_hosts(base_host: str, count: int) -> list[str]:
     """`count` loopback addresses from `base_host` up, skipping .0 and .255."""
     try:
@@ -103,7 +138,11 @@ def pod_hosts(base_host: str, count: int) -> list[str]:
 
 
 class Fleet:
-    """N pods of one service; `start()`, `rollout()`, `stop()`."""
+    """N pods of one service; `start()`, `rollout()`, `stop()`.
+
+    `sidecar` switches to a real-sidecar mode: pods come from its `pod()` and versions are
+    checked against it instead of `profiles` (which must then be None).
+    """
 
     def __init__(
         self,
@@ -122,9 +161,14 @@ class Fleet:
         notice_s: float = 0.0,
         keep_alive_s: float = 30.0,
         wall_clock: Callable[[], float] = time.time,
+        sidecar: SidecarFactory | None = None,
     ):
         if pods < 1:
             raise BadInput("a fleet needs at least one pod")
+        if sidecar is not None and profiles is not None:
+            raise BadInput("fault profiles (--profiles) are for the emulated sidecar; a real "
+                           "sidecar's versions come from its own file (--haproxy-profiles)")
+        self._sidecar = sidecar
         self.namespace = namespace
         self.service = service
         self.drain_s = drain_s
@@ -138,7 +182,7 @@ class Fleet:
         self._keep_alive_s = keep_alive_s
         self._wall = wall_clock
         self._initial = self.profile(version)
-        self._servers: list[TargetServer] = []
+        self._servers: list[Pod] = []
         self._published: list[bool] = []
         self._generation = 0
         self._history: list[FleetEvent] = []
@@ -150,7 +194,7 @@ class Fleet:
     # --- state ---
 
     @property
-    def pods(self) -> tuple[TargetServer, ...]:
+    def pods(self) -> tuple[Pod, ...]:
         """The current server of every pod, in ordinal order."""
         return tuple(self._servers)
 
@@ -160,6 +204,8 @@ class Fleet:
         return self._generation
 
     def profile(self, version: str) -> VersionProfile:
+        if self._sidecar is not None:
+            return self._sidecar.app_profile(version)
         if self._profiles is None:
             return VersionProfile(version)
         return self._profiles.profile(version)
@@ -179,7 +225,7 @@ class Fleet:
     def history(self) -> tuple[FleetEvent, ...]:
         return tuple(self._history)
 
-    def _endpoint(self, server: TargetServer) -> PodEndpoint:
+    def _endpoint(self, server: Pod) -> PodEndpoint:
         return PodEndpoint(
             name=server.pod, host=server.host, http_port=server.http_port,
             grpc_port=server.grpc_port,
@@ -209,7 +255,14 @@ class Fleet:
 
     def _new_server(
         self, i: int, host: str, profile: VersionProfile, http_port: int, grpc_port: int | None
-    ) -> TargetServer:
+    ) -> Pod:
+        if self._sidecar is not None:
+            return self._sidecar.pod(
+                profile, host=host, http_port=http_port, grpc_port=grpc_port,
+                pod=f"{self.service}-{i}",
+                seed=None if self._seed is None else self._seed * 1_000_003 + i,
+                keep_alive_s=self._keep_alive_s, drain_s=self.drain_s, notice_s=self.notice_s,
+            )
         return TargetServer(
             profile, host=host, http_port=http_port, grpc_port=grpc_port,
             pod=f"{self.service}-{i}",
@@ -398,6 +451,12 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="a restarting pod serves this long, unpublished, before closing")
     parser.add_argument("--seed", type=int, help="seed for fault decisions and random order")
     parser.add_argument("--quiet", action="store_true", help="do not print rollout events")
+    parser.add_argument("--sidecar", choices=("emulated", "haproxy"), default="emulated",
+                        help="emulated (Python, --profiles) or a real HAProxy per pod")
+    parser.add_argument("--haproxy-profiles", help="HAProxy settings per version (default: "
+                        "targets/examples/haproxy-profiles.yaml)")
+    parser.add_argument("--haproxy-dir", help="keep HAProxy configs and logs here "
+                        "(default: a temporary directory, removed at exit)")
     return parser.parse_args(argv)
 
 
@@ -415,12 +474,31 @@ async def _run(args: argparse.Namespace) -> None:
     durations = _durations(args)
     profiles = load_profiles(args.profiles) if args.profiles else None
     _raise_fd_limit()
+    async with contextlib.AsyncExitStack() as stack:
+        sidecar = None
+        if args.sidecar == "haproxy":
+            from targets.haproxy import HaproxySidecars  # this mode only
+
+            sidecar = await stack.enter_async_context(await HaproxySidecars.for_fleet(
+                args.haproxy_profiles, workdir=args.haproxy_dir,
+                versions=(args.from_version, args.to_version),
+                drain_s=durations["drain"], notice_s=durations["drain_notice"]))
+            print(f"fleet: HAProxy sidecars ({sidecar.binary}), configs and logs in "
+                  f"{sidecar.workdir}", flush=True)
+        await _run_fleet(args, durations, profiles, sidecar)
+
+
+async def _run_fleet(
+    args: argparse.Namespace, durations: dict[str, float], profiles: ProfileSet | None,
+    sidecar: SidecarFactory | None,
+) -> None:
     fleet = Fleet(
         pods=args.pods, version=args.from_version, profiles=profiles,
         base_host=args.base_host, http_port=args.http_port,
         grpc_port=None if args.no_grpc else args.grpc_port,
         namespace=args.namespace, service=args.service, endpoints_file=args.endpoints_file,
         seed=args.seed, drain_s=durations["drain"], notice_s=durations["drain_notice"],
+        sidecar=sidecar,
     )
     if args.to_version is not None:
         fleet.profile(args.to_version)  # fail on an unknown version before starting anything

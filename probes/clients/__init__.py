@@ -5,6 +5,10 @@
     └── GrpcProber             grpc.aio unary, raw bytes; standard health Check
     build_prober(path)         picks one from PROBERS by PathSpec.kind
 
+    StreamProber               the engine's StreamHolder: K long-lived server streams per
+                               (stream path, endpoint), re-opened with backoff; reports
+                               OpenStream / StreamEnd (reason: EndReason) to a StreamSink
+
 Every library error is mapped to an outcome class in `_classify`; a request the server
 provably did not process (HTTP/2 GOAWAY or REFUSED_STREAM, gRPC likewise) is re-sent once
 on a fresh connection and counted in `CallOutcome.churn`, not as a failure.
@@ -33,16 +37,32 @@ from probes.clients._classify import classify_exception, classify_grpc_code, cla
 from probes.clients._grpc import GrpcProber
 from probes.clients._http import BODY_LIMIT, HttpProber
 from probes.clients._registry import PROBERS, ProberFactory, build_prober
+from probes.clients._stream_types import (
+    EndReason,
+    OpenStream,
+    StreamEnd,
+    StreamSink,
+    classify_stream_end,
+)
+from probes.clients._streams import HEALTH_WATCH, StreamPolicy, StreamProber
 
 __all__ = [
     "BODY_LIMIT",
+    "HEALTH_WATCH",
     "PROBERS",
+    "EndReason",
     "GrpcProber",
     "HttpProber",
+    "OpenStream",
     "Prober",
     "ProberFactory",
+    "StreamEnd",
+    "StreamPolicy",
+    "StreamProber",
+    "StreamSink",
     "build_prober",
     "classify_exception",
     "classify_grpc_code",
     "classify_status",
+    "classify_stream_end",
 ]

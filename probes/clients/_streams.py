@@ -14,15 +14,16 @@ Why the pieces are shaped this way:
   resets the drain is about to cause, so a cancelled `hold()` only stops re-opening: its open
   streams *linger* until they end on their own (the drain's reset is counted) or
   `linger_s` passes (then the probe closes them: `client_stopped`, not a reset).
-* How a stream ended is classified once, here, from the status code and grpc core's detail
-  text (`classify_stream_end`); see `EndReason` for the classes and which are resets.
+* How a stream ended is classified once, from the status code and grpc core's detail text
+  (`_stream_types.classify_stream_end`); `EndReason` says which classes are resets.
 * Held time is reported to the sink per slice (`checkpoint()` and at the end), so windows
   get their stream-seconds while a stream is still open hours later.
 * Backoff: the first re-open after a healthy stream waits `initial_backoff_s` (jittered);
   consecutive failures double it up to `max_backoff_s`, each delay drawn from [d/2, d].
   A stream is healthy once it received a message or lived `stable_s`.
 * Client-side rotation: with `max_lifetime_s`, the probe closes a stream after that long
-  (x U(0.9, 1.0), so rotations do not synchronise) and re-opens at once: `client_rotated`.
+  (x U(0.9, 1.0), so rotations do not synchronise) and re-opens after the initial backoff:
+  `client_rotated`, not a reset.
 * Channels: one per (path, endpoint), shared by its K streams (a client multiplexes them on
   one connection, so a connection loss ends them together, as it would for real callers);
   the unary prober's options plus HTTP/2 keepalive every 5 min (gRPC servers answer more
@@ -34,12 +35,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
 
 import grpc
 import grpc.aio
@@ -47,168 +46,25 @@ from grpc_health.v1 import health_pb2
 
 from probes._exceptions import BadInput
 from probes._spec import GrpcSpec, PathSpec, StreamSpec
-from probes._types import Endpoint, Outcome
+from probes._types import Endpoint
 from probes.clients._base import host_port
-from probes.clients._grpc import _channel_options
+from probes.clients._grpc import _channel_options, _serving_status
 from probes.clients._pool import EndpointPool
+from probes.clients._stream_types import (
+    EndReason,
+    OpenStream,
+    StreamEnd,
+    StreamSink,
+    classify_stream_end,
+)
 from probes.clients._tls import grpc_credentials
 from probes.measure.histogram import MIDPOINT, index_of
 
-__all__ = [
-    "HEALTH_WATCH",
-    "EndReason",
-    "OpenStream",
-    "StreamEnd",
-    "StreamPolicy",
-    "StreamProber",
-    "StreamSink",
-    "classify_stream_end",
-]
+__all__ = ["HEALTH_WATCH", "StreamPolicy", "StreamProber"]
 
 log = logging.getLogger("skewprobe.streams")
 
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
-
-
-class EndReason:
-    """How a stream ended, named once.
-
-    Resets (counted in `skewprobe_stream_resets_total` and per stream-hour): an *established*
-    stream that ended with `goaway`, `rst_stream`, `connection_reset`, `deadline`,
-    `cancelled` or any other non-OK status (`grpc_<CODE>`, or `probe_error`).
-    Not resets: `server_closed_ok` (the server finished the stream with OK),
-    `client_rotated` (the probe's own max lifetime), `client_stopped` (the probe shut down,
-    or a removed endpoint's stream outlived the linger time), and `refused`, which only a
-    stream that never opened can have (no connection: an open failure, not a reset).
-    Any reason can end a stream that never opened; those are open failures, never resets.
-    """
-
-    GOAWAY: Final = "goaway"
-    RST_STREAM: Final = "rst_stream"
-    CONNECTION_RESET: Final = "connection_reset"
-    DEADLINE: Final = "deadline"
-    CANCELLED: Final = "cancelled"
-    SERVER_CLOSED_OK: Final = "server_closed_ok"
-    REFUSED: Final = "refused"
-    CLIENT_ROTATED: Final = "client_rotated"
-    CLIENT_STOPPED: Final = "client_stopped"
-
-    NOT_RESETS: Final = frozenset({SERVER_CLOSED_OK, REFUSED, CLIENT_ROTATED, CLIENT_STOPPED})
-    # Ends the probe caused: the stream's lifetime says nothing about the server (censored).
-    CLIENT_SIDE: Final = frozenset({CLIENT_ROTATED, CLIENT_STOPPED})
-
-    @staticmethod
-    def is_reset(reason: str) -> bool:
-        return reason not in EndReason.NOT_RESETS
-
-
-# grpc core's own texts (chttp2 transport and server), as grpcio 1.85 reports them, e.g.
-#   "Stream removed (Socket closed (GOAWAY received; Error code: 0; Debug Text: ))"
-#   "Stream removed (RST_STREAM (Received RST_STREAM with error code 2))"
-#   "max connection age"       server: max_connection_age_grace over, after its GOAWAY
-#   "Cancelling all calls"     server: shutdown grace over, after its GOAWAY (a drain)
-#   "Stream removed (recvmsg:Connection reset by peer (104))", "... (Socket closed)"
-#   "failed to connect to all addresses; last error: ... Connection refused"
-_GOAWAY = ("GOAWAY received", "max connection age", "Cancelling all calls")
-_RST = re.compile(r"Received RST_STREAM with error code (\d+)")
-_REFUSED = (
-    "failed to connect to all addresses", "Failed to connect to remote host",
-    "Connection refused", "connections to all backends failing", "DNS resolution failed",
-)
-_CONNECTION_LOST = (
-    "Connection reset", "Socket closed", "Broken pipe", "Connection aborted",
-    "keepalive watchdog timeout", "Transport closed", "Stream removed", "Endpoint read failed",
-)
-
-
-def classify_stream_end(code: str, details: str, *, established: bool = True) -> str:
-    """The end reason of a stream from its status code name and details (first rule wins).
-
-    OK → server_closed_ok; a GOAWAY (or grpc core's post-GOAWAY drain cut) → goaway, even
-    when the socket then closed; an RST_STREAM frame → rst_stream, whatever status it mapped
-    to; a failed connect → refused (connection_reset if the stream had opened); a lost
-    connection → connection_reset; then DEADLINE_EXCEEDED → deadline, CANCELLED →
-    cancelled, and `grpc_<CODE>` for anything else.
-    """
-    code = code.upper()
-    if code == "OK":
-        return EndReason.SERVER_CLOSED_OK
-    if any(marker in details for marker in _GOAWAY):
-        return EndReason.GOAWAY
-    if _RST.search(details):
-        return EndReason.RST_STREAM
-    if any(marker in details for marker in _REFUSED):
-        return EndReason.CONNECTION_RESET if established else EndReason.REFUSED
-    if any(marker in details for marker in _CONNECTION_LOST):
-        return EndReason.CONNECTION_RESET
-    if code == "DEADLINE_EXCEEDED":
-        return EndReason.DEADLINE
-    if code == "CANCELLED":
-        return EndReason.CANCELLED
-    return Outcome.grpc(code)
-
-
-@dataclass(frozen=True, slots=True)
-class OpenStream:
-    """An established stream, as a snapshot (ages for the lifetime check)."""
-
-    path: str
-    endpoint: str
-    cohort: str
-    slot: int
-    opened_at: float
-    age_s: float
-    messages: int = 0
-    lingering: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEnd:
-    """One stream attempt, finished. Wall-clock times (epoch seconds); `lifetime_s` is
-    measured on the monotonic clock from the moment the stream was established.
-
-    `opened_at` None means it never opened (an open failure). `gap_p99_s` is the p99 of the
-    gaps between consecutive messages (None with fewer than two messages), read from the
-    shared log-linear buckets (within 1 %). `code` is the gRPC status name, "" when the probe
-    ended the stream itself.
-    """
-
-    path: str
-    endpoint: str
-    cohort: str
-    slot: int
-    started_at: float
-    opened_at: float | None
-    ended_at: float
-    lifetime_s: float
-    messages: int
-    gap_p99_s: float | None
-    reason: str
-    code: str = ""
-    detail: str = ""
-
-    @property
-    def established(self) -> bool:
-        return self.opened_at is not None
-
-    @property
-    def is_reset(self) -> bool:
-        return self.established and EndReason.is_reset(self.reason)
-
-
-class StreamSink(Protocol):
-    """Takes what held streams report (`probes.streams.StreamRecorder` feeds the window
-    aggregator, the metrics and the storm detector)."""
-
-    def stream_opened(self, stream: OpenStream, endpoint: Endpoint) -> None: ...
-
-    def stream_held(
-        self, path: str, cohort: str, endpoint: str, start: float, end: float
-    ) -> None: ...
-
-    def stream_message(self, path: str, cohort: str, gap_s: float) -> None: ...
-
-    def stream_ended(self, end: StreamEnd, endpoint: Endpoint) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +78,11 @@ class StreamPolicy:
     stable_s: float = 1.0
     linger_s: float = 30.0
     keepalive_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if min(self.initial_backoff_s, self.max_backoff_s, self.open_spread_s, self.stable_s,
+               self.linger_s) < 0 or self.multiplier < 1 or self.keepalive_s <= 0:
+            raise BadInput("stream policy: times must be >= 0, multiplier >= 1, keepalive > 0")
 
     def backoff(self, failures: int, rng: random.Random) -> float:
         """Delay before the next open after `failures` consecutive unhealthy streams."""
@@ -361,6 +222,12 @@ class StreamProber:
         return tuple(self._snapshot(s, now) for s in self._live if s.opened is not None)
 
     @property
+    def channels(self) -> int:
+        """Channels new streams would use (one per path x endpoint held; a removed
+        endpoint's channel closes once its lingering streams end): 0 after `aclose()`."""
+        return sum(len(pool) for pool in self._pools.values())
+
+    @property
     def tasks(self) -> int:
         """Stream tasks alive (open, opening or lingering): 0 after `aclose()`."""
         return len(self._tasks)
@@ -385,6 +252,8 @@ class StreamProber:
             while not self._closed:
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if self._closed:
+                    return
                 stream = self._start(conf, endpoint, cohort, slot)
                 assert stream.task is not None
                 # asyncio.wait, not await: cancelling this slot must not cut the stream.
@@ -398,7 +267,10 @@ class StreamProber:
                 delay = policy.backoff(failures, self._rng)
         except asyncio.CancelledError:
             if stream is not None:
-                self._linger(stream)
+                if stream.opened is None:
+                    self._stop(stream, EndReason.CLIENT_STOPPED)  # never open a removed one
+                else:
+                    self._linger(stream)
             raise
 
     def _start(self, conf: _PathConf, endpoint: Endpoint, cohort: str, slot: int) -> _Stream:
@@ -446,7 +318,7 @@ class StreamProber:
             log.exception("stream %s on %s failed", conf.name, stream.endpoint.name)
             if call is not None:
                 call.cancel()
-            return self._finish(stream, Outcome.PROBE_ERROR, "", f"{type(exc).__name__}: {exc}")
+            return self._finish(stream, EndReason.PROBE_ERROR, "", f"{type(exc).__name__}: {exc}")
 
     async def _drive(
         self, stream: _Stream, channel: grpc.aio.Channel, call: grpc.aio.UnaryStreamCall
@@ -621,14 +493,6 @@ def _retrieve(task: asyncio.Future[object]) -> None:
     # The headers future may fail or be abandoned with its call; never log it as lost.
     if not task.cancelled():
         task.exception()
-
-
-def _serving_status(message: bytes) -> str:
-    try:
-        status = health_pb2.HealthCheckResponse.FromString(message).status
-    except Exception:  # a malformed answer is an answer we did not expect
-        return "UNPARSEABLE"
-    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(status))
 
 
 def _lookup(key: str, metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:

@@ -95,7 +95,7 @@ def format_figures(rows: Sequence[CohortFigures]) -> str:
             f.path,
             f.cohort,
             str(f.requests),
-            _cell(None if f.success_rate is None else f.success_rate * 100, ".2f") + "%",
+            "-" if f.success_rate is None else f"{f.success_rate * 100:.2f}%",
             _cell(f.p99_ms, ".1f"),
             _cell(f.attempts_per_request, ".2f"),
             str(f.churn),

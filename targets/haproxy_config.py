@@ -1,0 +1,399 @@
+"""Emulated proxy versions as real HAProxy settings, and the HAProxy configuration of one pod.
+
+In the fleet's HAProxy mode (`targets.haproxy`) every pod's sidecar is a real HAProxy process,
+and what differs between "proxy versions" is its configuration. A versions file names the
+settings of each version, and the app's own behaviour behind every sidecar (the same on every
+version: an upgrade changes the proxy, not the app):
+
+    app:                                   # faults of the app itself, identical on every pod
+      routes:
+        /api/checkout: {error_rate: 0.1}   # the app answers 503 to 10 % of request ids
+    versions:
+      "1.20.3": {retries: 0, hard_stop_after: 10s}
+      "1.21.0":
+        retries: 2
+        retry_on: [all-retryable-errors]   # HAProxy's L7 retries: real retry amplification
+        attempt_count_header: true         # x-envoy-attempt-count, as Envoy can send it
+        timeouts: {server: 10s}            # gRPC streams idle longer than this are cut
+        hard_stop_after: 1s                # the drain on a restart: streams still open are cut
+        grpc: tcp                          # the gRPC port proxied as opaque TCP (tunnel timeout)
+
+A key a version leaves out is not written, so HAProxy's own default applies (e.g. `retries 3`
+with `retry-on conn-failure`). Errors are `ConfigError`s naming file, line and key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from probes._exceptions import ConfigError
+from targets.profile import Faults, Latency, VersionProfile, parse_duration
+
+# HAProxy 2.6's `retry-on` keywords (configuration.txt, "retry-on") and statuses.
+RETRY_ON_KEYWORDS = frozenset({
+    "none", "conn-failure", "empty-response", "junk-response", "response-timeout",
+    "0rtt-rejected", "all-retryable-errors",
+})
+RETRY_ON_STATUSES = frozenset({401, 403, 404, 408, 425, 500, 501, 502, 503, 504})
+# `timeouts` keys → HAProxy `timeout` names.
+TIMEOUTS = MappingProxyType({
+    "connect": "connect", "client": "client", "server": "server", "tunnel": "tunnel",
+    "client_fin": "client-fin", "server_fin": "server-fin",
+    "http_keep_alive": "http-keep-alive", "http_request": "http-request",
+})
+GRPC_MODES = ("http", "tcp")
+# Safe inside HAProxy config words and header values without quoting rules.
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+_VERSION_KEYS = {
+    "retries", "retry_on", "attempt_count_header", "timeouts", "hard_stop_after",
+    "close_spread_time", "grpc",
+}
+_APP_FAULT_KEYS = {"error_rate", "error_status", "transient_error_rate", "latency"}
+
+
+@dataclass(frozen=True, slots=True)
+class HaproxyVersion:
+    """The HAProxy settings of one emulated proxy version (None: HAProxy's default)."""
+
+    version: str
+    retries: int | None = None
+    retry_on: tuple[str, ...] = ()
+    attempt_count_header: bool = False
+    timeouts: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    hard_stop_after_s: float | None = None
+    close_spread_time_s: float | None = None
+    grpc: str = "http"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timeouts", MappingProxyType(dict(self.timeouts)))
+
+
+@dataclass(frozen=True, slots=True)
+class HaproxyVersions:
+    """Every version of one versions file, and the app behind them."""
+
+    versions: Mapping[str, HaproxyVersion]
+    app_defaults: Faults = Faults()
+    app_routes: Mapping[str, Faults] = field(default_factory=lambda: MappingProxyType({}))
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "versions", MappingProxyType(dict(self.versions)))
+        object.__setattr__(self, "app_routes", MappingProxyType(dict(self.app_routes)))
+
+    def version(self, name: str) -> HaproxyVersion:
+        """The settings of `name`; ConfigError if the file does not define it."""
+        try:
+            return self.versions[name]
+        except KeyError:
+            known = ", ".join(sorted(self.versions)) or "none"
+            raise ConfigError(f"version {name!r} is not defined (defined: {known})",
+                              file=self.source, key=f"versions[{name!r}]") from None
+
+    def app_profile(self, name: str) -> VersionProfile:
+        """The app's profile on a pod of version `name`: the app's faults only (no emulated
+        sidecar: no retries, header rules or attempt-count header), labelled with the version
+        so the app's answers name it."""
+        self.version(name)
+        return VersionProfile(name, defaults=self.app_defaults, routes=self.app_routes)
+
+
+@dataclass(frozen=True, slots=True)
+class PodWiring:
+    """Where one pod's HAProxy listens (inherited, already bound sockets) and proxies to."""
+
+    pod: str
+    http_fd: int
+    grpc_fd: int | None
+    app_host: str
+    app_http_port: int
+    app_grpc_port: int | None
+    grace_s: float = 0.0
+    default_hard_stop_after_s: float = 1.0
+    maxconn: int = 4096
+
+
+def render_config(version: HaproxyVersion, wiring: PodWiring) -> str:
+    """The HAProxy configuration of one pod running `version`.
+
+    Listeners are `fd@N` sockets bound by the parent, so connections queue in the kernel
+    while HAProxy starts (none is refused) and a restart can rebind the same address.
+    `grace` keeps serving for the fleet's notice time after SIGUSR1, with `/healthz`
+    answering 503 (HAProxy's `stopping`), then the soft-stop unbinds and drains until
+    `hard-stop-after` cuts what is left.
+    """
+    hard_stop = version.hard_stop_after_s or wiring.default_hard_stop_after_s
+    lines = [
+        f"# skewprobe fleet pod {wiring.pod}: emulated proxy version {version.version}",
+        "# generated by targets/haproxy_config.py",
+        "global",
+        "    nbthread 1",
+        f"    maxconn {wiring.maxconn}",
+        f"    hard-stop-after {_ms(hard_stop)}",
+        "    log stdout format raw local0",
+    ]
+    if wiring.grace_s > 0:
+        lines.append(f"    grace {_ms(wiring.grace_s)}")
+    if version.close_spread_time_s is not None:
+        lines.append(f"    close-spread-time {_ms(version.close_spread_time_s)}")
+    lines += ["", "defaults", "    mode http", "    log global", "    option httplog",
+              "    option dontlognull"]
+    for key, name in TIMEOUTS.items():
+        value = version.timeouts.get(key, _DEFAULT_TIMEOUTS.get(key))
+        if value is not None:
+            lines.append(f"    timeout {name} {_ms(value)}")
+    if version.retries is not None:
+        lines.append(f"    retries {version.retries}")
+    if version.retry_on:
+        lines.append(f"    retry-on {' '.join(version.retry_on)}")
+    marks = [f'    http-response set-header x-sidecar "haproxy/{version.version}"']
+    if version.attempt_count_header:
+        # %rc is the stream's retry count (connection and L7 retries alike).
+        marks += ['    http-response set-var-fmt(txn.retries) "%rc"',
+                  '    http-response set-header x-envoy-attempt-count '
+                  '"%[var(txn.retries),add(1)]"']
+    lines += [
+        "", "frontend http",
+        f"    bind fd@{wiring.http_fd}",
+        '    http-request return status 503 content-type text/plain string "draining" '
+        "if { path /healthz } { stopping }",
+        *marks,
+        "    default_backend app_http",
+        "", "backend app_http",
+        f"    server app {_addr(wiring.app_host, wiring.app_http_port)}",
+    ]
+    if wiring.grpc_fd is not None and wiring.app_grpc_port is not None:
+        app_grpc = _addr(wiring.app_host, wiring.app_grpc_port)
+        if version.grpc == "tcp":
+            lines += ["", "frontend grpc", "    mode tcp", "    option tcplog",
+                      f"    bind fd@{wiring.grpc_fd}", "    default_backend app_grpc",
+                      "", "backend app_grpc", "    mode tcp", f"    server app {app_grpc}"]
+        else:
+            lines += ["", "frontend grpc", f"    bind fd@{wiring.grpc_fd} proto h2", *marks,
+                      "    default_backend app_grpc",
+                      "", "backend app_grpc", f"    server app {app_grpc} proto h2"]
+    return "\n".join(lines) + "\n"
+
+
+# Written when a version does not say: without client/server timeouts HAProxy warns and
+# keeps dead sessions forever.
+_DEFAULT_TIMEOUTS = {"connect": 1.0, "client": 30.0, "server": 30.0}
+
+
+def _ms(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _addr(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def load_haproxy_versions(path: str | Path) -> HaproxyVersions:
+    """Read and validate a versions file."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read HAProxy versions file: {exc}", file=source) from exc
+    return parse_haproxy_versions(text, source=source)
+
+
+def parse_haproxy_versions(text: str, *, source: str = "<haproxy versions>") -> HaproxyVersions:
+    """Validate YAML text into HaproxyVersions; `source` names the file in errors."""
+    try:
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark is not None else None
+        raise ConfigError(f"invalid YAML: {exc.problem}", file=source, line=line) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", file=source) from exc
+    except _DuplicateKey as exc:
+        raise ConfigError("duplicate key", file=source, line=exc.line, key=exc.key) from exc
+    return _Parser(source).top(data)
+
+
+class _Map(dict[Any, Any]):
+    """A YAML mapping that remembers its line and the line of each key."""
+
+    line: int | None = None
+    lines: dict[Any, int]
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, line: int):
+        super().__init__(key)
+        self.key = key
+        self.line = line
+
+
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
+    loader.flatten_mapping(node)
+    out = _Map()
+    out.line = node.start_mark.line + 1
+    out.lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str | int | float | bool) or key is None:
+            key = str(key)
+        line = key_node.start_mark.line + 1
+        if key in out:
+            raise _DuplicateKey(str(key), line)
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.lines[key] = line
+    return out
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
+
+
+class _Parser:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, message: str, key: str, where: Any = None, name: Any = None) -> ConfigError:
+        line = None
+        if isinstance(where, _Map):
+            line = where.lines.get(name, where.line) if name is not None else where.line
+        return ConfigError(message, file=self.source, line=line, key=key)
+
+    def mapping(self, value: Any, key: str, parent: Any, name: Any, allowed: set[str]) -> _Map:
+        if value is None:
+            value = _Map()
+            value.lines = {}
+        if not isinstance(value, _Map):
+            raise self.fail(f"must be a mapping, not {type(value).__name__}", key, parent, name)
+        for k in value:
+            if k not in allowed:
+                raise self.fail(f"unknown key (allowed: {', '.join(sorted(allowed))})",
+                                f"{key}.{k}", value, k)
+        return value
+
+    def top(self, data: Any) -> HaproxyVersions:
+        top = self.mapping(data, "(top level)", None, None, {"app", "versions"})
+        raw = top.get("versions")
+        if not isinstance(raw, _Map) or not raw:
+            raise self.fail("must be a non-empty mapping of proxy version to HAProxy settings",
+                            "versions", top, "versions")
+        versions = {}
+        for name, settings in raw.items():
+            key = f"versions[{name!r}]"
+            if not isinstance(name, str) or not _VERSION.match(name):
+                raise self.fail("a version is a quoted string of letters, digits and . _ + -",
+                                key, raw, name)
+            versions[name] = self.version(name, settings, key, raw)
+        app = self.mapping(top.get("app"), "app", top, "app", {"defaults", "routes"})
+        defaults_raw = self.mapping(app.get("defaults"), "app.defaults", app, "defaults",
+                                    _APP_FAULT_KEYS)
+        routes_raw = app.get("routes") or _Map()
+        if not isinstance(routes_raw, _Map):
+            raise self.fail("must be a mapping of route to faults", "app.routes", app, "routes")
+        routes = {}
+        for route, faults in routes_raw.items():
+            rkey = f"app.routes[{route!r}]"
+            if not isinstance(route, str) or not route.startswith("/"):
+                raise self.fail("a route is an HTTP path or a full gRPC method name",
+                                rkey, routes_raw, route)
+            rm = self.mapping(faults, rkey, routes_raw, route, _APP_FAULT_KEYS)
+            merged = _Map({**defaults_raw, **rm})
+            merged.line, merged.lines = rm.line, {**defaults_raw.lines, **rm.lines}
+            routes[route] = self.faults(merged, rkey)
+        return HaproxyVersions(versions, app_defaults=self.faults(defaults_raw, "app.defaults"),
+                               app_routes=routes, source=self.source)
+
+    def version(self, name: str, raw: Any, key: str, parent: _Map) -> HaproxyVersion:
+        m = self.mapping(raw, key, parent, name, _VERSION_KEYS)
+        retries = m.get("retries")
+        if retries is not None and (
+            not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10
+        ):
+            raise self.fail("must be an integer 0-10", f"{key}.retries", m, "retries")
+        retry_on = self.retry_on(m, key)
+        header = m.get("attempt_count_header", False)
+        if not isinstance(header, bool):
+            raise self.fail("must be true or false", f"{key}.attempt_count_header", m,
+                            "attempt_count_header")
+        tm = self.mapping(m.get("timeouts"), f"{key}.timeouts", m, "timeouts", set(TIMEOUTS))
+        timeouts = {k: self.positive(tm, k, f"{key}.timeouts") for k in tm}
+        grpc = m.get("grpc", "http")
+        if grpc not in GRPC_MODES:
+            raise self.fail("must be http (L7, h2 both sides) or tcp (opaque TCP)",
+                            f"{key}.grpc", m, "grpc")
+        return HaproxyVersion(
+            version=name, retries=retries, retry_on=retry_on, attempt_count_header=header,
+            timeouts={k: v for k, v in timeouts.items() if v is not None},
+            hard_stop_after_s=self.positive(m, "hard_stop_after", key),
+            close_spread_time_s=self.positive(m, "close_spread_time", key),
+            grpc=str(grpc),
+        )
+
+    def retry_on(self, m: _Map, key: str) -> tuple[str, ...]:
+        raw = m.get("retry_on", [])
+        ok = isinstance(raw, list) and all(
+            (isinstance(v, str) and v in RETRY_ON_KEYWORDS)
+            or (isinstance(v, int) and not isinstance(v, bool) and v in RETRY_ON_STATUSES)
+            for v in raw
+        )
+        if not ok:
+            allowed = sorted(RETRY_ON_KEYWORDS) + [str(s) for s in sorted(RETRY_ON_STATUSES)]
+            raise self.fail(f"must be a list of HAProxy retry-on keywords or statuses "
+                            f"({', '.join(allowed)})", f"{key}.retry_on", m, "retry_on")
+        return tuple(str(v) for v in raw)
+
+    def positive(self, m: _Map, name: str, key: str) -> float | None:
+        if name not in m:
+            return None
+        value = m[name]
+        try:
+            if not isinstance(value, str | int) or isinstance(value, bool):
+                raise ValueError(f"bad duration {value!r} (write e.g. 250ms, 1.5s, 2m)")
+            seconds = parse_duration(str(value))
+        except ValueError as exc:
+            raise self.fail(str(exc), f"{key}.{name}", m, name) from None
+        if seconds <= 0:
+            raise self.fail("must be > 0", f"{key}.{name}", m, name)
+        return seconds
+
+    def faults(self, m: _Map, key: str) -> Faults:
+        status = m.get("error_status", 503)
+        if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 599:
+            raise self.fail("must be an HTTP status 400-599", f"{key}.error_status", m,
+                            "error_status")
+        return Faults(
+            error_rate=self.rate(m, "error_rate", key),
+            error_status=status,
+            transient_error_rate=self.rate(m, "transient_error_rate", key),
+            latency=self.latency(m, key),
+        )
+
+    def latency(self, m: _Map, key: str) -> Latency:
+        if "latency" not in m:
+            return Latency()
+        k = f"{key}.latency"
+        lm = self.mapping(m["latency"], k, m, "latency", {"fixed", "tail", "tail_probability"})
+        tail_p = self.rate(lm, "tail_probability", k)
+        tail = self.positive(lm, "tail", k) or 0.0
+        if tail_p > 0 and tail == 0:
+            raise self.fail("tail_probability needs a tail delay", f"{k}.tail", lm,
+                            "tail_probability")
+        return Latency(fixed_s=self.positive(lm, "fixed", k) or 0.0, tail_s=tail,
+                       tail_probability=tail_p)
+
+    def rate(self, m: _Map, name: str, key: str) -> float:
+        value = m.get(name, 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise self.fail("must be a probability between 0 and 1", f"{key}.{name}", m, name)
+        return float(value)
