@@ -1,0 +1,94 @@
+{{/* Names: the chart's name, and the release-qualified name every object carries. */}}
+{{- define "skewprobe.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "skewprobe.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "skewprobe.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "skewprobe.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "skewprobe.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "skewprobe.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: probe
+app.kubernetes.io/part-of: skewprobe
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "skewprobe.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "skewprobe.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "skewprobe.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The API's in-cluster base URL, for the gates (Argo Rollouts, Flagger). */}}
+{{- define "skewprobe.apiURL" -}}
+{{- printf "http://%s.%s.svc:%d" (include "skewprobe.fullname" .) .Release.Namespace (int .Values.api.port) }}
+{{- end }}
+
+{{/*
+The probe's config as rendered into the ConfigMap: the user's `config` plus the two keys the
+chart owns (listen address and store path). Giving those in `config` is an error rather than
+being silently overridden.
+*/}}
+{{- define "skewprobe.config" -}}
+{{- $cfg := deepCopy (.Values.config | default dict) }}
+{{- if hasKey $cfg "listen" }}
+{{- fail "config.listen is set by the chart (0.0.0.0:<api.port>): remove it and set api.port" }}
+{{- end }}
+{{- if hasKey $cfg "store" }}
+{{- fail "config.store is set by the chart (<store.mountPath>/skewprobe.db): remove it and set store.mountPath / persistence" }}
+{{- end }}
+{{- $_ := set $cfg "listen" (printf "0.0.0.0:%d" (int .Values.api.port)) }}
+{{- $_ := set $cfg "store" (dict "path" (printf "%s/skewprobe.db" (trimSuffix "/" .Values.store.mountPath))) }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* The kubernetes discovery block of the config, or an empty dict. */}}
+{{- define "skewprobe.kubernetes" -}}
+{{- $targets := .Values.config.targets | default dict }}
+{{- toYaml ($targets.kubernetes | default dict) }}
+{{- end }}
+
+{{/* Where the mesh's control plane runs (the probe's own default, probes/_spec.py). */}}
+{{- define "skewprobe.meshNamespace" -}}
+{{- $k := include "skewprobe.kubernetes" . | fromYaml }}
+{{- if $k.mesh_namespace }}
+{{- $k.mesh_namespace }}
+{{- else if eq ($k.mesh | default "") "linkerd" }}
+{{- "linkerd" }}
+{{- else }}
+{{- "istio-system" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the probe reads the Kubernetes API with the pod's service account. */}}
+{{- define "skewprobe.inCluster" -}}
+{{- $k := include "skewprobe.kubernetes" . | fromYaml }}
+{{- if and $k (not $k.kubeconfig) (ne (toString $k.in_cluster) "false") }}true{{ end }}
+{{- end }}

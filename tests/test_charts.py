@@ -1,0 +1,870 @@
+"""The deployment side: charts/skewprobe, charts/skewprobe-target and the Dockerfile.
+
+The charts are rendered with a real helm 3 (`scripts/install-helm.sh` installs one; tests that
+need it skip when it cannot be found) under default and non-default values, and the rendered
+objects are checked against what the code they deploy really accepts: core objects against
+the Kubernetes schemas (kubernetes-validate, offline), the probe's config with
+`skewprobe validate`, the target's arguments with its own argument parser, the alert rules
+with promtool, and the Argo Rollouts / Flagger gates against the JSON and status codes a real
+/verdict and /gate answer. Docker cannot run here: the Dockerfile is checked by reading it
+and by building the wheel from exactly the files it copies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import tomllib
+import zipfile
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import kubernetes_validate
+import numpy as np
+import pytest
+import yaml
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+from kubernetes_validate.utils import SchemaNotFoundError
+from prometheus_client import CollectorRegistry
+
+from probes._schema import SCHEMA
+from probes._types import CallOutcome, CallResult, PathWindow
+from probes.api import ApiApp, VerdictQuery
+from probes.cli import main as skewprobe_main
+from probes.config import parse_config
+from probes.inventory import SkewMetrics
+from probes.measure.histogram import BUCKET_COUNT, index_of
+from probes.metrics import ProbeMetrics
+from probes.verdict import judge
+from targets.profile import parse_profiles
+from targets.server import _args as target_args
+from targets.server import parse_hostport
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE, TARGET = "charts/skewprobe", "charts/skewprobe-target"
+RELEASE, NAMESPACE = "skewprobe", "skewprobe"  # the release the charts' examples assume
+HELM = os.environ.get("SKEWPROBE_HELM") or shutil.which("helm")
+PROMTOOL = shutil.which("promtool")
+needs_helm = pytest.mark.skipif(
+    HELM is None, reason="helm not found: run scripts/install-helm.sh (or set SKEWPROBE_HELM)"
+)
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not found (apt prometheus)")
+K8S_VERSIONS = ("1.25.0", "1.37.0")  # the charts' kubeVersion floor, the newest schemas
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "AnalysisTemplate", "ClusterAnalysisTemplate",
+             "MetricTemplate", "PeerAuthentication"}
+CHART_OWNED = ("listen", "store")  # config keys the probe chart sets itself
+UPDATE_SCHEMA_ENV = "SKEWPROBE_UPDATE_CHART_SCHEMA"
+
+PROBE_VALUES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "all-on": {
+        "persistence": {"enabled": True, "storageClass": "fast"},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True},
+        "argoRollouts": {"enabled": True},
+        "flagger": {"enabled": True},
+        "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "Mesh"}},
+        "networkPolicy": {
+            "ingressFrom": [{"namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+            "egress": {"enabled": True, "rules": [
+                {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 443}]}]},
+        },
+        "config": {"targets": {"kubernetes": {"namespaces": ["shop", "payments"]}}},
+    },
+    "static": {
+        "config": {
+            "targets": {"kubernetes": None, "static": [{"address": "10.0.0.5:8080", "labels": {
+                "pod": "checkout-0", "namespace": "shop", "proxy_version": "1.20.3"}}]},
+            "paths": [{"name": "checkout", "http": {"method": "GET", "path": "/api/checkout"},
+                       "rate": "5/s", "timeout": "1s"}],
+        },
+        "networkPolicy": {"enabled": False},
+    },
+    "linkerd-pinned": {"config": {"targets": {"kubernetes": {
+        "mesh": "linkerd", "namespaces": ["shop"], "control_plane_version": "2.14.0"}}}},
+    "argo-namespaced": {"argoRollouts": {"enabled": True, "clusterScoped": False,
+                                         "namespaces": ["shop", "payments"]}},
+}
+PROFILES = yaml.safe_load((ROOT / "targets/examples/profiles.yaml").read_text())
+TARGET_VALUES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "profiles-linkerd": {"mesh": "linkerd", "profiles": PROFILES, "emulatedVersion": "1.21.0",
+                         "podDisruptionBudget": {"enabled": True}},
+    "istio-revision": {"istio": {"revision": "1-21-0",
+                                 "proxyConfig": {"terminationDrainDuration": "20s"}}},
+}
+
+
+# --- helm ------------------------------------------------------------------------------------
+
+
+def _helm(*args: str) -> subprocess.CompletedProcess[str]:
+    assert HELM is not None
+    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+@functools.cache
+def _render_cached(chart: str, values_json: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        values = Path(tmp, "values.yaml")
+        values.write_text(values_json)  # JSON is YAML
+        done = _helm("template", RELEASE, str(ROOT / chart), "--namespace", NAMESPACE,
+                     "-f", str(values))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def render(chart: str, values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    text = _render_cached(chart, json.dumps(values or {}, sort_keys=True))
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"want one {kind}, got {len(found)}"
+    return found[0]
+
+
+def probe_config(docs: list[dict[str, Any]]) -> str:
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap" and "probe.yaml" in d["data"]]
+    return str(configmap["data"]["probe.yaml"])
+
+
+CASES = [(PROBE, k, v) for k, v in PROBE_VALUES.items()] + [
+    (TARGET, k, v) for k, v in TARGET_VALUES.items()]
+
+
+@needs_helm
+@pytest.mark.parametrize(("chart", "name", "values"), CASES, ids=[f"{c}:{n}" for c, n, _ in CASES])
+def test_lint_strict_and_every_core_object_validates(
+    chart: str, name: str, values: dict[str, Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(json.dumps(values))
+    lint = _helm("lint", "--strict", str(ROOT / chart), "-f", str(path))
+    assert lint.returncode == 0 and "0 chart(s) failed" in lint.stdout, lint.stdout + lint.stderr
+    validated = set()
+    for doc in render(chart, values):
+        for version in K8S_VERSIONS:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+                validated.add(doc["kind"])
+            except SchemaNotFoundError:
+                # Custom resources: their key fields are checked by the tests below.
+                assert doc["kind"] in CRD_KINDS, f"no schema for {doc['kind']}"
+    assert {"Deployment", "Service"} <= validated
+
+
+# --- the probe chart -------------------------------------------------------------------------
+
+
+def _pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(one(docs, "Deployment")["spec"]["template"])
+
+
+def _hardened(container_sc: Mapping[str, Any]) -> None:
+    assert container_sc["runAsNonRoot"] is True and container_sc["runAsUser"] != 0
+    assert container_sc["readOnlyRootFilesystem"] is True
+    assert container_sc["allowPrivilegeEscalation"] is False
+    assert container_sc.get("privileged", False) is False
+    assert container_sc["capabilities"]["drop"] == ["ALL"]
+    assert not container_sc["capabilities"].get("add")
+
+
+@needs_helm
+@pytest.mark.parametrize("name", PROBE_VALUES)
+def test_probe_pod_is_outside_the_mesh_and_hardened(name: str) -> None:
+    pod = _pod(render(PROBE, PROBE_VALUES[name]))
+    annotations, labels = pod["metadata"]["annotations"], pod["metadata"]["labels"]
+    assert annotations["sidecar.istio.io/inject"] == "false"
+    assert annotations["linkerd.io/inject"] == "disabled"
+    assert labels["sidecar.istio.io/inject"] == "false"
+    assert labels["istio.io/dataplane-mode"] == "none"  # not captured by ambient's ztunnel
+    spec = pod["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in spec["containers"]:
+        _hardened(container["securityContext"])
+        assert container["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+@needs_helm
+@pytest.mark.parametrize("name", PROBE_VALUES)
+def test_probe_config_validates_and_matches_the_pod(name: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    docs = render(PROBE, PROBE_VALUES[name])
+    text = probe_config(docs)
+    config = parse_config(text, file="probe.yaml")
+    path = tmp_path / "probe.yaml"
+    path.write_text(text)
+    assert skewprobe_main(["validate", str(path)]) == 0
+    assert ": ok: " in capsys.readouterr().out
+    pod = _pod(docs)
+    container = pod["spec"]["containers"][0]
+    assert container["args"][:3] == ["run", "--config", "/etc/skewprobe/probe.yaml"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/etc/skewprobe"] == "config"
+    # The API listens where the Service, the probes and the gates look.
+    port = int(config.listen.rpartition(":")[2])
+    assert config.listen.startswith("0.0.0.0:")
+    assert container["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+    service = one(docs, "Service")
+    assert service["spec"]["ports"][0]["port"] == port
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    # The store is on a writable volume (the root filesystem is read-only): a PVC or an
+    # emptyDir, and /tmp too.
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    store = volumes[mounts[str(Path(config.store).parent)]]
+    if PROBE_VALUES[name].get("persistence", {}).get("enabled"):
+        claim = one(docs, "PersistentVolumeClaim")
+        assert store["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+        assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert pod["spec"]["securityContext"]["fsGroup"] == container["securityContext"][
+            "runAsGroup"]
+    else:
+        assert "emptyDir" in store
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert one(docs, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+
+
+RBAC = {
+    # name: (cluster-wide pods?, namespaces with a pods Role, mesh Role namespace, its rules)
+    "default": (True, [], "istio-system", {"deployments"}),
+    "all-on": (False, ["shop", "payments"], "istio-system", {"deployments", "pods"}),
+    "static": (False, [], None, set()),
+    "linkerd-pinned": (False, ["shop"], None, set()),
+}
+
+
+@needs_helm
+@pytest.mark.parametrize("name", RBAC)
+def test_rbac_is_derived_from_discovery_and_read_only(name: str) -> None:
+    cluster, namespaces, mesh_ns, mesh_resources = RBAC[name]
+    docs = render(PROBE, PROBE_VALUES[name])
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    for role in roles:
+        for rule in role["rules"]:
+            assert set(rule["verbs"]) == {"get", "list", "watch"}
+            assert "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+            assert set(rule["resources"]) <= {"pods", "deployments"}
+    assert any(r["kind"] == "ClusterRole" for r in roles) is cluster
+    pod_roles = sorted(r["metadata"]["namespace"] for r in roles
+                       if r["kind"] == "Role" and r["metadata"]["name"].endswith("-pods"))
+    assert pod_roles == sorted(namespaces)
+    mesh = [r for r in roles if r["metadata"]["name"].endswith("-mesh")]
+    if mesh_ns is None:
+        assert not mesh
+    else:
+        (role,) = mesh
+        assert role["metadata"]["namespace"] == mesh_ns
+        assert {res for rule in role["rules"] for res in rule["resources"]} == mesh_resources
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert len(bindings) == len(roles)
+    for binding in bindings:
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE,
+                                        "namespace": NAMESPACE}]
+    # The token is mounted only when the probe reads the API.
+    assert _pod(docs)["spec"]["automountServiceAccountToken"] is bool(roles)
+
+
+@needs_helm
+def test_network_policy_and_service_monitor_select_the_probe() -> None:
+    docs = render(PROBE, PROBE_VALUES["all-on"])
+    labels = _pod(docs)["metadata"]["labels"]
+    policy = one(docs, "NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["ingress"]
+    assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert ingress["from"] == PROBE_VALUES["all-on"]["networkPolicy"]["ingressFrom"]
+    dns, api = policy["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert api["ports"] == [{"port": 443}]
+    assert "egress" not in one(render(PROBE), "NetworkPolicy")["spec"]
+    service = one(docs, "Service")
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
+        "labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["honorLabels"] is True  # keeps the inventory's own `namespace` label
+
+
+# --- alerts, dashboard and the series they read ----------------------------------------------
+
+
+def _exported_series() -> set[str]:
+    """Every sample name the probe's registry exposes, with each series populated."""
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    metrics.observe(CallResult(
+        path="checkout", endpoint="shop/checkout-0", cohort="1.21.0", intended_at=0.0,
+        latency_s=0.01, lag_s=0.001, outcome=CallOutcome("ok", status=200, attempts=2)))
+    metrics.stream_opened("stream", "1.21.0")
+    metrics.stream_closed("stream", "1.21.0", 30.0, "goaway")
+    metrics.stream_time("stream", "1.21.0", 30.0)
+    metrics.stream_message_gap("stream", "1.21.0", 0.5)
+    metrics.set_verdict("checkout", "fail")
+    metrics.set_in_flight(1)
+    metrics.drop("checkout", "overloaded")
+    metrics.store_error()
+    metrics.set_inventory([SimpleNamespace(namespace="shop", proxy_version="1.20.3", pods=3,
+                                           max_age_s=60.0)])
+    SkewMetrics(registry).update({
+        "skew": {"workloads": [{"namespace": "legacy", "proxy_version": "1.19.0", "pods": 2}]},
+        "fraction_on_newest": 0.5,
+        "control_plane": {"versions": [{"version": "1.21.0", "revision": "default"}]},
+    })
+    return {s.name for family in registry.collect() for s in family.samples}
+
+
+def _series_in(expr: str) -> set[str]:
+    return set(re.findall(r"\b(skewprobe_[a-z0-9_]+)\b", expr))
+
+
+def _rule_groups(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return list(one(docs, "PrometheusRule")["spec"]["groups"])
+
+
+def _dashboard(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    configmaps = [d for d in docs if d["kind"] == "ConfigMap" and "skewprobe.json" in d["data"]]
+    (configmap,) = configmaps
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    return dict(json.loads(configmap["data"]["skewprobe.json"]))
+
+
+def _dashboard_exprs(dashboard: Mapping[str, Any]) -> list[str]:
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]
+
+
+def _grafana_to_promql(expr: str) -> str:
+    return (expr.replace("$__rate_interval", "5m").replace("$job", ".*")
+            .replace("$path", ".*"))
+
+
+@needs_helm
+def test_every_series_the_rules_dashboard_and_gates_read_is_exported() -> None:
+    docs = render(PROBE, PROBE_VALUES["all-on"])
+    exported = _exported_series()
+    exprs = [r["expr"] for g in _rule_groups(docs) for r in g["rules"]]
+    exprs += _dashboard_exprs(_dashboard(docs))
+    exprs.append(one(docs, "MetricTemplate")["spec"]["query"])
+    read = set().union(*(_series_in(e) for e in exprs))
+    assert read - exported == set()
+    # The issue's panels and alerts, by what they read.
+    for series in ("skewprobe_requests_total", "skewprobe_request_duration_seconds_bucket",
+                   "skewprobe_upstream_attempts_total", "skewprobe_stream_resets_total",
+                   "skewprobe_verdict", "skewprobe_inventory_pods",
+                   "skewprobe_inventory_pods_outside_skew"):
+        assert series in read
+
+
+@needs_helm
+def test_dashboard_has_the_panels_and_unique_ids() -> None:
+    dashboard = _dashboard(render(PROBE, PROBE_VALUES["all-on"]))
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert {"Success rate", "Latency p99", "Upstream attempts per request",
+            "Stream resets per stream-hour", "Verdict per path",
+            "Pods per proxy version"} <= titles
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    by_title = {p["title"]: p for p in dashboard["panels"]}
+    for title in ("Success rate", "Latency p99", "Stream resets per stream-hour"):
+        (target,) = by_title[title]["targets"]
+        assert "cohort" in target["expr"] and "{{cohort}}" in target["legendFormat"]
+    assert {t["name"] for t in dashboard["templating"]["list"]} == {"datasource", "job", "path"}
+
+
+def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, check=False)
+
+
+@needs_helm
+@needs_promtool
+def test_rules_dashboard_and_metric_template_are_valid_promql(tmp_path: Path) -> None:
+    docs = render(PROBE, PROBE_VALUES["all-on"])
+    extra = [_grafana_to_promql(e) for e in _dashboard_exprs(_dashboard(docs))]
+    extra.append(one(docs, "MetricTemplate")["spec"]["query"])
+    groups = [*_rule_groups(docs), {"name": "queries", "rules": [
+        {"record": f"check:query_{i}", "expr": e} for i, e in enumerate(extra)]}]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    done = _promtool("check", "rules", "rules.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _alert_tests() -> list[dict[str, Any]]:
+    """promtool unit tests (one file per evaluation interval): each alert fires when it
+    should and not before."""
+    pods = "skewprobe_inventory_pods"
+    minutes = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [
+        {"interval": "1m", "input_series": [
+            {"series": 'skewprobe_verdict{job="p", path="checkout", verdict="fail"}',
+             "values": "0 0 1x20"},
+            {"series": 'skewprobe_verdict{job="p", path="_overall", verdict="fail"}',
+             "values": "0 0 1x20"},
+            {"series": 'skewprobe_inventory_pods_outside_skew{job="p", namespace="legacy",'
+                       ' proxy_version="1.19.0"}', "values": "0 0 3x30"},
+        ], "alert_rule_test": [
+            {"eval_time": "2m", "alertname": "SkewprobeVerdictFail", "exp_alerts": []},
+            {"eval_time": "10m", "alertname": "SkewprobeVerdictFail", "exp_alerts": [
+                {"exp_labels": {"job": "p", "path": "checkout", "severity": "critical"}}]},
+            {"eval_time": "10m", "alertname": "SkewprobePodsOutsideSupportedSkew",
+             "exp_alerts": []},
+            {"eval_time": "30m", "alertname": "SkewprobePodsOutsideSupportedSkew",
+             "exp_alerts": [{"exp_labels": {"job": "p", "namespace": "legacy",
+                                            "proxy_version": "1.19.0", "severity": "critical"}}]},
+        ]},
+    ]}
+    days = {"rule_files": ["rules.yaml"], "evaluation_interval": "10m", "tests": [
+        {"interval": "1h", "input_series": [
+            # flat: two versions, nothing moves for days
+            {"series": f'{pods}{{job="flat", namespace="shop", proxy_version="1.20.3"}}',
+             "values": "6x100"},
+            {"series": f'{pods}{{job="flat", namespace="shop", proxy_version="1.21.0"}}',
+             "values": "4x100"},
+            # moving for the first 6 hours, then flat
+            {"series": f'{pods}{{job="moving", namespace="shop", proxy_version="1.20.3"}}',
+             "values": "10 9 8 7 6 5 4x100"},
+            {"series": f'{pods}{{job="moving", namespace="shop", proxy_version="1.21.0"}}',
+             "values": "0 1 2 3 4 5 6x100"},
+            # one version only: no skew window open
+            {"series": f'{pods}{{job="done", namespace="shop", proxy_version="1.21.0"}}',
+             "values": "10x100"},
+            # a probe deployed two days in: not enough history
+            {"series": f'{pods}{{job="fresh", namespace="shop", proxy_version="1.20.3"}}',
+             "values": "_x48 5x60"},
+            {"series": f'{pods}{{job="fresh", namespace="shop", proxy_version="1.21.0"}}',
+             "values": "_x48 5x60"},
+        ], "alert_rule_test": [
+            {"eval_time": "2d", "alertname": "SkewprobeRolloutStalled", "exp_alerts": []},
+            {"eval_time": "3d2h", "alertname": "SkewprobeRolloutStalled", "exp_alerts": [
+                {"exp_labels": {"job": "flat", "severity": "warning"}}]},
+            {"eval_time": "3d8h", "alertname": "SkewprobeRolloutStalled", "exp_alerts": [
+                {"exp_labels": {"job": "flat", "severity": "warning"}},
+                {"exp_labels": {"job": "moving", "severity": "warning"}}]},
+        ]},
+    ]}
+    return [minutes, days]
+
+
+@needs_helm
+@needs_promtool
+def test_alerts_fire_when_they_should(tmp_path: Path) -> None:
+    groups = copy.deepcopy(_rule_groups(render(PROBE, {"prometheusRule": {"enabled": True}})))
+    names = {r.get("alert") for g in groups for r in g["rules"]} - {None}
+    assert names == {"SkewprobeVerdictFail", "SkewprobeRolloutStalled",
+                     "SkewprobePodsOutsideSupportedSkew"}
+    for group in groups:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)  # templated text: checked by `check rules` above
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    files = []
+    for i, tests in enumerate(_alert_tests()):
+        files.append(f"tests{i}.yaml")
+        (tmp_path / files[-1]).write_text(yaml.safe_dump(tests))
+    done = _promtool("test", "rules", *files, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- the gates: Argo Rollouts and Flagger against a real /verdict and /gate ------------------
+
+T0 = 1_700_000_000.0
+BASELINE = "1.20.3"
+CANARY_FOR = {"pass": "1.21.0", "fail": "1.22.0", "inconclusive": "1.23.0"}
+
+
+def _cohort(rng: np.random.Generator, cohort: str, windows: int, err: float) -> list[PathWindow]:
+    out = []
+    for i in range(windows):
+        errors = int(rng.binomial(300, err))
+        hist = np.bincount(index_of(rng.lognormal(math.log(0.05), 0.5, 300)),
+                           minlength=BUCKET_COUNT)
+        out.append(PathWindow(
+            start=T0 + 10 * i, length=10.0, path="checkout", cohort=cohort,
+            outcomes={"ok": 300 - errors, "http_5xx": errors},
+            latency=tuple(int(x) for x in hist),
+            attempts_sum=300 + int(rng.binomial(1200, 0.01)), attempts_count=300))
+    return out
+
+
+@functools.cache
+def _verdict_bodies() -> dict[str, dict[str, Any]]:
+    """Real verdict JSON from probes.verdict.judge on small synthetic windows, by canary."""
+    rng = np.random.default_rng(6)
+    plans = {"pass": (60, 0.0, 0.0), "fail": (20, 0.001, 0.011), "inconclusive": (2, 0.0, 0.0)}
+    bodies = {}
+    for want, (windows, base_err, canary_err) in plans.items():
+        data = (_cohort(rng, BASELINE, windows, base_err)
+                + _cohort(rng, CANARY_FOR[want], windows, canary_err))
+        body = judge(data, now=T0 + 10 * windows + 1).to_json()
+        assert body["verdict"] == want
+        bodies[CANARY_FOR[want]] = json.loads(json.dumps(body))
+    return bodies
+
+
+@pytest.fixture
+async def verdict_api() -> AsyncIterator[tuple[str, list[VerdictQuery]]]:
+    """The probe's real ApiApp on loopback; the verdict is picked by the query's canary."""
+    bodies = _verdict_bodies()
+    queries: list[VerdictQuery] = []
+
+    async def verdict(query: VerdictQuery) -> Mapping[str, Any]:
+        queries.append(query)
+        return bodies.get(query.canary or "", bodies[CANARY_FOR["inconclusive"]])
+
+    app = ApiApp(CollectorRegistry(), verdict=verdict, health=lambda: (True, "ok"))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)  # listening before hypercorn starts: the first request just waits
+    port = sock.getsockname()[1]
+    config = HypercornConfig()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = config.errorlog = None
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+    yield f"http://127.0.0.1:{port}", queries
+    stop.set()
+    await task
+
+
+def _argo_condition(expression: str, result: Any) -> bool:
+    """Evaluate `result.a.b == "x"` / `!=` as Argo does.
+
+    Argo Rollouts evaluates these with the expr language (github.com/expr-lang/expr); this
+    covers only the field-path comparison our templates use, and raises KeyError where expr
+    would fail on a missing field (Argo marks such a measurement Error, not Failed).
+    """
+    match = re.fullmatch(r'result((?:\.[A-Za-z_]\w*)+)\s*(==|!=)\s*"([^"]*)"', expression.strip())
+    assert match, f"not a field comparison: {expression}"
+    value = result
+    for field in match.group(1).split(".")[1:]:
+        value = value[field]
+    return (value == match.group(3)) is (match.group(2) == "==")
+
+
+def _argo_phase(metric: Mapping[str, Any], result: Any) -> str:
+    """Argo's EvaluateResult with both conditions set: failure wins, neither is Inconclusive."""
+    if _argo_condition(metric["failureCondition"], result):
+        return "Failed"
+    if _argo_condition(metric["successCondition"], result):
+        return "Successful"
+    return "Inconclusive"
+
+
+def _argo_args(text: str, args: Mapping[str, str]) -> str:
+    """Argo's substitution of `{{args.NAME}}` in a metric's fields."""
+    return re.sub(r"\{\{\s*args\.([\w-]+)\s*\}\}", lambda m: args[m.group(1)], text)
+
+
+def _service_url(docs: list[dict[str, Any]]) -> str:
+    service = one(docs, "Service")
+    return (f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:"
+            f"{service['spec']['ports'][0]['port']}")
+
+
+@needs_helm
+async def test_analysis_template_reads_the_real_verdict(
+    verdict_api: tuple[str, list[VerdictQuery]],
+) -> None:
+    base, queries = verdict_api
+    docs = render(PROBE, {"argoRollouts": {"enabled": True}})
+    template = one(docs, "ClusterAnalysisTemplate")
+    (metric,) = template["spec"]["metrics"]
+    web = metric["provider"]["web"]
+    assert web["jsonPath"] == "{$}" and web.get("method", "GET") == "GET"
+    assert metric["successCondition"] == 'result.verdict == "pass"'
+    assert metric["failureCondition"] == 'result.verdict == "fail"'
+    assert metric["inconclusiveLimit"] < metric["count"]  # all-inconclusive is never a pass
+    assert metric["failureLimit"] == 0
+    defaults = {a["name"]: a["value"] for a in template["spec"]["args"]}
+    assert defaults == {"path": "", "baseline": "", "canary": "", "since": ""}
+    url = urlsplit(web["url"])
+    assert f"{url.scheme}://{url.netloc}" == _service_url(docs) and url.path == "/verdict"
+    async with httpx.AsyncClient() as client:
+        for want, canary in CANARY_FOR.items():
+            query = _argo_args(url.query, {**defaults, "path": "checkout", "canary": canary})
+            response = await client.get(f"{base}{url.path}?{query}")
+            assert response.status_code == 200  # non-2xx would be an Argo measurement error
+            # jsonPath "{$}" hands Argo the whole body as `result`.
+            assert _argo_phase(metric, response.json()) == {
+                "pass": "Successful", "fail": "Failed", "inconclusive": "Inconclusive"}[want]
+            # Empty arguments are dropped, not passed on as "".
+            assert queries[-1] == VerdictQuery(path="checkout", canary=canary)
+
+
+@needs_helm
+async def test_flagger_webhook_and_metric_template(
+    verdict_api: tuple[str, list[VerdictQuery]],
+) -> None:
+    base, queries = verdict_api
+    docs = render(PROBE, PROBE_VALUES["all-on"])
+    template = one(docs, "MetricTemplate")
+    assert template["spec"]["provider"]["type"] == "prometheus"
+    query = template["spec"]["query"]
+    # `job` is the Service name (the ServiceMonitor's default job label).
+    assert f'job="{one(docs, "Service")["metadata"]["name"]}"' in query
+    assert 'path="_overall"' in query and 'verdict="pass"' in query
+    example = yaml.safe_load((ROOT / PROBE / "examples/flagger-canary.yaml").read_text())
+    analysis = example["spec"]["analysis"]
+    assert analysis["metrics"][0]["templateRef"] == {"name": template["metadata"]["name"],
+                                                     "namespace": NAMESPACE}
+    assert analysis["metrics"][0]["thresholdRange"] == {"min": 1}
+    statuses = []
+    async with httpx.AsyncClient() as client:
+        for hook in analysis["webhooks"]:
+            assert hook["type"] in ("pre-rollout", "rollout")
+            url = urlsplit(hook["url"])
+            assert f"{url.scheme}://{url.netloc}" == _service_url(docs) and url.path == "/gate"
+            assert set(hook["metadata"]) <= {"path", "baseline", "canary", "since"}
+            payload = {"name": example["metadata"]["name"], "phase": "Progressing",
+                       "namespace": example["metadata"]["namespace"],
+                       "metadata": hook["metadata"]}
+            response = await client.post(f"{base}/gate", json=payload)
+            statuses.append(response.status_code)
+            assert queries[-1].path == hook["metadata"]["path"]
+    # pre-rollout (no canary given: inconclusive here) holds; the rollout hook's canary passes.
+    assert statuses == [409, 200]
+    fail = await _post_gate(base, {"path": "checkout", "canary": CANARY_FOR["fail"]})
+    assert fail == 409
+
+
+async def _post_gate(base: str, metadata: dict[str, str]) -> int:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(f"{base}/gate", json={"metadata": metadata})
+    return response.status_code
+
+
+@needs_helm
+def test_argo_example_uses_the_rendered_template() -> None:
+    template = one(render(PROBE, {"argoRollouts": {"enabled": True}}), "ClusterAnalysisTemplate")
+    arg_names = {a["name"] for a in template["spec"]["args"]}
+    rollout = yaml.safe_load((ROOT / PROBE / "examples/argo-rollout.yaml").read_text())
+    steps = [s["analysis"] for s in rollout["spec"]["strategy"]["canary"]["steps"]
+             if "analysis" in s]
+    assert steps
+    for step in steps:
+        assert step["templates"] == [{"templateName": template["metadata"]["name"],
+                                      "clusterScope": True}]
+        assert {a["name"] for a in step["args"]} <= arg_names
+    namespaced = render(PROBE, PROBE_VALUES["argo-namespaced"])
+    assert sorted(d["metadata"]["namespace"] for d in namespaced
+                  if d["kind"] == "AnalysisTemplate") == ["payments", "shop"]
+
+
+# --- values.schema.json -----------------------------------------------------------------------
+
+
+def chart_config_schema() -> dict[str, Any]:
+    """The probe config's schema as the chart's `config` value takes it (draft-07 for helm:
+    the 2020-12 keywords it does not know, like dependentRequired, are ignored there)."""
+    schema = copy.deepcopy(SCHEMA)
+    schema.pop("$schema", None)
+    schema.pop("title", None)
+    for key in CHART_OWNED:
+        schema["properties"].pop(key)
+    schema["description"] = ("the probe's config (probes/_schema.py), less `listen` and"
+                             " `store` which the chart sets")
+    return schema
+
+
+def test_values_schema_embeds_the_probe_config_schema() -> None:
+    path = ROOT / PROBE / "values.schema.json"
+    values_schema = json.loads(path.read_text())
+    if os.environ.get(UPDATE_SCHEMA_ENV):
+        values_schema["properties"]["config"] = chart_config_schema()
+        path.write_text(json.dumps(values_schema, indent=2) + "\n")
+    assert values_schema["properties"]["config"] == chart_config_schema(), (
+        f"probes/_schema.py changed: run `{UPDATE_SCHEMA_ENV}=1 pytest tests/test_charts.py`")
+
+
+@needs_helm
+def test_bad_values_fail_with_a_clear_message(tmp_path: Path) -> None:
+    bad_rate = _helm("lint", "--strict", str(ROOT / PROBE), "--set", "config.paths[0].rate=fast")
+    assert bad_rate.returncode != 0 and "config.paths.0.rate" in bad_rate.stdout + bad_rate.stderr
+    owned = _helm("template", "x", str(ROOT / PROBE), "--skip-schema-validation",
+                  "--set", "config.listen=0.0.0.0:1")
+    assert owned.returncode != 0 and "config.listen is set by the chart" in owned.stderr
+    missing = _helm("template", "x", str(ROOT / TARGET), "--set-json",
+                    'profiles={"versions":{"1.20.3":{}}}')
+    assert missing.returncode != 0 and '"reference" is not in profiles.versions' in missing.stderr
+
+
+# --- the target chart -------------------------------------------------------------------------
+
+
+@needs_helm
+@pytest.mark.parametrize("name", TARGET_VALUES)
+def test_target_is_injected_hardened_and_its_args_parse(name: str) -> None:
+    values = TARGET_VALUES[name]
+    docs = render(TARGET, values)
+    pod = _pod(docs)
+    meta, spec = pod["metadata"], pod["spec"]
+    mesh = values.get("mesh", "istio")
+    if mesh == "istio":
+        assert meta["annotations"]["sidecar.istio.io/inject"] == "true"
+        revision = values.get("istio", {}).get("revision")
+        if revision:
+            assert meta["labels"]["istio.io/rev"] == revision
+        else:
+            assert meta["labels"]["sidecar.istio.io/inject"] == "true"
+        proxy = json.loads(meta["annotations"]["proxy.istio.io/config"])
+        assert proxy["holdApplicationUntilProxyStarts"] is True
+        assert one(docs, "PeerAuthentication")["spec"]["mtls"] == {"mode": "PERMISSIVE"}
+    else:
+        assert meta["annotations"]["linkerd.io/inject"] == "enabled"
+        assert not [d for d in docs if d["kind"] == "PeerAuthentication"]
+    # Hardened per container; nothing pod-wide that would bind the mesh's init container.
+    assert "runAsNonRoot" not in spec["securityContext"]
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = spec["containers"]
+    _hardened(container["securityContext"])
+    assert container["command"] == ["python", "-m", "targets.server"]
+    argv = [a.replace("$(POD_NAME)", "target-0") for a in container["args"]]
+    args = target_args(argv)  # the target's own parser
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert parse_hostport(args.http) == ("0.0.0.0", ports["http"])
+    assert parse_hostport(args.grpc) == ("0.0.0.0", ports["grpc"])
+    assert args.pod == "target-0" and args.version == values.get("emulatedVersion", "reference")
+    service = one(docs, "Service")
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
+        "http": "http", "grpc": "grpc"}
+    assert service["spec"]["selector"].items() <= meta["labels"].items()
+    if "profiles" in values:
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert Path(args.profiles).parent == Path(mounts["profiles"])
+        text = one(docs, "ConfigMap")["data"]["profiles.yaml"]
+        assert parse_profiles(text).profile(args.version).version == args.version
+    else:
+        assert args.profiles is None
+
+
+@needs_helm
+def test_probe_defaults_discover_the_target_chart() -> None:
+    config = yaml.safe_load(probe_config(render(PROBE)))
+    kubernetes = config["targets"]["kubernetes"]
+    target = _pod(render(TARGET))
+    selector = dict(term.split("=", 1) for term in kubernetes["selector"].split(","))
+    assert selector.items() <= target["metadata"]["labels"].items()
+    named = {p["name"] for c in target["spec"]["containers"] for p in c["ports"]}
+    assert {kubernetes["port"]} | {p["port"] for p in config["paths"]} <= named
+    probe_user = _pod(render(PROBE))["spec"]["containers"][0]["securityContext"]["runAsUser"]
+    assert target["spec"]["containers"][0]["securityContext"]["runAsUser"] == probe_user
+
+
+# --- Dockerfile -------------------------------------------------------------------------------
+
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """(instruction, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip()
+             .startswith("#")]
+    return [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1]) for ln in lines]
+
+
+def _copied_sources() -> list[str]:
+    sources = []
+    for op, rest in _dockerfile():
+        if op == "COPY" and not rest.startswith("--from"):
+            sources += rest.split()[:-1]
+    return sources
+
+
+def _dockerignored(path: str) -> bool:
+    """Docker's .dockerignore: the last matching pattern wins; a pattern matching a parent
+    directory matches everything under it."""
+    patterns = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")]
+    parts = path.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        glob = pattern.lstrip("!").rstrip("/")
+        regex = re.escape(glob).replace(r"\*\*/", "(.*/)?").replace(r"\*\*", ".*")
+        regex = regex.replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+        if any(re.fullmatch(regex, c) for c in candidates):
+            ignored = not negate
+    return ignored
+
+
+def test_dockerfile_copies_existing_sources_inside_the_build_context() -> None:
+    sources = _copied_sources()
+    assert set(sources) == {"pyproject.toml", "README.md", "probes", "targets"}
+    for source in sources:
+        assert (ROOT / source).exists()
+    for path in ("pyproject.toml", "README.md", "probes/cli.py", "targets/server.py",
+                 "targets/examples/profiles.yaml", "targets/proto/target_pb2.py"):
+        assert not _dockerignored(path), path
+    for path in (".venv/bin/python", "tests/test_api.py", ".git/HEAD", "probes/__pycache__/x.pyc",
+                 "charts/skewprobe/values.yaml", "skewprobe.db"):
+        assert _dockerignored(path), path
+
+
+def test_dockerfile_entrypoint_user_and_base_image() -> None:
+    instructions = _dockerfile()
+    args = {rest.split("=", 1)[0]: rest.split("=", 1)[1] for op, rest in instructions
+            if op == "ARG" and "=" in rest}
+    assert args["PYTHON_IMAGE"] == "python:3.11-slim"
+    assert all(rest.split()[0] == "${PYTHON_IMAGE}" for op, rest in instructions if op == "FROM")
+    final = dict(instructions[max(i for i, (op, _) in enumerate(instructions) if op == "FROM"):])
+    assert json.loads(final["ENTRYPOINT"]) == ["skewprobe"]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["skewprobe"] == "probes.cli:main"
+    uid, gid = final["USER"].split(":")
+    assert uid.isdigit() and int(uid) != 0 and gid.isdigit()
+    # The target runs from the same image; its module must exist in the package.
+    assert (ROOT / "targets/server.py").is_file() and (ROOT / "targets/__init__.py").is_file()
+    if HELM is not None:
+        for chart in (PROBE, TARGET):
+            sc = _pod(render(chart))["spec"]["containers"][0]["securityContext"]
+            assert (sc["runAsUser"], sc["runAsGroup"]) == (int(uid), int(gid))
+
+
+def test_wheel_builds_from_exactly_the_copied_files(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for source in _copied_sources():
+        origin = ROOT / source
+        if origin.is_dir():
+            shutil.copytree(origin, src / source,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(origin, src / source)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = (tmp_path / "dist").glob("skewprobe-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        entry_points = next(archive.read(n).decode() for n in names
+                            if n.endswith("entry_points.txt"))
+    for module in ("probes/cli.py", "targets/server.py", "targets/examples/profiles.yaml",
+                   "targets/proto/target_pb2.py"):
+        assert module in names
+    assert re.search(r"^skewprobe = probes\.cli:main$", entry_points, re.M)
