@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     verdict.add_argument("--since", help="start of the comparison: RFC 3339, -30m, or 30m")
     verdict.add_argument("--json", action="store_true", help="print the verdict JSON")
 
+    from probes.inventory_cli import add_inventory_parser
+
+    add_inventory_parser(sub)
+
     demo = sub.add_parser("demo", help="run the local fleet with a simulated rollout and probe it")
     demo.add_argument("--pods", type=int, default=12)
     demo.add_argument("--rollout", type=_duration, default=60.0, help="rollout length (60s)")
@@ -99,6 +103,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "verdict":
         return _verdict(args)
+    if args.command == "inventory":
+        from probes.inventory_cli import run_inventory
+
+        return run_inventory(args)
     if args.command == "demo":
         from probes.demo import run_demo
 

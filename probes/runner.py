@@ -23,13 +23,15 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 from prometheus_client import CollectorRegistry
 
-from probes._exceptions import BadInput, SkewprobeError, StoreError
+from probes._exceptions import BadInput, SkewprobeError, SourceUnavailable, StoreError
 from probes._spec import Config
 from probes._types import CallResult, Endpoint, EndpointWindow, PathWindow
 from probes.api import ApiApp, VerdictQuery
 from probes.clients import OpenStream, StreamProber, build_prober
 from probes.discovery import DiscoverySource, FileSource, StaticSource
 from probes.engine import Engine, EngineLimits, Prober
+from probes.inventory import SkewMetrics, inventory_rows, report_from_pods
+from probes.inventory_cli import CONTROL_PLANE_EVENT
 from probes.measure.window import WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
 from probes.store import Event, Store
@@ -69,6 +71,11 @@ class Recorder:
 
 
 def discovery_for(config: Config) -> DiscoverySource:
+    if config.kubernetes is not None:
+        # Imported here: kubernetes-asyncio takes half a second to import.
+        from probes.discovery.kubernetes import KubernetesSource
+
+        return KubernetesSource(config.kubernetes)
     if config.file_targets is not None:
         return FileSource(config.file_targets.path)
     return StaticSource(config.static_targets)
@@ -110,6 +117,12 @@ class ProbeRunner:
         self._api_ready = asyncio.Event()
         self._store_error: str | None = None
         self.windows_written = 0
+        self.source = discovery_for(config)
+        self.skew_metrics = SkewMetrics(self.registry) if config.kubernetes else None
+        self._inventory_report: Mapping[str, Any] | None = None
+        self._inventory_written: tuple[float, frozenset[tuple[str, str, str, int]]] = (
+            0.0, frozenset()
+        )
         self.streams = StreamRecorder(self.aggregator, self.metrics)
         self.stream_prober: StreamProber | None = None
         self.open_at_stop: tuple[OpenStream, ...] = ()
@@ -149,9 +162,11 @@ class ProbeRunner:
         api_task: asyncio.Task[None] | None = None
         try:
             engine_task = asyncio.create_task(
-                self.engine.run(discovery_for(self.config).snapshots()), name="engine"
+                self.engine.run(self.source.snapshots()), name="engine"
             )
             tasks.add(engine_task)
+            if self.config.kubernetes is not None:
+                tasks.add(asyncio.create_task(self._inventory(), name="inventory"))
             tasks.add(asyncio.create_task(self._flusher(), name="flusher"))
             if self.options.listen:
                 api_task = asyncio.create_task(self._serve_api(), name="api")
@@ -179,6 +194,7 @@ class ProbeRunner:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._write(force=True)
+            self._snapshot_inventory(force=True)
             await asyncio.gather(*(p.aclose() for p in self.probers.values()))
             restore()
 
@@ -212,6 +228,7 @@ class ProbeRunner:
             next_boundary = math.floor(now / length) * length + length + grace
             await asyncio.sleep(max(0.0, next_boundary - now))
             self._write(force=False)
+            self._snapshot_inventory(force=False)
             self.metrics.set_in_flight(self.engine.in_flight if self.engine else 0)
             await self._publish_verdict()
 
@@ -262,11 +279,74 @@ class ProbeRunner:
             self.metrics.set_verdict(path["path"], path["verdict"])
         self.metrics.set_verdict(OVERALL, result["verdict"])
 
+    # -- inventory (Kubernetes discovery only) ----------------------------------------------
+
+    async def _inventory(self) -> None:
+        """Metrics on every inventory change; the control plane to the store when it changes."""
+        spec = self.config.kubernetes
+        assert spec is not None and self.skew_metrics is not None
+        planes_seen = None
+        async for state in self.source.inventory_updates():  # type: ignore[attr-defined]
+            self.metrics.set_inventory(inventory_rows(state.pods, state.at))
+            report = report_from_pods(state.pods, state.control_planes, spec.supported_skew,
+                                      now=state.at, mesh=state.mesh)
+            self.skew_metrics.update(report)
+            self._inventory_report = report
+            planes = [{"version": p.version, "revision": p.revision, "source": p.source}
+                      for p in state.control_planes]
+            if planes != planes_seen:
+                planes_seen = planes
+                self._store_call(self._write_control_plane, state.at, planes)
+
+    def _write_control_plane(self, at: float, planes: list[dict[str, Any]]) -> None:
+        assert self.store is not None
+        self.store.write_events([Event(CONTROL_PLANE_EVENT, at, detail={"versions": planes})])
+
+    def _store_call(self, fn: Callable[..., None], *args: Any) -> bool:
+        try:
+            fn(*args)
+        except StoreError as exc:
+            self.metrics.store_error()
+            log.error("store write failed: %s", exc)
+            return False
+        return True
+
+    def _snapshot_inventory(self, *, force: bool) -> None:
+        """After each window (and at shutdown): a store snapshot when pod counts changed,
+        at most every `inventory_every_s`, so the store stays small."""
+        if self.config.kubernetes is None:
+            return
+        state = self.source.state()  # type: ignore[attr-defined]
+        if not state.synced:
+            return
+        rows = inventory_rows(state.pods, state.at)
+        self.metrics.set_inventory(rows)  # keeps the age gauges current between changes
+        key = frozenset((r.namespace, r.workload, r.proxy_version, r.pods) for r in rows)
+        last_at, last_key = self._inventory_written
+        if key == last_key or (not force and state.at - last_at < self.config.inventory_every_s):
+            return
+        assert self.store is not None
+        if self._store_call(self.store.write_inventory, state.at, rows):
+            self._inventory_written = (state.at, key)
+
+    async def inventory_json(self) -> Mapping[str, Any]:
+        if self._inventory_report is None:
+            raise SourceUnavailable(
+                "no pod inventory yet (static targets, or the first list is pending)"
+            )
+        return self._inventory_report
+
     # -- API -------------------------------------------------------------------------------
 
     def health(self) -> tuple[bool, str]:
         if self._store_error:
             return False, f"store: {self._store_error}"
+        if self.config.kubernetes is not None:
+            # False while the API is down (the last known pods are still probed): meant for
+            # readiness, not liveness, or an API outage becomes a restart loop.
+            ok, line = self.source.health()  # type: ignore[attr-defined]
+            if not ok:
+                return False, line
         if self.engine is None or not self.engine.endpoints:
             return True, "no endpoints discovered yet"
         return True, f"probing {len(self.engine.endpoints)} endpoints"
@@ -287,7 +367,11 @@ class ProbeRunner:
         assert self.options.listen is not None
         host, port = parse_listen(self.options.listen)
         app = ApiApp(
-            self.registry, verdict=self.verdict_json, health=self.health, token=self.options.token
+            self.registry,
+            verdict=self.verdict_json,
+            health=self.health,
+            inventory=self.inventory_json,
+            token=self.options.token,
         )
         hconfig = HypercornConfig()
         hconfig.bind = [f"{host}:{port}"]

@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from sys import intern
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -163,7 +164,9 @@ def _default_port(spec: Json) -> int | None:
     return None
 
 
-def _probe_port(spec: Json, ports: Mapping[str, int], want: str | int | None) -> tuple[int | None, str]:
+def _probe_port(
+    spec: Json, ports: Mapping[str, int], want: str | int | None
+) -> tuple[int | None, str]:
     if isinstance(want, int):
         return want, ""  # Kubernetes does not require a port to be declared to be served
     if isinstance(want, str):
@@ -189,14 +192,15 @@ def pod_record(
     ports = _named_ports(spec)
     number, problem = _probe_port(spec, ports, port)
     start_time = status.get("startTime") or ""
+    # Namespaces, nodes, workloads and phases repeat across thousands of pods: one copy each.
     return PodRecord(
-        namespace=str(meta.get("namespace", "")),
+        namespace=intern(str(meta.get("namespace", ""))),
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
-        workload=owner_workload(pod),
-        node=str(spec.get("nodeName") or ""),
+        workload=intern(owner_workload(pod)),
+        node=intern(str(spec.get("nodeName") or "")),
         ip=str(status.get("podIP") or ""),
-        phase=str(status.get("phase") or "Pending"),
+        phase=intern(str(status.get("phase") or "Pending")),
         ready=_ready(status),
         terminating=bool(meta.get("deletionTimestamp")),
         started_at=parse_time(start_time),
