@@ -1,0 +1,293 @@
+"""Capacity: one `skewprobe run` probing N fleet endpoints at 1 call/s each, on one core.
+
+The product's goal is 2,400 endpoints × 1 call/s on one core. This runs the real product:
+the local fleet (`python -m targets.fleet --no-grpc`) in one process pinned to one core,
+`skewprobe run` with a generated config (file targets = the fleet's endpoints file) pinned
+to the other, and reads everything from outside the probe:
+
+- achieved / intended rate: `skewprobe_requests_total` (all outcomes) counted between two
+  scrapes of `/metrics` taken after a warm-up, over N × rate × the time between them;
+- schedule lag p50/p99: the probe's own `skewprobe_schedule_lag_seconds` histogram (every
+  call, not a sample), as the difference of the two scrapes. Its buckets are coarse
+  (…, 1, 2.5, 5, 10, 25 ms), so the table gives PromQL-style interpolation *and* the
+  bucket the quantile lies in, plus the share of calls sent within the 10 ms budget.
+  The store's `lag_max_s` per window is shown too (worst single call);
+- latency p50/p99: the store's log-linear histograms (≤ 1 % error) of the 10 s windows
+  that lie wholly inside the measured interval (from the intended send time, as reported);
+- probe CPU seconds per 1,000 calls: utime + stime from /proc/<pid>/stat over the interval;
+- peak RSS: VmHWM of the probe at the end of the run (start-up included);
+- the fleet's CPU share, the CPU of every other process and of interrupts (loopback TCP
+  runs partly in softirq, charged to no process) and steal, over the interval: other work on
+  a 2-core machine shifts the figures, so each run shows it, with the load average;
+- how long the /metrics scrapes took (the API shares the engine's event loop: a slow scrape
+  means a stalled loop).
+
+`--window 1s` gives a per-second series of the store's lag_max (in the JSON), which shows
+periodic stalls; `--profile FILE` samples the probe with py-spy; `--gc-experiment` runs the
+same product with other gc settings (an experiment for the lead, labelled as such).
+
+    .venv/bin/python benchmarks/capacity.py                          # 600 endpoints, 60 s
+    .venv/bin/python benchmarks/capacity.py --pods 2400 --duration 20
+    .venv/bin/python benchmarks/capacity.py --http 2 --repeat 3 --duration 20
+    .venv/bin/python benchmarks/capacity.py --pods 600 --duration 20 --profile /tmp/probe.txt
+    .venv/bin/python benchmarks/capacity.py --quick                  # for run_all.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _harness as h
+
+from probes.measure.histogram import Histogram
+from probes.store import Store
+
+LAG = "skewprobe_schedule_lag_seconds"
+BUDGET_S = 0.010
+
+
+def _config(endpoints_file: Path, args: argparse.Namespace) -> str:
+    version = '"2"' if args.http == "2" else '"1.1"'
+    return (
+        f"targets:\n  file: {{path: {endpoints_file}}}\n"
+        f"window: {args.window}\n"
+        f"probe: {{max_in_flight: {max(1000, args.pods * 2)}}}\n"
+        "paths:\n"
+        "  - name: capacity\n"
+        f"    http: {{method: GET, path: /api/capacity, version: {version}}}\n"
+        f"    rate: {args.rate:g}/s\n"
+        f"    timeout: {args.timeout}\n"
+    )
+
+
+# An experiment, not the product as shipped: the same `skewprobe run`, with gc.freeze() once
+# the warm-up has opened every connection, and larger collection thresholds, to show how much
+# of the schedule lag is garbage-collection pauses (see --gc-experiment).
+_GC_LAUNCHER = """
+import gc, sys, threading
+gc.set_threshold({t0}, {t1}, {t2})
+threading.Timer({freeze_after}, gc.freeze).start()
+from probes.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _probe_launcher(args: argparse.Namespace) -> list[str]:
+    if not args.gc_experiment:
+        return h.skewprobe_cmd()
+    t0, t1, t2 = (int(x) for x in args.gc_experiment.split(","))
+    code = _GC_LAUNCHER.format(t0=t0, t1=t1, t2=t2, freeze_after=max(1.0, args.warmup - 1.0))
+    return [h.PYTHON, "-c", code]
+
+
+def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    endpoints = work / "endpoints.json"
+    store = work / "capacity.db"
+    config = work / "capacity.yaml"
+    config.write_text(_config(endpoints, args), encoding="utf-8")
+    listen_port = h.free_port()
+    metrics_url = f"http://127.0.0.1:{listen_port}/metrics"
+    with h.children() as kids:
+        fleet_cmd = [
+            h.PYTHON, "-m", "targets.fleet", "--pods", str(args.pods), "--from", "1.20.3",
+            "--no-grpc", "--endpoints-file", str(endpoints), "--base-host", args.base_host,
+            "--http-port", "0", "--quiet", "--drain", "0", "--drain-notice", "0",
+        ]
+        fleet = h.Child("fleet", h.pinned(args.fleet_core, fleet_cmd), log=work / "fleet.err")
+        kids.append(fleet)
+        t0 = time.monotonic()
+        fleet.wait_line(r"^fleet: ", timeout_s=max(60.0, args.pods / 10))
+        fleet_start_s = time.monotonic() - t0
+        probe_cmd = [
+            *_probe_launcher(args), "run", "--config", str(config), "--store", str(store),
+            "--listen", f"127.0.0.1:{listen_port}",
+            # A backstop only: the run is ended by SIGTERM after the last scrape.
+            "--duration", f"{int(args.warmup + args.duration + 120)}s",
+        ]
+        probe = h.Child("probe", h.pinned(args.probe_core, probe_cmd), log=work / "probe.err")
+        kids.append(probe)
+        t0 = time.monotonic()
+        h.wait_http(f"http://127.0.0.1:{listen_port}/healthz", f"probing {args.pods} endpoints",
+                    timeout_s=120.0)
+        probe_start_s = time.monotonic() - t0
+        time.sleep(args.warmup)
+        pids = [probe.pid, fleet.pid]
+        a = h.snapshot(pids, metrics_url)
+        if args.profile:
+            # Sampled from the fleet's core so the sampler does not take the probe's CPU.
+            h.profile(probe.pid, args.duration, Path(args.profile), core=args.fleet_core)
+        else:
+            time.sleep(args.duration)
+        b = h.snapshot(pids, metrics_url)
+        mem = h.memory_kib(probe.pid)
+        probe_cpu_total = h.cpu_seconds(probe.pid)
+        probe_rc = probe.stop(timeout_s=30.0)
+        fleet.stop(timeout_s=30.0)
+    if probe_rc != 0:
+        err = (work / "probe.err").read_text()[-2000:]
+        raise RuntimeError(f"skewprobe run exited {probe_rc}: {err}")
+    return _figures(args, a, b, mem, probe, fleet, store, probe_cpu_total,
+                    fleet_start_s, probe_start_s)
+
+
+def _figures(
+    args: argparse.Namespace, a: h.Snapshot, b: h.Snapshot, mem: dict[str, int],
+    probe: h.Child, fleet: h.Child, store: Path, probe_cpu_total: float,
+    fleet_start_s: float, probe_start_s: float,
+) -> dict[str, Any]:
+    wall = b.mono - a.mono
+    outcomes_a = h.counter_by(a.metrics, "skewprobe_requests", "outcome")
+    outcomes_b = h.counter_by(b.metrics, "skewprobe_requests", "outcome")
+    outcomes = {k: int(v - outcomes_a.get(k, 0.0)) for k, v in outcomes_b.items()}
+    outcomes = {k: v for k, v in outcomes.items() if v}
+    calls = sum(outcomes.values())
+    dropped_a = h.counter_by(a.metrics, "skewprobe_calls_dropped", "reason")
+    dropped_b = h.counter_by(b.metrics, "skewprobe_calls_dropped", "reason")
+    dropped = {k: int(v - dropped_a.get(k, 0.0)) for k, v in dropped_b.items()}
+    dropped = {k: v for k, v in dropped.items() if v}
+    lag = h.bucket_delta(h.buckets(a.metrics, LAG), h.buckets(b.metrics, LAG))
+    probe_cpu = b.cpu[probe.pid] - a.cpu[probe.pid]
+    fleet_cpu = b.cpu[fleet.pid] - a.cpu[fleet.pid]
+    sys_delta = {k: b.system[k] - a.system[k] for k in b.system}
+    # Kernel time in interrupts (loopback TCP runs in softirq) is often charged to no process.
+    others_cpu = sys_delta["busy"] - sys_delta["irq"] - sys_delta["softirq"] - probe_cpu - fleet_cpu
+    intended = args.pods * args.rate * wall
+    lat, lag_max = _store_latency(store, a.wall, b.wall)
+    return {
+        "pods": args.pods, "http": args.http, "rate_per_endpoint": args.rate,
+        "interval_s": round(wall, 2),
+        "intended_calls": round(intended), "calls": calls,
+        "achieved_ratio": calls / intended if intended else float("nan"),
+        "outcomes": outcomes, "dropped": dropped,
+        "lag_p50": h.bucket_quantile(lag, 0.50), "lag_p99": h.bucket_quantile(lag, 0.99),
+        "lag_within_10ms": h.fraction_at_most(lag, BUDGET_S),
+        "lag_max_store_s": max(lag_max, default=float("nan")),
+        "lag_max_per_window_ms": [round(x * 1000, 2) for x in lag_max],
+        "latency_p50_s": lat[0], "latency_p99_s": lat[1], "latency_windows": lat[2],
+        "probe_cpu_s": probe_cpu, "probe_core_share": probe_cpu / wall,
+        "cpu_s_per_1000_calls": 1000 * probe_cpu / calls if calls else float("nan"),
+        "probe_cpu_total_s": probe_cpu_total,
+        "peak_rss_mib": mem.get("VmHWM", 0) / 1024, "rss_end_mib": mem.get("VmRSS", 0) / 1024,
+        "fleet_core_share": fleet_cpu / wall,
+        "irq_softirq_share": (sys_delta["irq"] + sys_delta["softirq"]) / wall,
+        "steal_share": sys_delta["steal"] / wall, "others_cpu_share": others_cpu / wall,
+        "scrape_s": round(max(a.scrape_s, b.scrape_s), 3),
+        "load_before": a.load, "load_after": b.load,
+        "fleet_start_s": round(fleet_start_s, 1), "probe_ready_s": round(probe_start_s, 1),
+    }
+
+
+def _store_latency(
+    store: Path, since: float, until: float
+) -> tuple[tuple[float, float, int], list[float]]:
+    """Pooled p50/p99 of windows lying wholly in [since, until], and each one's max lag."""
+    with Store.open(store, readonly=True) as s:
+        windows = [w for w in s.read_windows() if w.start >= since and w.start + w.length <= until]
+    if not windows:
+        return (float("nan"), float("nan"), 0), []
+    pooled = Histogram()
+    for w in windows:
+        pooled += Histogram.from_window(w.latency)
+    p50, p99 = pooled.quantiles((0.5, 0.99))
+    return (float(p50), float(p99), len(windows)), [w.lag_max_s for w in windows]
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1000:.2f}"
+
+
+def _lag(q: tuple[float, float, float]) -> str:
+    est, lo, hi = q
+    return f"{est * 1000:.2f} ({lo * 1000:g}–{hi * 1000:g}]"
+
+
+def report(runs: list[dict[str, Any]]) -> str:
+    header = [
+        "run", "endpoints", "HTTP", "interval s", "achieved/intended", "outcomes", "dropped",
+        "lag p50 ms (bucket]", "lag p99 ms (bucket]", "lag ≤10 ms", "lag max ms (store)",
+        "latency p50/p99 ms (store)", "probe CPU s/1k calls", "probe core share",
+        "peak RSS MiB", "fleet core share", "other processes (cores)",
+        "irq+softirq (cores)", "steal (cores)", "/metrics scrape s",
+        "loadavg before → after",
+    ]
+    rows = []
+    for i, r in enumerate(runs, 1):
+        rows.append([
+            i, r["pods"], r["http"], r["interval_s"], f"{r['achieved_ratio']:.4f}",
+            ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items())) or "none",
+            ", ".join(f"{k} {v}" for k, v in sorted(r["dropped"].items())) or "0",
+            _lag(r["lag_p50"]), _lag(r["lag_p99"]), f"{r['lag_within_10ms']:.2%}",
+            _ms(r["lag_max_store_s"]),
+            f"{_ms(r['latency_p50_s'])} / {_ms(r['latency_p99_s'])}",
+            f"{r['cpu_s_per_1000_calls']:.3f}", f"{r['probe_core_share']:.2f}",
+            f"{r['peak_rss_mib']:.0f}", f"{r['fleet_core_share']:.2f}",
+            f"{r['others_cpu_share']:.2f}", f"{r['irq_softirq_share']:.2f}",
+            f"{r['steal_share']:.2f}", f"{r['scrape_s']:.2f}",
+            f"{r['load_before']} → {r['load_after']}",
+        ])
+    out = [h.md_table(header, rows)]
+    per_k = [r["cpu_s_per_1000_calls"] for r in runs]
+    med = statistics.median(per_k)
+    goal = 2400.0
+    out.append(
+        f"\nmedian probe CPU {med:.3f} s per 1,000 calls → {1000 / med:,.0f} calls per "
+        f"CPU-second; the goal ({goal:,.0f} endpoints × 1 call/s) needs "
+        f"{goal * med / 1000:.2f} cores at this cost ({goal * med / 1000:.1f}× one core)."
+    )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pods", type=int, default=600, help="fleet endpoints (default 600)")
+    ap.add_argument("--duration", type=float, default=60.0, help="measured seconds (60)")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring (5)")
+    ap.add_argument("--rate", type=float, default=1.0, help="calls/s per endpoint (1)")
+    ap.add_argument("--http", choices=("1.1", "2"), default="1.1", help="HTTP version")
+    ap.add_argument("--timeout", default="1s", help="the path's timeout (1s)")
+    ap.add_argument("--window", default="10s",
+                    help="the probe's window (10s); 1s gives a per-second lag_max series")
+    ap.add_argument("--repeat", type=int, default=1, help="independent runs (fresh processes)")
+    ap.add_argument("--probe-core", type=int, default=0)
+    ap.add_argument("--fleet-core", type=int, default=1)
+    ap.add_argument("--base-host", default="127.77.0.1", help="address of fleet pod 0")
+    ap.add_argument("--json", help="also write the figures as JSON here")
+    ap.add_argument("--gc-experiment", metavar="T0,T1,T2",
+                    help="experiment, not the shipped product: run the probe with these"
+                         " gc thresholds and gc.freeze() after the warm-up")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="sample the probe with py-spy over the measured interval; write its"
+                         " collapsed stacks to FILE and print the top costs (the sampler"
+                         " perturbs the figures a little: quote CPU figures from plain runs)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a short run for run_all.py: 300 endpoints, 15 s")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.pods, args.duration, args.warmup = 300, 15.0, 3.0
+    runs = []
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory(prefix="skewprobe-capacity-") as tmp:
+            runs.append(run_once(args, Path(tmp)))
+    cmd = " ".join(["benchmarks/capacity.py", *(argv if argv is not None else sys.argv[1:])])
+    print(f"## capacity: {cmd}\n")
+    print(report(runs))
+    if args.profile:
+        print(f"\n### py-spy profile of the probe ({args.profile})\n")
+        print(h.profile_summary(Path(args.profile)))
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=2), encoding="utf-8")
+    failed = any(set(r["outcomes"]) - {"ok"} for r in runs)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
