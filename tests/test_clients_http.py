@@ -173,9 +173,11 @@ async def test_connect_timeout_when_syns_are_dropped(version):
     # The prober's own connect timeout fires inside the engine's deadline, so the outcome
     # says the connection never came up rather than just "timeout".
     with full_backlog() as port:
-        outcome, took = await one_call(http_path(version=version, timeout_s=0.4), at(port))
+        # 1 s leaves the prober's connect timeout 50 ms ahead of the engine's deadline, a
+        # margin that holds on a loaded machine (0.4 s left only 20 ms).
+        outcome, took = await one_call(http_path(version=version, timeout_s=1.0), at(port))
     assert outcome.outcome == Outcome.CONNECT_TIMEOUT
-    assert took < 0.4
+    assert took < 1.0
 
 
 @pytest.mark.parametrize("version", VERSIONS)
