@@ -80,7 +80,7 @@ async def test_open_loop_rate_holds_when_one_endpoint_hangs() -> None:
     assert {r.outcome.outcome for r in hung} == {Outcome.TIMEOUT}
     slow = [r for r in sink.results if r.endpoint == "slow"]
     assert all(0.19 <= r.latency_s < 0.3 for r in slow)
-    assert max(r.lag_s for r in sink.results) < 0.05
+    assert max(r.lag_s for r in sink.results) < 0.15
 
 
 async def test_latency_is_measured_from_the_intended_send_time() -> None:
