@@ -67,12 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     verdict.add_argument("--json", action="store_true", help="print the verdict JSON")
 
     from probes.inventory_cli import add_inventory_parser
+    from probes.report.cli import add_report_parser
 
     add_inventory_parser(sub)
+    add_report_parser(sub)
 
     demo = sub.add_parser("demo", help="run the local fleet with a simulated rollout and probe it")
     demo.add_argument("--pods", type=int, default=12)
-    demo.add_argument("--rollout", type=_duration, default=60.0, help="rollout length (60s)")
+    demo.add_argument("--rollout", type=_duration, default=40.0, help="rollout length (40s)")
     demo.add_argument("--store", default="skewprobe-demo.db")
     demo.add_argument("--out", default="skewprobe-report", help="report folder")
     demo.add_argument("--quiet", action="store_true", help="no live progress lines")
@@ -103,6 +105,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "verdict":
         return _verdict(args)
+    if args.command == "report":
+        from probes.report.cli import run_report
+
+        return run_report(args)
     if args.command == "inventory":
         from probes.inventory_cli import run_inventory
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from probes._exceptions import BadInput, SkewprobeError
 from probes._spec import Config
 from probes.config import parse_config
+from probes.report.cli import write_report
 from probes.report.summary import format_figures, summarise
 from probes.runner import ProbeRunner, RunOptions
 from probes.store import Store
@@ -97,11 +98,11 @@ def run_demo(
             raise BadInput("--proxy haproxy needs haproxy (apt-get install haproxy)")
     _fresh_store(store)
     with tempfile.TemporaryDirectory(prefix="skewprobe-demo-") as workdir:
-        return asyncio.run(_demo(pods, rollout_s, store, Path(workdir), quiet, proxy))
+        return asyncio.run(_demo(pods, rollout_s, store, out, Path(workdir), quiet, proxy))
 
 
 async def _demo(
-    pods: int, rollout_s: float, store: str, workdir: Path, quiet: bool, proxy: str
+    pods: int, rollout_s: float, store: str, out: str, workdir: Path, quiet: bool, proxy: str
 ) -> int:
     endpoints = workdir / "endpoints.json"
     restarts = pods // 2
@@ -144,7 +145,7 @@ async def _demo(
         raise SkewprobeError(f"the fleet failed: {fleet_err.decode().strip()[-300:]}")
     # "Upgrading now would reset N streams older than…": the demo's streams are young.
     lifetimes = runner.streams.lifetime_report(runner.open_at_stop, threshold_s=30.0)
-    return _finish(store, config, [r.summary for r in lifetimes])
+    return _finish(store, config, [r.summary for r in lifetimes], out)
 
 
 async def _progress(runner: ProbeRunner, started: float, quiet: bool) -> None:
@@ -175,7 +176,7 @@ async def _progress(runner: ProbeRunner, started: float, quiet: bool) -> None:
         last_calls, last_by_cohort, last_errors = recorder.calls, calls, errors
 
 
-def _finish(store_path: str, config: Config, lifetimes: list[str]) -> int:
+def _finish(store_path: str, config: Config, lifetimes: list[str], out: str) -> int:
     store = Store.open(store_path, readonly=True)
     try:
         windows = store.read_windows()
@@ -194,6 +195,15 @@ def _finish(store_path: str, config: Config, lifetimes: list[str]) -> int:
     print()
     print(f"verdict, {result['canary']} (canary) against {result['baseline']} (baseline):")
     print(format_table(result))
-    print()
+    span = Store.open(store_path, readonly=True)
+    try:
+        first_last = span.time_range()
+    finally:
+        span.close()
+    if first_last is not None:
+        files = write_report(store_path, out, since=first_last[0], until=first_last[1],
+                             settings=config)
+        print()
+        print(f"report: {files.html}  (and report.md, report.json beside it)")
     print(f"store: {store_path}  (skewprobe verdict --store {store_path} --json)")
     return 0

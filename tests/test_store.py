@@ -109,6 +109,32 @@ def test_filters_and_order(store: Store) -> None:
     assert len(store.read_table(cohorts=["v2"])) == 6
 
 
+def test_endpoint_totals_sum_windows_per_endpoint(store: Store) -> None:
+    paths, endpoints = aggregated_windows()
+    store.write(paths, endpoints)
+    got = store.read_endpoint_totals()
+    want: dict[tuple[str, str, str], list[float]] = {}
+    for e in endpoints:
+        acc = want.setdefault((e.path, e.endpoint, e.cohort), [e.start, 0, 0])
+        acc[0] = min(acc[0], e.start)
+        acc[1] += e.requests
+        acc[2] += e.errors
+    assert [(t.path, t.endpoint, t.cohort) for t in got] == sorted(want)
+    for t in got:
+        assert [t.start, t.requests, t.errors] == want[(t.path, t.endpoint, t.cohort)]
+        assert t.labels["pod"] == t.endpoint
+    # Filters: the range, paths, cohorts, endpoint names; failing_only sums error windows.
+    later = store.read_endpoint_totals(since=1020.0, paths=["checkout"], cohorts=["1.21.0"])
+    assert {t.path for t in later} == {"checkout"} and {t.cohort for t in later} == {"1.21.0"}
+    assert all(t.start >= 1020.0 for t in later)
+    pod = store.read_endpoint_totals(endpoints=["pod-0", "nope"])
+    assert {t.endpoint for t in pod} == {"pod-0"}
+    failing = store.read_endpoint_totals(failing_only=True)
+    assert {(t.path, t.endpoint, t.cohort): t.errors for t in failing} == {
+        k: v[2] for k, v in want.items() if v[2]}
+    assert store.read_endpoint_totals(endpoints=[]) == []
+
+
 def test_table_columns_and_pooled_histograms(store: Store) -> None:
     rng = np.random.default_rng(8)
     samples: dict[tuple[str, str], list[np.ndarray]] = {}

@@ -1,1 +1,10 @@
-"""Post-incident comparison reports, and the pooled figures the demo prints."""
+"""Post-incident comparison reports, and the pooled figures the demo prints.
+
+Entry points (imported from their modules, so `import probes.report` stays light):
+`probes.report.cli.write_report` / `run_report` / `add_report_parser` (`skewprobe report`),
+`probes.report.summary.summarise` / `format_figures` (the demo's table).
+
+The flow inside: `_collect` (one pass over the store's windows) → `_judge` (the verdict
+replayed at every look, first crossings) and `_rollout` / `_endpoints` → `model` (what the
+report says) → `_chartdata` → `charts` (matplotlib SVG) → `html`, `markdown`, `jsonout`.
+"""

@@ -35,6 +35,18 @@ class CohortFigures:
         return self.successes / self.requests if self.requests else None
 
     @property
+    def probe_errors(self) -> int:
+        """Calls the probe itself could not make: they say nothing about the callee."""
+        return self.outcomes.get(Outcome.PROBE_ERROR, 0)
+
+    @property
+    def callee_success_rate(self) -> float | None:
+        """Success among the calls that reached the callee (probe errors left out, as the
+        verdict counts them)."""
+        n = self.requests - self.probe_errors
+        return self.successes / n if n else None
+
+    @property
     def p99_ms(self) -> float | None:
         return self.latency.quantile(0.99) * 1000 if self.latency.count else None
 

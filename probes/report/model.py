@@ -1,0 +1,302 @@
+"""What a report says, computed once and rendered three ways (HTML, Markdown, JSON).
+
+`build_period` reads one range of the store (store → report in the flow): the windows in
+one pass (`_collect`), the verdict replayed at every look with each test's first crossing
+(`_judge`), the rollout's progress (`_rollout`), the worst endpoints (`_endpoints`, summed
+in a second read-only connection while the windows are read) and the events. `Report`
+holds the range asked for and, with `--compare-to`, an earlier one, paired path by path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from probes._exceptions import BadInput
+from probes._timeparse import rfc3339
+from probes.measure.histogram import Histogram
+from probes.report._collect import Collected, collect
+from probes.report._endpoints import PathErrors, WorstEndpoint, probed_per_bucket, worst
+from probes.report._judge import PathJudgement, judge_paths
+from probes.report._rollout import INVENTORY, PROBED, Rollout, from_endpoints, from_inventory
+from probes.report._settings import Settings
+from probes.report.summary import CohortFigures
+from probes.stats.cohorts import pick_cohorts, version_key
+from probes.stats.sequential import STATE_NAMES
+from probes.store import Event, Store
+
+__all__ = ["Divergence", "PathSection", "Period", "Report", "build_period", "cohort_order"]
+
+METRIC_LABELS = {
+    "success_rate": "success rate",
+    "latency_p99_ms": "p99 latency",
+    "attempts_per_request": "attempts per request",
+    "stream_resets_per_hour": "stream resets per stream-hour",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """A metric's first crossing, with how far the rollout had got at that moment."""
+
+    metric: str
+    at: float
+    e_value: float
+    baseline: float | None
+    canary: float | None
+    canary_share: float | None
+    share_source: str
+    share_at: float | None = None  # the time of the snapshot (or bucket) the share is from
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PathSection:
+    path: str
+    cohorts: tuple[str, ...]
+    figures: tuple[CohortFigures, ...]
+    judgement: PathJudgement
+    divergences: tuple[Divergence, ...]
+    rollout: Rollout | None
+    errors: tuple[PathErrors, ...]
+    events: tuple[Event, ...]
+
+    @property
+    def first(self) -> Divergence | None:
+        return self.divergences[0] if self.divergences else None
+
+    @property
+    def verdict(self) -> str:
+        """The state at the last look ("no comparison" when the cohorts never overlapped)."""
+        tracks = self.judgement.tracks
+        if tracks is None or not tracks.state.size:
+            return "no comparison"
+        return STATE_NAMES[int(tracks.state[-1])].replace("n/a", "no comparison")
+
+    @property
+    def has_calls(self) -> bool:
+        return any(f.requests - f.probe_errors > 0 for f in self.figures)
+
+    @property
+    def has_latency(self) -> bool:
+        return any(f.latency.count for f in self.figures)
+
+    @property
+    def has_streams(self) -> bool:
+        return any(f.streams_opened or f.stream_seconds for f in self.figures)
+
+    @property
+    def has_attempts(self) -> bool:
+        return any(f.attempts_count for f in self.figures)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Period:
+    """One range of the store; `since`/`until` are the part of the range asked (`asked`)
+    that the store has data for."""
+
+    label: str
+    since: float
+    until: float
+    asked: tuple[float, float]
+    data: Collected
+    baseline: str | None
+    canary: str | None
+    notes: tuple[str, ...]
+    sections: tuple[PathSection, ...]
+    rollout: Rollout  # from inventory snapshots, else from the probed endpoints
+    rollout_source: str
+    events: tuple[Event, ...]
+    worst: tuple[WorstEndpoint, ...]
+    alpha_share: float
+
+    def section(self, path: str) -> PathSection | None:
+        return next((s for s in self.sections if s.path == path), None)
+
+    @property
+    def look_s(self) -> float:
+        return self.data.grid.step * self.data.grid.per_look
+
+    @property
+    def event_counts(self) -> dict[str, int]:
+        return dict(sorted(Counter(e.kind for e in self.events).items()))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Report:
+    store: str
+    generated_at: float
+    settings: Settings
+    current: Period
+    compared: Period | None
+
+    @property
+    def periods(self) -> tuple[Period, ...]:
+        return (self.current,) if self.compared is None else (self.current, self.compared)
+
+    @property
+    def cohorts(self) -> tuple[str, ...]:
+        """Every cohort of both periods, oldest version first: the colour order."""
+        names = {c for p in self.periods for s in p.sections for c in s.cohorts}
+        names |= {v for p in self.periods for r in _rollouts(p) for v in r.versions}
+        return cohort_order(names)
+
+    def compared_note(self, path: str) -> str | None:
+        """How the path fared in the compared period, in words (None: no compared period)."""
+        if self.compared is None:
+            return None
+        before = self.compared.section(path)
+        now = self.current.section(path)
+        if before is None:
+            return "no data in the compared period"
+        was, isnow = before.first is not None, now is not None and now.first is not None
+        if was and isnow:
+            return "regressed in the compared period too: the same path regressed last time"
+        if was:
+            return "regressed in the compared period, not in this one"
+        if isnow:
+            return "a new regression: it did not diverge in the compared period"
+        return f"no divergence in either period (compared period: {before.verdict})"
+
+
+def _rollouts(period: Period) -> list[Rollout]:
+    return [period.rollout]
+
+
+def cohort_order(names: set[str] | Sequence[str]) -> tuple[str, ...]:
+    def key(v: str) -> tuple[int, object, str]:
+        k = version_key(v)
+        return (0, k, v) if k is not None else (1, (), v)
+
+    return tuple(sorted(set(names), key=key))
+
+
+def _figures(data: Collected, p: int, c: int) -> CohortFigures:
+    n_c = len(data.cohorts)
+    i = p * n_c + c
+    outcomes = {name: int(np.rint(v[i])) for name, v in data.outcomes.items() if v[i] > 0}
+    t = data.pooled
+    return CohortFigures(
+        path=data.paths[p], cohort=data.cohorts[c],
+        requests=sum(outcomes.values()), successes=outcomes.get("ok", 0),
+        attempts_sum=int(t.attempts_sum[i]), attempts_count=int(t.attempts_count[i]),
+        streams_opened=int(t.streams_opened[i]), stream_seconds=float(t.stream_seconds[i]),
+        stream_resets=int(t.stream_resets[i]), outcomes=outcomes,
+        latency=Histogram(np.rint(t.latency[i]).astype(np.int64)),
+    )
+
+
+def _divergences(j: PathJudgement, canary: str, rollout: Rollout | None,
+                 source: str) -> tuple[Divergence, ...]:
+    out = []
+    for c in sorted(j.crossings.values(), key=lambda c: (c.at, c.metric)):
+        near = rollout.share_near(canary, c.at) if rollout is not None else None
+        out.append(Divergence(
+            c.metric, c.at, math.exp(min(c.log_e_fail, 700.0)), c.baseline, c.canary,
+            None if near is None else near[0], source if near is not None else "",
+            None if near is None else near[1]))
+    return tuple(out)
+
+
+def _check_paths(store: Store, paths: Sequence[str] | None) -> list[str] | None:
+    if not paths:
+        return None
+    known = set(store.paths())
+    unknown = [p for p in paths if p not in known]
+    if unknown:
+        have = ", ".join(sorted(known)) or "none"
+        raise BadInput(f"no data for path(s) {', '.join(unknown)} in {store.path} "
+                       f"(paths in the store: {have})")
+    return sorted(set(paths))
+
+
+def build_period(store: Store, since: float, until: float, *, paths: Sequence[str] | None,
+                 settings: Settings, baseline: str | None = None, canary: str | None = None,
+                 label: str = "this period") -> Period:
+    """Everything the report shows for [since, until). BadInput when the range has no data."""
+    wanted = _check_paths(store, paths)
+    asked = (since, until)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The endpoint sums run in their own read-only connection while the windows load.
+        side = pool.submit(_worst, store.path, since, until, wanted)
+        data = collect(store, since, until, wanted)
+        worst_pods, per_path = side.result()
+    if not data.present.any():
+        span = store.time_range()
+        held = f"; the store holds {rfc3339(span[0])} to {rfc3339(span[1])}" if span else ""
+        raise BadInput(f"no windows from {rfc3339(since)} to {rfc3339(until)} "
+                       f"in {store.path}{held}")
+    present = [c for i, c in enumerate(data.cohorts) if data.present[:, i].any()]
+    choice = pick_cohorts(present, baseline, canary)
+    b, c = choice.baseline, choice.canary
+    notes = list(choice.reasons)
+    if (data.since, data.until) != (since, until):
+        notes.append(f"the store has data from {rfc3339(data.since)} to {rfc3339(data.until)} "
+                     f"of the range asked ({rfc3339(since)} to {rfc3339(until)}); the report "
+                     "covers that part")
+    comparable = b is not None and c is not None and b != c and b in present and c in present
+    with_data = [p for p in range(len(data.paths)) if data.present[p].any()]
+    quiet = [data.paths[p] for p in range(len(data.paths)) if p not in with_data]
+    if wanted and quiet:
+        notes.append(f"no data in this range for path(s) {', '.join(quiet)}")
+    if comparable:
+        assert b is not None and c is not None
+        judgements = judge_paths(store, data, b, c, settings)
+    else:
+        judgements = [PathJudgement(data.paths[p], None, None, {}, {}) for p in with_data]
+        notes.append("no baseline and canary to compare, so no verdict is replayed")
+    since, until = data.since, data.until
+    snapshots = store.read_inventory(since, until)
+    if snapshots:
+        fleet = from_inventory(snapshots)
+        source = INVENTORY
+        if c is not None and c not in fleet.versions:
+            notes.append(f"the inventory has no pods on {c}: the canary cohort's share is "
+                         "unknown (is the cohort label the proxy version?)")
+    else:
+        names = [data.paths[p] for p in with_data]
+        fleet = from_endpoints(
+            probed_per_bucket(store, data.grid, since, until, data.window_s, names), data.grid)
+        source = PROBED
+        notes.append("the store has no inventory snapshots: the rollout's progress is the "
+                     "share of probed endpoints (all paths) on each version, sampled at the "
+                     "start of each bucket, not of the fleet's pods")
+    events = tuple(store.read_events(since, until))
+    order = cohort_order(data.cohorts)
+    sections = []
+    for p, j in zip(with_data, judgements, strict=True):
+        name = data.paths[p]
+        cohort_ids = [i for i in range(len(data.cohorts)) if data.present[p, i]]
+        rollout = fleet
+        sections.append(PathSection(
+            path=name,
+            cohorts=cohort_order([data.cohorts[i] for i in cohort_ids]),
+            figures=tuple(sorted((_figures(data, p, i) for i in cohort_ids),
+                                 key=lambda f: order.index(f.cohort))),
+            judgement=j,
+            divergences=_divergences(j, c or "", rollout, source) if c else (),
+            rollout=rollout,
+            errors=tuple(per_path.get(name, [])),
+            events=tuple(e for e in events if e.path in ("", name)),
+        ))
+    # The paths that diverged first, earliest first: a long report leads with them.
+    sections.sort(key=lambda s: (s.first is None, s.first.at if s.first else 0.0, s.path))
+    return Period(
+        label=label, since=since, until=until, asked=asked, data=data, baseline=b, canary=c,
+        notes=tuple(notes), sections=tuple(sections), rollout=fleet, rollout_source=source,
+        events=events, worst=tuple(worst_pods),
+        alpha_share=settings.alpha / (4 * max(1, len(with_data))),
+    )
+
+
+def _worst(path: str, since: float, until: float, paths: list[str] | None
+           ) -> tuple[list[WorstEndpoint], dict[str, list[PathErrors]]]:
+    store = Store.open(path, readonly=True)
+    try:
+        return worst(store, since, until, paths)
+    finally:
+        store.close()

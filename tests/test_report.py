@@ -1,0 +1,206 @@
+"""`skewprobe report` on a synthetic store (tests/report_store.py): the three files, what
+they say, and that the first divergence is exactly where `judge` first says fail."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from probes._timeparse import parse_time
+from probes.report._grid import MAX_LOOKS, MAX_POINTS, choose_grid
+from probes.report.cli import ReportFiles, write_report
+from probes.store import Store
+from probes.verdict import judge
+from tests.report_store import BAD_POD, EARLIER, NAMESPACE, PODS, T0, WINDOW_S, build, restart_at
+
+MINUTES = 30.0
+SPAN = (T0, T0 + MINUTES * 60)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build(tmp_path_factory.mktemp("store") / "report.db", minutes=MINUTES)
+
+
+@pytest.fixture(scope="module")
+def report(store: Path, tmp_path_factory: pytest.TempPathFactory) -> ReportFiles:
+    out = tmp_path_factory.mktemp("report")
+    return write_report(str(store), out, since=SPAN[0], until=SPAN[1],
+                        compare=(EARLIER, EARLIER + MINUTES * 60), now=SPAN[1])
+
+
+def _json(files: ReportFiles) -> dict[str, Any]:
+    return json.loads(files.json.read_text())
+
+
+def _path(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(p for p in doc["paths"] if p["path"] == name)
+
+
+def test_html_is_self_contained_with_one_svg_per_chart(report: ReportFiles) -> None:
+    html = report.html.read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    # Nothing to fetch: no scripts, stylesheets, images, fonts or frames from anywhere.
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", html, re.I)
+    assert not re.search(r"<(?:script|link|img|iframe|object|embed)\b", html, re.I)
+    assert not re.search(r"@import|url\(\s*['\"]?(?:https?:)?//", html, re.I)
+    doc = _json(report)
+    kinds = {p["path"]: p["charts"] for p in doc["paths"]}
+    assert kinds["checkout"] == ["success_rate", "latency_p99_ms", "attempts_per_request",
+                                 "rollout"]
+    assert "stream_resets_per_hour" in kinds["orders"]  # streams: the resets chart
+    assert "stream_resets_per_hour" not in kinds["catalog"]  # no streams: none
+    # One <svg> per chart, of this period and (side by side) of the compared one.
+    charts = sum(len(k) for k in kinds.values())
+    assert html.count("<svg") == 2 * charts
+    # Chart SVG ids are unique on the page (else clip paths would cross-reference).
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids))
+    for title in ("checkout: success rate", "checkout: p99 latency",
+                  "orders: stream resets per stream-hour", "rollout progress"):
+        assert title in html
+
+
+def test_json_has_the_first_divergence_of_the_regressed_path(report: ReportFiles) -> None:
+    doc = _json(report)
+    assert doc["schema"] == "skewprobe-report/1"
+    assert doc["period"]["baseline"] == "1.20.3" and doc["period"]["canary"] == "1.21.0"
+    checkout = _path(doc, "checkout")
+    first = checkout["first_divergence"]
+    assert first["metric"] == "success_rate"
+    at = parse_time(first["at"], now=0)
+    assert restart_at(T0, 0, MINUTES) < at < SPAN[1]
+    # The share of pods on the canary then comes from the inventory snapshot nearest to it
+    # (snapshots lag restarts), and the report says which snapshot that was.
+    snap = min((T0 + 60 * m for m in range(int(MINUTES) + 1)), key=lambda t: abs(t - at))
+    on_new = sum(restart_at(T0, j, MINUTES) <= snap for j in range(PODS))
+    assert first["canary_share"] == pytest.approx(on_new / PODS, abs=1e-3)
+    assert on_new >= 1  # a crossing on the canary's data: some pod runs it
+    assert first["share_source"] == "inventory" and parse_time(first["share_at"], now=0) == snap
+    assert first["canary"] < 0.97 < 0.99 < first["baseline"]
+    assert checkout["verdict"] == "fail"
+    assert [c["verdict"] for c in checkout["verdict_changes"]][-1] == "fail"
+    for quiet in ("catalog", "orders"):
+        assert _path(doc, quiet)["first_divergence"] is None
+        assert _path(doc, quiet)["verdict"] != "fail"
+    figures = checkout["cohorts"]["1.21.0"]
+    assert figures["success_rate"] < 0.97 and figures["latency_p99_ms"] > 0
+
+
+def test_first_divergence_is_where_judge_first_fails(store: Path, report: ReportFiles) -> None:
+    """Brute force: judge the windows up to every window boundary; the report's crossing is
+    the first boundary at which `judge` fails success rate on checkout."""
+    doc = _json(report)
+    at = parse_time(_path(doc, "checkout")["first_divergence"]["at"], now=0)
+    with Store.open(store, readonly=True) as s:
+        table = s.read_table(*SPAN)
+    first_fail = None
+    for end in np.arange(T0 + WINDOW_S, at + WINDOW_S + 1e-6, WINDOW_S):
+        v = judge(table.select(table.start < end), now=float(end), since=T0,
+                  window_s=WINDOW_S)
+        checkout = v.path("checkout")
+        assert checkout is not None
+        metric = checkout.metric("success_rate")
+        if metric is not None and metric.verdict == "fail":
+            first_fail = float(end)
+            break
+    assert first_fail == pytest.approx(at)
+
+
+def test_markdown_names_the_worst_endpoints(report: ReportFiles) -> None:
+    md = report.markdown.read_text()
+    assert md.startswith("# skewprobe report:")
+    section = md.split("## Worst endpoints (pods) by errors", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in section.splitlines() if r.startswith("| ")][1:]
+    assert rows and rows[0].split(" | ")[0] == f"| {BAD_POD}"
+    assert f"| {NAMESPACE} | 1.21.0 |" in rows[0]
+    doc = _json(report)
+    worst = doc["worst_endpoints"][0]
+    assert worst["pod"] == BAD_POD and worst["namespace"] == NAMESPACE
+    assert 0.2 < worst["error_rate"] < 0.3 and worst["paths"] == {"checkout": worst["errors"]}
+    assert _path(doc, "checkout")["worst_pods"][0]["pod"] == BAD_POD
+    assert "## First divergence per path and metric" in md and "| checkout | success rate |" in md
+
+
+def test_compare_to_shows_the_same_path_regressed_last_time(report: ReportFiles) -> None:
+    doc = _json(report)
+    compared = doc["compared"]
+    assert compared is not None
+    assert compared["baseline"] == "1.19.0" and compared["canary"] == "1.20.3"
+    checkout = _path(doc, "checkout")["compared"]
+    assert checkout["first_divergence"]["metric"] == "success_rate"
+    assert parse_time(checkout["first_divergence"]["at"], now=0) < T0
+    assert "the same path regressed last time" in checkout["note"]
+    assert _path(doc, "catalog")["compared"]["first_divergence"] is None
+    html = report.html.read_text()
+    assert "compared period" in html and "the same path regressed last time" in html
+    assert "## Compared period:" in report.markdown.read_text()
+
+
+def test_events_of_every_kind_are_reported(report: ReportFiles) -> None:
+    doc = _json(report)
+    assert doc["period"]["events"] == {"restart": 4, "rollout-step": 1, "storm": 1}
+    kinds = {e["kind"] for e in doc["events"]}
+    assert kinds == {"restart", "rollout-step", "storm"}
+    html = report.html.read_text()
+    assert "rollout-step" in html  # a kind nothing knows about is still marked
+
+
+def test_without_inventory_the_share_is_of_probed_endpoints(tmp_path: Path) -> None:
+    db = build(tmp_path / "noinv.db", minutes=MINUTES, inventory=False, earlier=False)
+    files = write_report(str(db), tmp_path / "out", since=SPAN[0], until=SPAN[1], now=SPAN[1])
+    doc = _json(files)
+    assert doc["period"]["rollout_source"] == "probed endpoints"
+    assert any("no inventory snapshots" in n for n in doc["period"]["notes"])
+    first = _path(doc, "checkout")["first_divergence"]
+    assert first["share_source"] == "probed endpoints"
+    # Probed endpoints of checkout on 1.21.0 in the bucket of the crossing: pods 0.. moved.
+    at = parse_time(first["at"], now=0)
+    on_new = sum(restart_at(T0, j, MINUTES) <= at - WINDOW_S for j in range(PODS))
+    assert first["canary_share"] == pytest.approx(on_new / PODS, abs=1e-3)
+    assert doc["compared"] is None
+
+
+def test_only_the_paths_asked_for(store: Path, tmp_path: Path) -> None:
+    files = write_report(str(store), tmp_path, since=SPAN[0], until=SPAN[1],
+                         paths=["checkout"], now=SPAN[1])
+    doc = _json(files)
+    assert [p["path"] for p in doc["paths"]] == ["checkout"]
+    # α is shared over the paths judged, as `skewprobe verdict --path` does.
+    assert doc["period"]["alpha_share"] == pytest.approx(0.01 / 4)
+
+
+@pytest.mark.parametrize(("since", "until"), [(T0, T0 + 7 * 86400), (T0, T0 + 60),
+                                              (T0 + 0.5, T0 + 86400.5)])
+def test_grid_keeps_charts_readable(since: float, until: float) -> None:
+    grid = choose_grid(since, until, WINDOW_S)
+    assert grid.count <= MAX_POINTS and grid.looks <= MAX_LOOKS
+    assert grid.step % WINDOW_S == 0  # a bucket is whole windows
+    assert grid.start <= since and grid.stop >= until
+    assert grid.start % grid.step == 0  # aligned like the windows
+    assert grid.bucket_of(grid.start) == 0 and grid.bucket_of(grid.stop) == -1
+    assert grid.look_ends[-1] == grid.stop
+
+
+def test_one_cohort_only_is_reported_without_a_comparison(tmp_path: Path) -> None:
+    from probes._types import PathWindow
+    from probes.measure.histogram import BUCKET_COUNT
+
+    latency = [0] * BUCKET_COUNT
+    latency[900] = 50
+    db = tmp_path / "one.db"
+    with Store.open(db) as s:
+        s.write([PathWindow(T0 + 10 * i, 10.0, "checkout", "1.20.3", {"ok": 50},
+                            tuple(latency)) for i in range(30)])
+    files = write_report(str(db), tmp_path / "out", since=T0, until=T0 + 300, now=T0 + 300)
+    doc = _json(files)
+    (path,) = doc["paths"]
+    assert path["verdict"] == "no comparison" and path["first_divergence"] is None
+    assert doc["period"]["canary"] is None
+    assert any("no baseline and canary" in n for n in doc["period"]["notes"])
+    assert files.html.read_text().count("<svg") == len(path["charts"]) == 3

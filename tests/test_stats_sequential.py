@@ -1,0 +1,167 @@
+"""probes.stats.sequential: the verdict's tests replayed at every look agree with `judge`.
+
+The windows are simulated as in tests/test_verdict.py (fixed seeds). The strongest check is
+the replay itself: at every window boundary, `evaluate` on cumulative totals must give the
+state, the per-metric states and the e-values that `judge` gives on the windows up to then.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from probes._spec import Tolerances
+from probes._types import PathWindow
+from probes.measure.histogram import BUCKET_COUNT, index_of
+from probes.stats.sequential import (
+    FAIL,
+    INCONCLUSIVE,
+    NOT_APPLICABLE,
+    PASS,
+    STATE_NAMES,
+    Totals,
+    evaluate,
+    first_index,
+)
+from probes.stats.series import columns
+from probes.verdict import judge
+
+T0 = 1_700_000_000.0
+OLD, NEW = "1.20.3", "1.21.0"
+ALPHA = 0.01
+
+
+def _windows(rng: np.random.Generator, cohort: str, count: int, *, n: int = 300,
+             err: float = 0.001, scale: float = 1.0, retry: float = 0.01,
+             resets_per_hour: float = 2.0, offset: int = 0,
+             streams: bool = True) -> list[PathWindow]:
+    out = []
+    for i in range(offset, offset + count):
+        e = int(rng.binomial(n, err))
+        lat = rng.lognormal(math.log(0.05), 0.5, n) * scale
+        hist = np.bincount(index_of(lat), minlength=BUCKET_COUNT)
+        kw: dict = {}
+        if streams:
+            kw.update(streams_opened=6, stream_seconds=60.0,
+                      stream_resets={"goaway": int(rng.poisson(resets_per_hour / 60))})
+        out.append(PathWindow(
+            start=T0 + 10 * i, length=10.0, path="checkout", cohort=cohort,
+            outcomes={"ok": n - e, "http_5xx": e}, latency=tuple(hist.tolist()),
+            attempts_sum=n + int(rng.binomial(4 * n, retry)), attempts_count=n, **kw,
+        ))
+    return out
+
+
+def _replay(windows: list[PathWindow], looks: int, **kw: object):
+    """Cumulative totals per cohort at each window boundary, evaluated."""
+    cols = columns(windows)
+    step = ((cols.start - T0) // 10).astype(np.int64)
+    out = []
+    for name in (OLD, NEW):
+        cohort = cols.cohorts.index(name)
+        group = np.where(cols.cohort == cohort, step, -1)
+        out.append(Totals.sums(cols, group, looks).cumulative())
+    return evaluate(out[0], out[1], tolerances=Tolerances(), alpha_share=ALPHA / 4, **kw)
+
+
+@pytest.mark.parametrize(
+    ("canary", "metric"),
+    [
+        ({"err": 0.02}, "success_rate"),
+        ({"scale": 1.6}, "latency_p99_ms"),
+        ({"retry": 0.1}, "attempts_per_request"),
+        ({"resets_per_hour": 400.0}, "stream_resets_per_hour"),
+    ],
+)
+def test_every_look_agrees_with_judge(canary: dict, metric: str) -> None:
+    looks = 14
+    rng = np.random.default_rng(3)
+    windows = _windows(rng, OLD, looks) + _windows(rng, NEW, looks, **canary)
+    tracks = _replay(windows, looks)
+    assert set(tracks.metrics) == {"success_rate", "latency_p99_ms", "attempts_per_request",
+                                   "stream_resets_per_hour"}
+    seen_fail = False
+    for k in range(looks):
+        end = T0 + 10 * (k + 1)
+        v = judge([w for w in windows if w.start < end], now=end, alpha=ALPHA).paths[0]
+        assert STATE_NAMES[int(tracks.state[k])] == v.verdict, k
+        for mv in v.metrics:
+            track = tracks.metrics[mv.name]
+            assert STATE_NAMES[int(track.state[k])] == mv.verdict, (k, mv.name)
+            assert mv.e_fail is not None and mv.e_pass is not None
+            for mine, theirs in ((track.log_e_fail[k], mv.e_fail),
+                                 (track.log_e_pass[k], mv.e_pass)):
+                assert math.isclose(min(mine, 700.0), math.log(theirs), rel_tol=1e-6,
+                                    abs_tol=1e-6), (k, mv.name)
+        seen_fail |= v.metric(metric).verdict == "fail"  # type: ignore[union-attr]
+    assert seen_fail, "the regression must fail within the looks for this test to bite"
+    first = tracks.first(FAIL, metric)
+    assert first is not None
+    # The first crossing is the first look at which judge said fail for that metric.
+    for k in range(first):
+        end = T0 + 10 * (k + 1)
+        v = judge([w for w in windows if w.start < end], now=end, alpha=ALPHA).paths[0]
+        assert v.metric(metric).verdict != "fail"  # type: ignore[union-attr]
+
+
+def test_equal_cohorts_never_fail_and_end_passing() -> None:
+    looks = 60
+    rng = np.random.default_rng(11)
+    windows = (_windows(rng, OLD, looks, err=0.0, streams=False)
+               + _windows(rng, NEW, looks, err=0.0, streams=False))
+    tracks = _replay(windows, looks)
+    assert "stream_resets_per_hour" not in tracks.metrics  # never applied: absent
+    assert tracks.first(FAIL) is None
+    assert tracks.state[-1] == PASS
+    assert tracks.first(PASS) is not None
+
+
+def test_min_samples_and_staleness_gate_every_metric() -> None:
+    looks = 6
+    rng = np.random.default_rng(5)
+    windows = _windows(rng, OLD, looks, err=0.0) + _windows(rng, NEW, looks, err=0.5)
+    tracks = _replay(windows, looks, min_samples=700)  # 300 calls a look: gated for 2 looks
+    assert list(tracks.state[:2]) == [INCONCLUSIVE, INCONCLUSIVE]
+    assert all(t.state[1] == INCONCLUSIVE for t in tracks.metrics.values())
+    assert tracks.state[2] == FAIL
+    fresh = np.ones(looks, dtype=bool)
+    fresh[3] = False
+    stale = _replay(windows, looks, fresh=fresh)
+    assert stale.state[3] == INCONCLUSIVE and stale.state[4] == FAIL
+
+
+def test_looks_before_the_canary_are_not_applicable() -> None:
+    looks = 8
+    rng = np.random.default_rng(2)
+    windows = _windows(rng, OLD, looks) + _windows(rng, NEW, 5, err=0.3, offset=3)
+    cols = columns(windows)
+    step = ((cols.start - T0) // 10).astype(np.int64)
+    origin = 3  # the first window both cohorts have: the cumulative sums start there
+    parts = []
+    for name in (OLD, NEW):
+        group = np.where((cols.cohort == cols.cohorts.index(name)) & (step >= origin), step, -1)
+        parts.append(Totals.sums(cols, group, looks).cumulative())
+    tracks = evaluate(*parts, tolerances=Tolerances(), alpha_share=ALPHA / 4)
+    assert list(tracks.state[:3]) == [NOT_APPLICABLE] * 3
+    assert tracks.first(FAIL) is not None and tracks.first(FAIL) >= 3  # type: ignore[operator]
+
+
+def test_totals_arithmetic() -> None:
+    rng = np.random.default_rng(1)
+    windows = _windows(rng, OLD, 4)
+    cols = columns(windows)
+    per = Totals.sums(cols, np.array([0, 1, -1, 1]), 2)
+    assert list(per.requests) == [300.0, 600.0]
+    assert per.latency.shape == (2, BUCKET_COUNT) and per.latency[1].sum() == 600
+    run = per.cumulative(start=per.take([0]))
+    assert list(run.requests) == [600.0, 1200.0]
+    assert list(per.total().requests) == [900.0]
+    assert len(Totals.concat([per, per.take([1])])) == 3
+    assert len(Totals.zeros(3)) == 3
+    assert first_index([False, True, True]) == 1 and first_index([False]) is None
+    with pytest.raises(ValueError):
+        per.cumulative(start=per)
+    with pytest.raises(ValueError):
+        evaluate(per, per.take([0]), tolerances=Tolerances(), alpha_share=0.01)
