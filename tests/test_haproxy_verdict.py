@@ -1,0 +1,166 @@
+"""Retry amplification through a real proxy, judged end to end: HAProxy sidecars whose new
+version retries, probed by a real `ProbeRunner`, fail the path on attempts per request while
+the success rate stays equal.
+
+Why the success rates are equal by construction (targets/examples/haproxy-profiles.yaml, used
+as shipped): the app fails 10 % of /api/checkout request ids *persistently* (`error_rate`:
+every attempt of that id fails, whoever retries it). The old version (1.20.3, `retries 0`)
+answers those 503s after one attempt; the new one (1.21.0, `retries 2` on
+all-retryable-errors) tries each of them three times and still answers 503. So both cohorts
+fail the same 10 % of calls, and the only difference is 1 + 2 × 0.1 = 1.2 attempts per
+request against 1.0, beyond the default allowance of ×1.1. A *transient* failure (the first
+attempt fails, a retry succeeds) would not do: the retrying version would turn it into a
+success, and the canary would look better on success rate as well as worse on attempts.
+
+How long it takes: the attempts test (`probes.stats.bounded`, Y = (A − 1)/4 per call, null
+μ_c ≤ 1.1 μ_b + 0.025) reaches 1/α_share = 400 at about 1,200 canary calls when μ_c = 0.05;
+two canary pods at 100 calls/s each get there in about 6 s of 1 s windows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from probes.api import VerdictQuery
+from probes.config import parse_config
+from probes.runner import ProbeRunner, RunOptions
+from probes.store import Store
+from targets.fleet import Fleet
+from targets.haproxy import HaproxySidecars, default_versions_file, find_haproxy
+from targets.haproxy_config import load_haproxy_versions
+
+pytestmark = [
+    pytest.mark.skipif(
+        find_haproxy() is None,
+        reason="haproxy is not installed (apt-get install haproxy; .ci/run installs it)",
+    ),
+    pytest.mark.slow,
+]
+
+BASELINE, CANARY = "1.20.3", "1.21.0"
+CONFIG = """\
+targets: {{file: {{path: {endpoints}}}}}
+window: 1s
+verdict: {{min_samples: 100}}
+paths:
+  - name: checkout
+    http: {{path: /api/checkout}}
+    rate: 100/s
+    timeout: 1s
+"""
+
+
+def haproxy_pids(workdir: Path) -> set[int]:
+    """Live HAProxy processes whose config is in `workdir` (zombies have no cmdline)."""
+    marker = str(workdir).encode()
+    found = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if args[0].endswith(b"haproxy") and any(marker in a for a in args):
+            found.add(int(entry.name))
+    return found
+
+
+def kill_leftovers(workdir: Path) -> set[int]:
+    """Kill (only) HAProxy processes started with a config in `workdir`; return them."""
+    leftover = haproxy_pids(workdir)
+    for pid in leftover:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return leftover
+
+
+async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
+    tmp_path: Path,
+) -> None:
+    endpoints = tmp_path / "endpoints.json"
+    versions = load_haproxy_versions(default_versions_file())
+    assert versions.app_routes["/api/checkout"].error_rate == 0.1  # the docstring's premise
+    assert versions.app_routes["/api/checkout"].transient_error_rate == 0.0
+    haproxy_dir = tmp_path / "haproxy"
+    config = parse_config(CONFIG.format(endpoints=endpoints))
+    store = str(tmp_path / "probe.db")
+    window_done = asyncio.Event()
+    runner = ProbeRunner(config, RunOptions(
+        store_path=store, listen=None, on_window=lambda _windows: window_done.set()))
+    verdict: dict[str, Any] = {}
+    # A notice longer than the file source's 1 s refresh: the probe drops a restarting pod
+    # before its HAProxy stops listening, so no baseline call is refused.
+    try:
+        async with HaproxySidecars(versions, workdir=haproxy_dir) as sidecars, Fleet(
+            pods=4, version=BASELINE, sidecar=sidecars, endpoints_file=endpoints,
+            base_host=f"127.{random.randint(64, 250)}.7.1", grpc_port=None, drain_s=1.0,
+            notice_s=1.5,
+        ) as fleet:
+            run = asyncio.create_task(runner.run())
+            try:
+                await fleet.rollout(CANARY, interval_s=0.0, batch_size=2, limit=2)
+                assert fleet.version_counts() == {BASELINE: 2, CANARY: 2}
+                # Judge after every window the probe writes (no polling), for at most 25 s.
+                try:
+                    async with asyncio.timeout(25):
+                        while True:
+                            await window_done.wait()
+                            window_done.clear()
+                            verdict = dict(await runner.verdict_json(VerdictQuery()))
+                            paths = {p["path"]: p for p in verdict["paths"]}
+                            attempts = paths.get("checkout", {}).get("metrics", {}).get(
+                                "attempts_per_request", {})
+                            if attempts.get("verdict") == "fail":
+                                break
+                except TimeoutError:
+                    pytest.fail(f"no fail on attempts per request within 25 s: {verdict}")
+            finally:
+                runner.stopping.set()
+                await asyncio.wait_for(run, 15)
+    finally:
+        leftover = kill_leftovers(haproxy_dir)
+    assert not leftover, "HAProxy processes outlived the fleet"
+
+    assert verdict["verdict"] == "fail", verdict
+    assert (verdict["baseline"], verdict["canary"]) == (BASELINE, CANARY)
+    (checkout,) = verdict["paths"]
+    assert checkout["path"] == "checkout" and checkout["verdict"] == "fail"
+    metrics = checkout["metrics"]
+    attempts = metrics["attempts_per_request"]
+    # The new cohort: > 1 attempt per request on average (≈ 1.2); the old one exactly 1
+    # (no retries; measured from the app's echo, since 1.20.3 sends no attempt count).
+    assert attempts["verdict"] == "fail", attempts
+    assert attempts["baseline"] == 1.0
+    assert 1.1 < attempts["canary"] < 1.35, attempts
+    assert checkout["reasons"][0].startswith("attempts per request")
+    # Success rate: equal (the same persistent 10 %), so it never fails. With ~1,000+ calls
+    # per cohort each rate is 0.9 ± 0.01 (one sd), and their difference within ±0.06.
+    success = metrics["success_rate"]
+    assert success["verdict"] != "fail", success
+    assert 0.85 <= success["baseline"] <= 0.95 and 0.85 <= success["canary"] <= 0.95, success
+    assert abs(success["canary"] - success["baseline"]) < 0.06, success
+    assert min(success["counts"][side]["requests"] for side in ("baseline", "canary")) >= 1000
+
+    # The store agrees: the canary's 503s were each tried 3 times, the baseline's once.
+    with Store.open(store, readonly=True) as s:
+        windows = [w for w in s.read_windows() if w.path == "checkout"]
+    by_cohort = {c: [w for w in windows if w.cohort == c] for c in (BASELINE, CANARY)}
+    base_sum = sum(w.attempts_sum for w in by_cohort[BASELINE])
+    base_count = sum(w.attempts_count for w in by_cohort[BASELINE])
+    assert base_count > 0 and base_sum == base_count
+    canary_sum = sum(w.attempts_sum for w in by_cohort[CANARY])
+    canary_count = sum(w.attempts_count for w in by_cohort[CANARY])
+    canary_errors = sum(w.requests - w.successes for w in by_cohort[CANARY])
+    assert canary_count == sum(w.requests for w in by_cohort[CANARY])  # every call measured
+    # Each 503 took 3 attempts and each success 1: exactly, unless a success needed a
+    # connection retry (none expected on loopback).
+    assert canary_sum == canary_count + 2 * canary_errors
