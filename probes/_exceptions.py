@@ -42,7 +42,9 @@ class ConfigError(BadInput):
             where = f"{where}:{line}" if where else f"line {line}"
         prefix = f"{where}: " if where else ""
         keypart = f"{key}: " if key else ""
-        super().__init__(f"{prefix}{keypart}{message}")
+        # One line whatever the YAML held: a key or value may contain line breaks.
+        text = f"{prefix}{keypart}{message}"
+        super().__init__(text.replace("\r", "\\r").replace("\n", "\\n"))
 
 
 class StoreError(SkewprobeError):

@@ -302,6 +302,21 @@ SCHEMA: dict[str, Any] = {
             "properties": {"path": {"type": "string", "minLength": 1}},
         },
         "listen": {"type": "string", "pattern": r"^[^\s]+:[0-9]{1,5}$"},
-        "source": {"enum": ["store"]},
+        "source": {"enum": ["store", "prometheus"]},
+        "prometheus": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["url"],
+            "properties": {
+                "url": {"type": "string", "pattern": "^https?://"},
+                "selector": {"type": "string"},
+                "step": {"type": "string", "pattern": DURATION},
+                "timeout": {"type": "string", "pattern": DURATION},
+                "lookback": {"type": "string", "pattern": DURATION},
+                "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        },
     },
+    "if": {"properties": {"source": {"const": "prometheus"}}, "required": ["source"]},
+    "then": {"required": ["prometheus"]},
 }

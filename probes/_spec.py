@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from probes._types import Endpoint
+
+if TYPE_CHECKING:
+    from probes.store.prometheus import PrometheusSettings
 
 
 def _ro(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -218,3 +222,5 @@ class Config:
     store: str = "skewprobe.db"
     listen: str = "127.0.0.1:9464"
     inventory_every_s: float = 60.0
+    # `source: prometheus`: where `/verdict` reads every probe's series (PrometheusSettings).
+    prometheus: PrometheusSettings | None = None

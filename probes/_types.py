@@ -30,16 +30,19 @@ class Endpoint:
     port: int
     labels: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
     ports: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # `key`, computed once: the connection pools look it up on every call.
+    _key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", _frozen(self.labels))
         object.__setattr__(self, "ports", MappingProxyType(dict(self.ports)))
+        labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        object.__setattr__(self, "_key", f"{self.name}@{self.host}:{self.port}[{labels}]")
 
     @property
     def key(self) -> str:
         """A stable identity: an endpoint with a new address or new labels is a new endpoint."""
-        labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
-        return f"{self.name}@{self.host}:{self.port}[{labels}]"
+        return self._key
 
     def port_for(self, port: str | int | None) -> int:
         """The port a path should call: a number as given, a name looked up, else the default."""

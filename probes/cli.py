@@ -52,13 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--store", help="SQLite store (default: the config's store.path)")
     run.add_argument("--listen", help="API address (default 127.0.0.1:9464); 'none' disables it")
     run.add_argument("--duration", type=_duration, help="stop after this long (e.g. 60s)")
+    run.add_argument("--shard", metavar="I/N",
+                     help="probe only shard I of N of the endpoints (stable hash of the name)")
 
     validate = sub.add_parser("validate", help="check a config file")
     validate.add_argument("file", nargs="?", help="YAML config file")
     validate.add_argument("--schema", action="store_true", help="print the config's JSON Schema")
 
     verdict = sub.add_parser("verdict", help="judge the canary cohort against the baseline")
-    verdict.add_argument("--store", required=True, help="SQLite store written by `run`")
+    source = verdict.add_mutually_exclusive_group(required=True)
+    source.add_argument("--store", help="SQLite store written by `run`")
+    source.add_argument("--prometheus", metavar="URL",
+                        help="judge every probe's series in this Prometheus (HTTP API)")
+    verdict.add_argument("--selector", help='label matchers for --prometheus (job="skewprobe")')
     verdict.add_argument("--config", help="config for tolerances and alpha (default: built-in)")
     verdict.add_argument("--path", action="append", help="only this path (repeatable)")
     verdict.add_argument("--baseline", help="baseline proxy version (default: oldest)")
@@ -141,6 +147,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from probes.config import load_config
+    from probes.discovery.shard import parse_shard
     from probes.runner import ProbeRunner, RunOptions
 
     config = load_config(args.config)
@@ -149,6 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         store_path=args.store or config.store,
         listen=None if listen == "none" else listen,
         duration_s=args.duration,
+        shard=parse_shard(args.shard) if args.shard else None,
     )
     asyncio.run(ProbeRunner(config, options).run())
     return EXIT_PASS
@@ -160,15 +168,23 @@ def _verdict(args: argparse.Namespace) -> int:
     from probes.verdict_service import compute_verdict, format_table, load_judging_config
 
     config = load_judging_config(args.config)
-    result = compute_verdict(
-        args.store,
-        config,
-        path=args.path,
-        baseline=args.baseline,
-        canary=args.canary,
-        since=args.since,
-        now=time.time(),
-    )
+    query = dict(path=args.path, baseline=args.baseline, canary=args.canary, since=args.since,
+                 now=time.time())
+    if args.prometheus:
+        import dataclasses
+
+        from probes.config import load_config
+        from probes.store.prometheus import PrometheusSettings
+        from probes.verdict_service import compute_prometheus_verdict
+
+        # The config's prometheus: keys (selector, step, headers ...), with this URL.
+        base = load_config(args.config).prometheus if args.config else None
+        prom = dataclasses.replace(base or PrometheusSettings(url=""), url=args.prometheus)
+        if args.selector is not None:
+            prom = dataclasses.replace(prom, selector=args.selector)
+        result = compute_prometheus_verdict(prom, config, **query)
+    else:
+        result = compute_verdict(args.store, config, **query)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -294,8 +294,26 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
     probe = data.get("probe") or {}
     cohort = data.get("cohort") or {}
     inventory = data.get("inventory") or {}
+    prometheus = None
+    if "prometheus" in data:
+        from probes.store.prometheus import PrometheusSettings
+
+        prom = data["prometheus"]
+
+        def seconds(key: str) -> float | None:
+            return b.duration(prom[key], ["prometheus", key]) if key in prom else None
+
+        prometheus = PrometheusSettings(
+            url=prom["url"],
+            selector=prom.get("selector", ""),
+            step_s=seconds("step"),
+            timeout_s=seconds("timeout") or 10.0,
+            lookback_s=seconds("lookback") or 7 * 86400.0,
+            headers=prom.get("headers") or {},
+        )
     return Config(
         source=data.get("source", "store"),
+        prometheus=prometheus,
         paths=tuple(paths),
         static_targets=static,
         file_targets=file_targets,

@@ -171,10 +171,19 @@ def _gate(
     return reasons
 
 
+def _layout(windows: Any) -> Layout:
+    """The bucket edges of the windows' latency counts: the store's layout, unless the input
+    says otherwise (`latency_edges` = (lower, upper), as a table read from Prometheus)."""
+    edges = getattr(windows, "latency_edges", None)
+    return _LAYOUT if edges is None else Layout.from_edges(*edges)
+
+
 def _metrics(
-    series: Sequence[PathSeries], tol: Tolerances, alpha_share: float, attempts_max: int
+    series: Sequence[PathSeries], tol: Tolerances, alpha_share: float, attempts_max: int,
+    layout: Any = None,
 ) -> dict[str, dict[str, MetricVerdict]]:
-    """Per path, per metric name, for every path with a comparison span."""
+    """Per path, per metric name, for every path with a comparison span. `layout` is a
+    callable giving the latency bucket `Layout` (read only when latency is judged)."""
     out: dict[str, dict[str, MetricVerdict]] = {s.path: {} for s in series}
     judged = [s for s in series if s.baseline is not None and s.canary is not None]
     too_many = _check_attempts(judged, attempts_max)
@@ -215,7 +224,8 @@ def _metrics(
     def latency(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         cum_b = np.cumsum(np.stack([s.baseline.latency for s in rows]), axis=1)  # type: ignore[union-attr]
         cum_c = np.cumsum(np.stack([s.canary.latency for s in rows]), axis=1)  # type: ignore[union-attr]
-        return M.latency_p99(cum_b.astype(float), cum_c.astype(float), _LAYOUT, tol, a)
+        edges = _LAYOUT if layout is None else layout()
+        return M.latency_p99(cum_b.astype(float), cum_c.astype(float), edges, tol, a)
 
     def attempts(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         sum_b, sum_c = cols(lambda t: t.attempts_sum, rows)
@@ -280,7 +290,8 @@ def judge(
 ) -> Verdict:
     """Judge the canary cohort against the baseline on every path (module docstring).
 
-    `windows`: `PathWindow`s or a store `WindowTable`. `since` (epoch seconds) fixes the
+    `windows`: `PathWindow`s, a store `WindowTable`, or a table with its own latency bucket
+    edges (`latency_edges`, e.g. `probes.store.prometheus`). `since` (epoch seconds) fixes the
     sequential origin; `paths` limits the verdict to those paths (a named path without data
     is inconclusive). `overloaded` marks the probe's own measurements untrusted.
     `attempts_max` bounds the upstream attempts of one call (the proxies' retries + 1).
@@ -307,7 +318,8 @@ def judge(
     series = path_series(cols, b, c, since=since, paths=wanted)
 
     alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
-    by_path = _metrics(series, tolerances, alpha_share, attempts_max)
+    by_path = _metrics(series, tolerances, alpha_share, attempts_max,
+                       lambda: _layout(windows))
 
     path_verdicts = []
     for s in series:

@@ -1,15 +1,16 @@
 """From the store to a verdict: what `skewprobe verdict`, `GET /verdict` and `POST /gate` share.
 
 `probes.verdict` is pure statistics over windows; this module reads the windows (store →
-verdict in the flow), resolves the query (paths, cohorts, the comparison's start), and turns
-the result into the DESIGN.md JSON or a table.
+verdict in the flow: the SQLite store of one probe, or Prometheus over many), resolves the
+query (paths, cohorts, the comparison's start), and turns the result into the DESIGN.md JSON
+or a table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from probes._timeparse import parse_time
 from probes.stats.cohorts import pick_cohorts
 from probes.store import Store
 from probes.verdict import judge
+
+if TYPE_CHECKING:
+    from probes.store.prometheus import PrometheusSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,22 @@ def load_judging_config(path: str | None) -> JudgingSettings:
     return JudgingSettings.from_config(load_config(path))
 
 
+class WindowSource(Protocol):
+    """What a verdict reads: the SQLite `Store`, or `PrometheusSource` over many probes."""
+
+    @property
+    def path(self) -> str: ...
+
+    def paths(self) -> list[str]: ...
+
+    def read_table(
+        self, since: float | None = None, until: float | None = None,
+        paths: Iterable[str] | None = None, cohorts: Iterable[str] | None = None,
+    ) -> Any: ...
+
+    def first_window(self, cohort: str, since: float | None = None) -> float | None: ...
+
+
 def compute_verdict(
     store_path: str,
     settings: JudgingSettings | Config,
@@ -68,6 +88,58 @@ def compute_verdict(
     every look a gate takes. A relative `since` (-30m) moves with each call and restarts the
     sequence each time; an absolute one (RFC 3339) is as good as the default.
     """
+    store = Store.open(store_path, readonly=True)
+    try:
+        return verdict_from_source(
+            store, settings, path=path, baseline=baseline, canary=canary, since=since,
+            now=now, overloaded=overloaded,
+        )
+    finally:
+        store.close()
+
+
+def compute_prometheus_verdict(
+    prometheus: PrometheusSettings,
+    settings: JudgingSettings | Config,
+    *,
+    path: str | Sequence[str] | None = None,
+    baseline: str | None = None,
+    canary: str | None = None,
+    since: str | None = None,
+    now: float,
+) -> Mapping[str, Any]:
+    """Judge from Prometheus over every probe it scrapes (`probes.store.prometheus`).
+
+    Raises SourceUnavailable (exit 4, HTTP 503) when Prometheus does not answer, BadInput
+    (exit 2) for a bad query. A probe that stopped answering scrapes turns a pass into
+    inconclusive; an overloaded probe makes every path inconclusive, as for one probe.
+    """
+    from probes.store.prometheus import PrometheusSource
+
+    if isinstance(settings, Config):
+        settings = JudgingSettings.from_config(settings)
+    with PrometheusSource(prometheus, step_s=settings.window_s, clock=lambda: now) as source:
+        health = source.health(now)
+        overload = health.overload_reason()
+        result = verdict_from_source(
+            source, settings, path=path, baseline=baseline, canary=canary, since=since,
+            now=now, overloaded=overload is not None,
+        )
+    return with_doubts(result, [*health.doubts(), *([overload] if overload else [])])
+
+
+def verdict_from_source(
+    source: WindowSource,
+    settings: JudgingSettings | Config,
+    *,
+    path: str | Sequence[str] | None = None,
+    baseline: str | None = None,
+    canary: str | None = None,
+    since: str | None = None,
+    now: float,
+    overloaded: bool = False,
+) -> Mapping[str, Any]:
+    """Resolve the query against `source` and judge (`compute_verdict` for the origin)."""
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     paths = [path] if isinstance(path, str) else (list(path) if path else None)
@@ -76,20 +148,24 @@ def compute_verdict(
         raise BadInput(f"since {since!r} is in the future")
     baseline = baseline or settings.cohort.baseline
     canary = canary or settings.cohort.canary
-    store = Store.open(store_path, readonly=True)
-    try:
-        if paths:
-            known = set(store.paths())
-            unknown = [p for p in paths if p not in known]
-            if unknown:
-                raise BadInput(f"no data for path(s) {', '.join(unknown)} in {store_path}")
-        if since_t is None:
-            since_t = _origin(store, settings, paths, baseline, canary, now)
-        table = store.read_table(since=since_t, paths=paths)
-    finally:
-        store.close()
+    # A source with its own window length (Prometheus' step) judges staleness in it.
+    step = getattr(source, "step_s", None)
+    if paths:
+        known = set(source.paths())
+        unknown = [p for p in paths if p not in known]
+        if unknown:
+            raise BadInput(f"no data for path(s) {', '.join(unknown)} in {source.path}")
+    if since_t is None:
+        recent_s = 3 * (settings.window_s if step is None else float(step))
+        since_t = _origin(source, recent_s, paths, baseline, canary, now)
+    table = source.read_table(since=since_t, paths=paths)
     # Staleness is judged in the windows the probe actually wrote, whatever the settings say.
-    window_s = float(np.median(table.length)) if len(table) else settings.window_s
+    if step is not None:
+        window_s = float(step)
+    elif len(table):
+        window_s = float(np.median(table.length))
+    else:
+        window_s = settings.window_s
     verdict = judge(
         table,
         tolerances=settings.tolerances,
@@ -106,9 +182,24 @@ def compute_verdict(
     return verdict.to_json()
 
 
+def with_doubts(result: Mapping[str, Any], doubts: Sequence[str]) -> Mapping[str, Any]:
+    """Never a pass while part of the data is missing: each pass (overall and per path)
+    becomes inconclusive, with `doubts` first among the reasons. Fail stays fail."""
+    if not doubts:
+        return result
+    paths = [
+        {**p, "verdict": "inconclusive", "reasons": [*doubts, *p.get("reasons", [])]}
+        if p.get("verdict") == "pass" else p
+        for p in result.get("paths", [])
+    ]
+    verdict = "inconclusive" if result.get("verdict") == "pass" else result.get("verdict")
+    return {**result, "verdict": verdict, "paths": paths,
+            "reasons": [*doubts, *result.get("reasons", [])]}
+
+
 def _origin(
-    store: Store,
-    settings: JudgingSettings,
+    source: WindowSource,
+    recent_s: float,
     paths: Sequence[str] | None,
     baseline: str | None,
     canary: str | None,
@@ -119,14 +210,14 @@ def _origin(
     Recent means the last three windows, so a version from an earlier rollout that is no
     longer served is not taken for this rollout's baseline or canary.
     """
-    recent = store.read_table(since=now - 3 * settings.window_s, paths=paths)
+    recent = source.read_table(since=now - recent_s, paths=paths)
     present = sorted({recent.cohorts[i] for i in np.unique(recent.cohort)})
     if not present:
         return None  # nothing recent: the verdict says the data is stale
     chosen = pick_cohorts(present, baseline, canary)
     if chosen.canary is None:
         return None
-    return store.first_window(chosen.canary)
+    return source.first_window(chosen.canary)
 
 
 _METRIC_LABELS = {

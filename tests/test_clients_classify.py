@@ -86,6 +86,13 @@ def chained(*excs: BaseException) -> BaseException:
         (chained(ssl.SSLEOFError("eof"), httpcore.ReadError()), Outcome.RESET),
         (chained(ssl.SSLEOFError("eof"), httpcore.ConnectError()), Outcome.TLS_ERROR),
         (httpx.ReadTimeout("x"), Outcome.TIMEOUT),
+        # aiohttp's own "Connection lost" (HTTP/1.1 is called on aiohttp directly): a reset,
+        # unless its cause says more.
+        (aiohttp.ClientConnectionError("Connection lost: x"), Outcome.RESET),
+        (
+            chained(ConnectionRefusedError(111, "refused"), aiohttp.ClientConnectionError("x")),
+            Outcome.CONNECT_REFUSED,
+        ),
         (ValueError("a bug"), Outcome.PROBE_ERROR),
     ],
 )

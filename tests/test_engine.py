@@ -7,6 +7,7 @@ not mocks of a client library; the end-to-end tests run the real clients on real
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 
 import pytest
@@ -138,3 +139,59 @@ async def test_first_sends_are_spread_over_one_period(rate: float) -> None:
                    for e in endpoints if any(r.endpoint == e.name for r in sink.results))
     assert len(first) >= 30
     assert first[-1] - first[0] > 0.5 / rate  # not all at once
+
+
+class IdProber(SleepProber):
+    def __init__(self) -> None:
+        super().__init__({})
+        self.ids: list[str] = []
+
+    async def call(self, endpoint: Endpoint, request_id: str) -> CallOutcome:
+        self.ids.append(request_id)
+        return await super().call(endpoint, request_id)
+
+
+async def test_request_ids_are_unique_and_uuid_sized() -> None:
+    prober = IdProber()
+    engine = Engine([PathSpec(name="p", rate_per_s=50.0, timeout_s=0.5)], {"p": prober},
+                    ListSink())
+    await _run_for(engine, [[_ep("a"), _ep("b")]], 0.5)
+    assert len(prober.ids) >= 20 and len(set(prober.ids)) == len(prober.ids)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in prober.ids)
+    other = Engine([], {}, ListSink())
+    assert other.request_id()[:16] != engine.request_id()[:16]  # random per engine
+
+
+class StallingSink(ListSink):
+    """Blocks the event loop once, as a starved or paused probe process would be."""
+
+    def __init__(self, stall_s: float) -> None:
+        super().__init__()
+        self.stall_s = stall_s
+
+    def record(self, result: CallResult, endpoint: Endpoint) -> None:
+        super().record(result, endpoint)
+        if self.stall_s and len(self.results) == 3:
+            stall, self.stall_s = self.stall_s, 0.0
+            time.sleep(stall)  # deliberately blocking: the loop stalls
+
+
+@pytest.mark.parametrize("rate", [20.0, 2.0])
+async def test_sends_far_behind_are_skipped_not_burst(rate: float) -> None:
+    # After a 0.8 s stall, sends more than max_catch_up (0.25 s) late are skipped and
+    # counted; the schedule goes on from there. At 2/s the period (0.5 s) is longer than
+    # the catch-up limit: the late send is skipped all the same (the loop must not spin).
+    limits = EngineLimits(max_catch_up_s=0.25)
+    sink = StallingSink(0.8)
+    engine = Engine([PathSpec(name="p", rate_per_s=rate, timeout_s=0.2)],
+                    {"p": SleepProber({})}, sink, limits=limits)
+    await _run_for(engine, [[_ep("a")]], 2.5)
+    assert sink.drops["behind_schedule"] >= (10 if rate == 20.0 else 1)
+    after = sink.results[3:]
+    assert after, "the schedule must go on after the stall"
+    # Nothing was sent later than the catch-up limit (plus scheduling noise).
+    assert max(r.lag_s for r in after) < limits.max_catch_up_s + 0.15
+    # Intended times stay on the grid start + k/rate: skipping never shifts the schedule.
+    first = sink.results[0].intended_at
+    assert all(abs(((r.intended_at - first) * rate) - round((r.intended_at - first) * rate))
+               < 0.01 for r in sink.results)

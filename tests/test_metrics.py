@@ -71,7 +71,7 @@ def test_promtool_accepts_the_exposition(reg: CollectorRegistry) -> None:
         "skewprobe_stream_message_gap_seconds", "skewprobe_inventory_pods",
         "skewprobe_verdict", "skewprobe_schedule_lag_seconds", "skewprobe_calls_in_flight",
         "skewprobe_calls_dropped_total", "skewprobe_store_errors_total",
-        "skewprobe_windows_written_total",
+        "skewprobe_windows_written_total", "skewprobe_probe_overloaded",
     ):
         assert f"# HELP {family} ".encode() in text
 
@@ -156,3 +156,21 @@ def test_no_global_registry() -> None:
     ProbeMetrics(a)
     ProbeMetrics(b)  # a second instance would clash on a shared registry
     assert REGISTRY.get_sample_value("skewprobe_calls_in_flight") is None
+
+
+def test_probe_health_series(reg: CollectorRegistry) -> None:
+    m = ProbeMetrics(reg)
+    v = reg.get_sample_value
+    assert v("skewprobe_probe_overloaded") == 0
+    m.set_overloaded(True)
+    assert v("skewprobe_probe_overloaded") == 1
+    in_flight = [3]
+    m.track_in_flight(lambda: in_flight[0])
+    in_flight[0] = 11  # read at scrape time, not when set
+    assert v("skewprobe_calls_in_flight") == 11
+    # Schedule lag: negative lags count as 0; buckets are cumulative.
+    m.observe(result(CallOutcome(Outcome.OK, 200), lag=-0.001))
+    m.observe(result(CallOutcome(Outcome.OK, 200), lag=0.02))
+    assert v("skewprobe_schedule_lag_seconds_bucket", {"le": "0.0001"}) == 1
+    assert v("skewprobe_schedule_lag_seconds_bucket", {"le": "0.025"}) == 2
+    assert v("skewprobe_schedule_lag_seconds_sum") == 0.02

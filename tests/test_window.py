@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import queue as queue_mod
+import threading
 import time
 
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 
 from probes._types import CallOutcome, CallResult, Outcome
 from probes.measure.histogram import Histogram, counts_from_tuple
-from probes.measure.window import WindowAggregator
+from probes.measure.window import Taken, WindowAggregator
 
 OK = CallOutcome(Outcome.OK, 200, attempts=1)
 
@@ -181,3 +183,56 @@ def test_bad_parameters() -> None:
         WindowAggregator(length_s=0)
     with pytest.raises(ValueError):
         WindowAggregator(grace_s=-1)
+
+
+def test_take_copies_the_counters_so_build_sees_the_window_as_taken() -> None:
+    # `take` runs on the event loop, `build` in a worker thread: a late call counted between
+    # the two must not change what is being built, and must be emitted, whole, next time.
+    agg = WindowAggregator(length_s=10.0, grace_s=1.0)
+    for i in range(3):
+        agg.add(call(1.0 + i, endpoint=f"pod-{i}"), {"pod": f"pod-{i}"})
+    taken = agg.take(now=11.0)
+    assert taken and agg.take(now=11.5).build() == ([], [])  # nothing new since
+    agg.add(call(5.0, endpoint="pod-0", outcome=CallOutcome(Outcome.RESET)), {"pod": "pod-0"})
+    paths, endpoints = taken.build()
+    assert [(w.start, w.requests) for w in paths] == [(0.0, 3)]
+    assert [(e.endpoint, e.requests, e.errors) for e in endpoints] == [
+        ("pod-0", 1, 0), ("pod-1", 1, 0), ("pod-2", 1, 0)
+    ]
+    again, endpoints = agg.flush(now=12.0)
+    assert [(w.requests, dict(w.outcomes)) for w in again] == [
+        (4, {Outcome.OK: 3, Outcome.RESET: 1})
+    ]
+    # Only the endpoint that changed is emitted again, with its whole count.
+    assert [(e.endpoint, e.requests, e.errors) for e in endpoints] == [("pod-0", 2, 1)]
+
+
+def test_build_in_a_thread_while_the_loop_keeps_adding() -> None:
+    agg = WindowAggregator(length_s=1.0, grace_s=0.0, retain_s=1000.0)
+    queue: queue_mod.Queue[Taken | None] = queue_mod.Queue()
+    last: dict[float, int] = {}  # window start -> requests in its latest emission
+    errors: list[BaseException] = []
+
+    def builder() -> None:
+        try:
+            while (taken := queue.get()) is not None:
+                paths, _ = taken.build()
+                last.update((w.start, w.requests) for w in paths)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    worker = threading.Thread(target=builder)
+    worker.start()
+    total = 20_000
+    for i in range(total):
+        # Calls over 20 windows; every 7th lands 3 s back, in a window already taken.
+        t = (i % 200) * 0.1 - (3.0 if i % 7 == 0 else 0.0)
+        agg.add(call(max(0.0, t), endpoint=f"pod-{i % 50}", latency=0.001 * (1 + i % 13)))
+        if i % 500 == 0:
+            queue.put(agg.take(now=(i % 200) * 0.1))
+    queue.put(agg.take(now=1e9, force=True))
+    queue.put(None)
+    worker.join(timeout=30)
+    assert not errors and not worker.is_alive()
+    # Emissions are whole windows, so the latest one of each window adds up to every call.
+    assert sum(last.values()) == total

@@ -137,7 +137,9 @@ def _rule(exc: BaseException) -> tuple[int, str] | None:
         | h2.exceptions.ProtocolError,
     ):
         return 6, Outcome.PROTOCOL_ERROR
-    if isinstance(exc, httpcore.NetworkError | aiohttp.ClientOSError):
+    if isinstance(exc, httpcore.NetworkError | aiohttp.ClientConnectionError):
+        # aiohttp's own "Connection lost" / "failed to send" errors (and ClientOSError):
+        # an established connection went away; a cause in the chain may say more.
         return 7, Outcome.RESET
     # Wrapper types last: only trusted when nothing underneath says more.
     if isinstance(exc, httpx.ConnectTimeout):

@@ -1,10 +1,12 @@
 """The HTTP prober: one request through an httpx transport, classified.
 
-httpx is the HTTP API (`httpx.Request` in, `httpx.Response` out, a transport per endpoint),
-but the prober calls the transport directly instead of going through `httpx.AsyncClient`:
-the client's per-request machinery (cookies, auth, redirects, event hooks, header merging)
-is unused here and cost about 40 % of the CPU per request in measurement. HTTP/1.1 runs on
-the aiohttp transport (`_h1`), HTTP/2 on httpcore with a GOAWAY observer (`_h2`).
+HTTP/2 uses the httpx API (`httpx.Request` in, `httpx.Response` out, a transport per
+endpoint), calling the transport directly instead of going through `httpx.AsyncClient`: the
+client's per-request machinery (cookies, auth, redirects, event hooks, header merging) is
+unused here and cost about 40 % of the CPU per request in measurement. It runs on httpcore
+with a GOAWAY observer (`_h2`). HTTP/1.1 calls an aiohttp session directly (`_h1`): the
+probe's hot path at scale, where even the httpx request and response objects cost more than
+the rest of the prober.
 
 The body is read and discarded in chunks up to `body_limit` (1 MiB), so a 50 MB or endless
 body costs bounded memory and time; the outcome still follows the status and the detail
@@ -18,6 +20,7 @@ import dataclasses
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, cast
 
+import aiohttp
 import httpx
 
 from probes._exceptions import BadInput
@@ -35,7 +38,8 @@ BODY_LIMIT = 1 << 20
 # The reference target echoes the attempts it saw here when no proxy header is present.
 APP_ATTEMPTS_HEADER = "x-app-attempts"
 
-_Lease = Lease[tuple[httpx.AsyncBaseTransport, httpx.URL]]
+_Client = tuple[httpx.AsyncBaseTransport, httpx.URL] | _h1.H1Client
+_Lease = Lease[_Client]
 _ReplayReason = Callable[[BaseException, WireRecord], "tuple[Replay, str] | None"]
 
 
@@ -82,12 +86,12 @@ class HttpProber:
         if spec.tls is not None and spec.tls.server_name:
             self._extensions["sni_hostname"] = spec.tls.server_name
         self._headers = [("user-agent", USER_AGENT), *spec.headers.items()]
+        self._body = spec.body or None
+        self._budget_s = budget
         self._attempt_headers = tuple(dict.fromkeys((path.attempts_header, APP_ATTEMPTS_HEADER)))
         self._cohort_header = path.cohort_header
         self._replay_reason: _ReplayReason = _h2.replay_reason if self._http2 else _h1.replay_reason
-        self._pool: EndpointPool[tuple[httpx.AsyncBaseTransport, httpx.URL]] = EndpointPool(
-            self._connect, self._disconnect
-        )
+        self._pool: EndpointPool[_Client] = EndpointPool(self._connect, self._disconnect)
 
     @property
     def spec(self) -> HttpSpec:
@@ -118,7 +122,7 @@ class HttpProber:
     async def aclose(self) -> None:
         await self._pool.aclose()
 
-    def _connect(self, endpoint: Endpoint) -> tuple[httpx.AsyncBaseTransport, httpx.URL]:
+    def _connect(self, endpoint: Endpoint) -> _Client:
         port = endpoint.port_for(self._path.port)
         try:
             url = httpx.URL(
@@ -126,16 +130,20 @@ class HttpProber:
             )
         except httpx.InvalidURL as exc:
             raise LookupError(f"endpoint {endpoint.name}: not a usable address: {exc}") from exc
-        transport: httpx.AsyncBaseTransport
         if self._http2:
             transport = _h2.H2Transport(ssl_context=self._ssl, keepalive_s=self._keepalive_s)
-        else:
-            transport = _h1.aiohttp_transport(ssl_context=self._ssl, keepalive_s=self._keepalive_s)
-        return transport, url
+            return transport, url
+        return _h1.H1Client(
+            str(url), ssl_context=self._ssl, keepalive_s=self._keepalive_s,
+            budget_s=self._budget_s, server_name=self._extensions.get("sni_hostname"),
+        )
 
     @staticmethod
-    async def _disconnect(client: tuple[httpx.AsyncBaseTransport, httpx.URL]) -> None:
-        await client[0].aclose()
+    async def _disconnect(client: _Client) -> None:
+        if isinstance(client, _h1.H1Client):
+            await client.aclose()
+        else:
+            await client[0].aclose()
 
     async def _attempt(self, lease: _Lease, request_id: str, *, replayable: bool) -> _Attempt:
         """One send; a failure that may be re-sent comes back as a `_Resend`."""
@@ -175,42 +183,69 @@ class HttpProber:
         request_id: str,
         record: WireRecord,
     ) -> CallOutcome:
-        transport, url = lease.client
-        extensions = self._extensions
-        if self._http2:
-            extensions = {**extensions, "trace": record.trace}
+        client = lease.client
+        if isinstance(client, _h1.H1Client):
+            return await self._exchange_h1(client, request_id)
+        transport, url = client
         request = httpx.Request(
             self._method,
             url,
             headers=[*self._headers, ("x-request-id", request_id)],
             content=self._spec.body,
-            extensions=extensions,
+            extensions={**self._extensions, "trace": record.trace},
         )
         response = await transport.handle_async_request(request)
         status = response.status_code
         headers = response.headers
-        attempts = next(
-            (n for h in self._attempt_headers if (n := parse_count(headers.get(h))) is not None),
-            None,
-        )
-        cohort = headers.get(self._cohort_header) if self._cohort_header else None
-        outcome = classify_status(status, self._expected)
-        detail = ""
         try:
-            received = await self._discard_body(response)
+            received: int | BaseException = await self._discard_body(response)
         except Exception as exc:
-            # The status arrived but the body did not: the answer is broken, whatever it said.
-            outcome, body_detail = classify_exception(exc)
-            detail = f"body: {body_detail}"
-        else:
-            if received >= self._body_limit:
-                detail = f"body truncated at {received} bytes"
-                if self._http2:
-                    # httpcore cannot reset one stream; the unread rest would hold the
-                    # connection's flow-control window, so the connection is not reused.
-                    self._pool.retire(lease)
+            received = exc
         finally:
             await response.aclose()
+        if isinstance(received, int) and received >= self._body_limit:
+            # httpcore cannot reset one stream; the unread rest would hold the connection's
+            # flow-control window, so the connection is not reused.
+            self._pool.retire(lease)
+        return self._answer(status, headers.get, received)
+
+    async def _exchange_h1(self, client: _h1.H1Client, request_id: str) -> CallOutcome:
+        async with client.session.request(
+            self._method,
+            client.url,
+            headers=[*self._headers, ("x-request-id", request_id)],
+            data=self._body,
+            allow_redirects=False,
+            auto_decompress=False,
+            timeout=client.timeout,
+            server_hostname=client.server_name,
+        ) as response:
+            # Leaving the block releases the connection, or closes it when the body was cut.
+            status = response.status
+            try:
+                received: int | BaseException = await self._discard_h1_body(response)
+            except Exception as exc:
+                received = exc
+            return self._answer(status, response.headers.get, received)
+
+    def _answer(
+        self, status: int, header: Callable[[str], str | None], received: int | BaseException
+    ) -> CallOutcome:
+        """The outcome from the status, the attempts and cohort headers, and the body read
+        (its length, or the error that cut it)."""
+        attempts = next(
+            (n for h in self._attempt_headers if (n := parse_count(header(h))) is not None),
+            None,
+        )
+        cohort = header(self._cohort_header) if self._cohort_header else None
+        outcome = classify_status(status, self._expected)
+        detail = ""
+        if isinstance(received, BaseException):
+            # The status arrived but the body did not: the answer is broken, whatever it said.
+            outcome, body_detail = classify_exception(received)
+            detail = f"body: {body_detail}"
+        elif received >= self._body_limit:
+            detail = f"body truncated at {received} bytes"
         if outcome != Outcome.OK and not detail:
             detail = f"HTTP {status}"
         return CallOutcome(
@@ -225,6 +260,16 @@ class HttpProber:
                 received += len(part)
                 if received >= self._body_limit:
                     break
+        return received
+
+    async def _discard_h1_body(self, response: aiohttp.ClientResponse) -> int:
+        received = 0
+        content = response.content
+        while received < self._body_limit:
+            part = await content.readany()
+            if not part:
+                break
+            received += len(part)
         return received
 
 

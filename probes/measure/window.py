@@ -15,18 +15,38 @@ so the caller can count the drop in its metrics).
 `add` is the hot path (thousands of calls per second on one core): a few dict operations and
 one bucket index computed with `math.frexp`, no numpy and no allocation beyond first use of a
 key.
+
+Flushing is split for the event loop's sake: `take(now)` runs where `add` runs and only copies
+the changed counters into plain tuples (about 1 ms for 2,400 endpoints), and the `Taken` it
+returns is turned into `PathWindow`s and `EndpointWindow`s by `build()`, which touches nothing
+the aggregator still owns and so may run in a worker thread, next to the store write.
+`flush(now)` is both in one call.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from probes._types import CallResult, EndpointWindow, Outcome, PathWindow
-from probes.measure.histogram import index_of, tuple_from_sparse
+from probes.measure.histogram import (
+    MAX_VALUE,
+    MIN_EXPONENT,
+    MIN_VALUE,
+    SUB_BUCKETS,
+    index_of,
+    tuple_from_sparse,
+)
 
-__all__ = ["WindowAggregator"]
+__all__ = ["Taken", "WindowAggregator"]
+
+# `index_of` for the one scalar case `add` has, without its type dispatch (2.5 % of the
+# probe's CPU at 1,800 endpoints went to the general function).
+_FIRST_OCTAVE = (-1 - MIN_EXPONENT) * SUB_BUCKETS
+_SUB2 = 2 * SUB_BUCKETS
+_frexp = math.frexp
 
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
@@ -58,23 +78,81 @@ class _PathAcc:
         self.dirty = True
 
 
-class _EndpointAcc:
-    __slots__ = ("dirty", "errors", "labels", "requests")
-
-    def __init__(self, labels: Mapping[str, str] | None) -> None:
-        self.requests = 0
-        self.errors = 0
-        self.labels = labels
-        self.dirty = True
-
-
 class _Window:
-    __slots__ = ("dirty", "endpoints", "paths")
+    """One window's counters.
+
+    Per-endpoint counts live in plain dicts of ints keyed by (path, endpoint, cohort), not
+    in an object per endpoint: windows are kept `retain` seconds after their flush, and at
+    2,400 endpoints an object per endpoint per window was tens of thousands of objects for
+    every full garbage collection to walk. Dicts holding only strings, tuples of strings and
+    ints are untracked by the collector, so these cost it nothing.
+    """
+
+    __slots__ = ("dirty", "dirty_endpoints", "errors", "labels", "paths", "requests")
 
     def __init__(self) -> None:
         self.paths: dict[tuple[str, str], _PathAcc] = {}
-        self.endpoints: dict[tuple[str, str, str], _EndpointAcc] = {}
+        self.requests: dict[tuple[str, str, str], int] = {}
+        self.errors: dict[tuple[str, str, str], int] = {}
+        self.labels: dict[tuple[str, str, str], Mapping[str, str] | None] = {}
+        # Endpoint keys counted since this window was last emitted.
+        self.dirty_endpoints: set[tuple[str, str, str]] = set()
         self.dirty = True
+
+    def endpoint(
+        self, key: tuple[str, str, str], labels: Mapping[str, str] | None
+    ) -> None:
+        """Note that `key` changed; keep the first labels given for it."""
+        self.dirty_endpoints.add(key)
+        if self.labels.get(key) is None:
+            self.labels[key] = labels
+
+
+# (start, length, path, cohort, outcomes, latency {bucket: count}, attempts_sum,
+#  attempts_count, churn, lag_max, streams_opened, stream_seconds, stream_resets)
+_PathRow = tuple[
+    float, float, str, str, dict[str, int], dict[int, int], int, int, int, float, int, float,
+    dict[str, int],
+]
+# (start, (path, endpoint, cohort), requests, errors, labels)
+_EndpointRow = tuple[float, tuple[str, str, str], int, int, Mapping[str, str] | None]
+
+
+@dataclass(slots=True)
+class Taken:
+    """Window contents copied out of the aggregator by `take`, not yet built.
+
+    Owns its data (the counters were copied), so `build()` may run in another thread while
+    the aggregator keeps counting.
+    """
+
+    path_rows: list[_PathRow] = field(default_factory=list)
+    endpoint_rows: list[_EndpointRow] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.path_rows or self.endpoint_rows)
+
+    def build(self) -> tuple[list[PathWindow], list[EndpointWindow]]:
+        """The windows, ordered by start, then path, cohort (and endpoint)."""
+        paths = [
+            PathWindow(
+                start=r[0], length=r[1], path=r[2], cohort=r[3], outcomes=r[4],
+                latency=tuple_from_sparse(r[5]), attempts_sum=r[6], attempts_count=r[7],
+                churn=r[8], lag_max_s=r[9], streams_opened=r[10], stream_seconds=r[11],
+                stream_resets=r[12],
+            )
+            for r in sorted(self.path_rows, key=lambda r: (r[0], r[2], r[3]))
+        ]
+        endpoints = [
+            EndpointWindow(
+                start=start, path=key[0], endpoint=key[1], cohort=key[2], requests=requests,
+                errors=errors, labels=labels if labels is not None else _NO_LABELS,
+            )
+            for start, key, requests, errors, labels in sorted(
+                self.endpoint_rows, key=lambda r: (r[0], r[1])
+            )
+        ]
+        return paths, endpoints
 
 
 class WindowAggregator:
@@ -132,19 +210,6 @@ class WindowAggregator:
             acc.dirty = True
         return acc
 
-    @staticmethod
-    def _endpoint_acc(
-        w: _Window, path: str, endpoint: str, cohort: str, labels: Mapping[str, str] | None
-    ) -> _EndpointAcc:
-        acc = w.endpoints.get((path, endpoint, cohort))
-        if acc is None:
-            acc = w.endpoints[(path, endpoint, cohort)] = _EndpointAcc(labels)
-        else:
-            acc.dirty = True
-            if acc.labels is None:
-                acc.labels = labels
-        return acc
-
     def add(self, result: CallResult, labels: Mapping[str, str] | None = None) -> bool:
         """Count one finished call; `labels` are its endpoint's. False if it came too late."""
         w = self._window(result.intended_at)
@@ -154,7 +219,12 @@ class WindowAggregator:
         call = result.outcome
         name = call.outcome
         acc.outcomes[name] = acc.outcomes.get(name, 0) + 1
-        b = index_of(result.latency_s)
+        v = result.latency_s
+        if MIN_VALUE <= v < MAX_VALUE:
+            m, e = _frexp(v)
+            b = _FIRST_OCTAVE + e * SUB_BUCKETS + int((m - 0.5) * _SUB2)
+        else:
+            b = index_of(v)
         acc.latency[b] = acc.latency.get(b, 0) + 1
         if call.attempts is not None:
             acc.attempts_sum += call.attempts
@@ -162,10 +232,11 @@ class WindowAggregator:
         acc.churn += call.churn
         if result.lag_s > acc.lag_max:
             acc.lag_max = result.lag_s
-        ep = self._endpoint_acc(w, result.path, result.endpoint, result.cohort, labels)
-        ep.requests += 1
+        key = (result.path, result.endpoint, result.cohort)
+        w.endpoint(key, labels)
+        w.requests[key] = w.requests.get(key, 0) + 1
         if name != Outcome.OK:
-            ep.errors += 1
+            w.errors[key] = w.errors.get(key, 0) + 1
         return True
 
     def add_stream_open(
@@ -181,7 +252,9 @@ class WindowAggregator:
         if w is None:
             return False
         self._path_acc(w, path, cohort).streams_opened += 1
-        self._endpoint_acc(w, path, endpoint, cohort, labels).requests += 1
+        key = (path, endpoint, cohort)
+        w.endpoint(key, labels)
+        w.requests[key] = w.requests.get(key, 0) + 1
         return True
 
     def add_stream_reset(
@@ -203,7 +276,9 @@ class WindowAggregator:
             return False
         acc = self._path_acc(w, path, cohort)
         acc.stream_resets[reason] = acc.stream_resets.get(reason, 0) + 1
-        self._endpoint_acc(w, path, endpoint, cohort, labels).errors += 1
+        key = (path, endpoint, cohort)
+        w.endpoint(key, labels)
+        w.errors[key] = w.errors.get(key, 0) + 1
         return True
 
     def add_stream_time(
@@ -244,61 +319,44 @@ class WindowAggregator:
         emitted window is always whole, so writing it again replaces the earlier row.
         Output is ordered by start, then path, cohort (and endpoint).
         """
+        return self.take(now, force).build()
+
+    def take(self, now: float, force: bool = False) -> Taken:
+        """What `flush` would emit, copied out unbuilt: call it where `add` is called, and
+        `build()` the result anywhere (a worker thread)."""
         length = self._length
-        paths: list[PathWindow] = []
-        endpoints: list[EndpointWindow] = []
+        taken = Taken()
         for idx in sorted(self._windows):
             w = self._windows[idx]
             end = (idx + 1) * length
             if not force and end + self._grace > now:
                 break
             if w.dirty:
-                self._emit(idx, w, paths, endpoints)
+                self._copy_out(idx, w, taken)
             if end + self._grace + self._retain <= now:
                 del self._windows[idx]
                 self._forgotten_below = max(self._forgotten_below, idx + 1)
-        return paths, endpoints
+        return taken
 
-    def _emit(
-        self, idx: int, w: _Window, paths: list[PathWindow], endpoints: list[EndpointWindow]
-    ) -> None:
+    def _copy_out(self, idx: int, w: _Window, taken: Taken) -> None:
+        # Copies of the mutable counters: a late call may still change this window.
         start = idx * self._length
-        for (path, cohort), acc in sorted(w.paths.items()):
+        rows = taken.path_rows
+        for (path, cohort), acc in w.paths.items():
             if not acc.dirty:
                 continue
             acc.dirty = False
-            paths.append(
-                PathWindow(
-                    start=start,
-                    length=self._length,
-                    path=path,
-                    cohort=cohort,
-                    outcomes=acc.outcomes,
-                    latency=tuple_from_sparse(acc.latency),
-                    attempts_sum=acc.attempts_sum,
-                    attempts_count=acc.attempts_count,
-                    churn=acc.churn,
-                    lag_max_s=acc.lag_max,
-                    streams_opened=acc.streams_opened,
-                    stream_seconds=acc.stream_seconds,
-                    stream_resets=acc.stream_resets,
-                )
-            )
-        for (path, endpoint, cohort), ep in sorted(w.endpoints.items()):
-            if not ep.dirty:
-                continue
-            ep.dirty = False
-            endpoints.append(
-                EndpointWindow(
-                    start=start,
-                    path=path,
-                    endpoint=endpoint,
-                    cohort=cohort,
-                    requests=ep.requests,
-                    errors=ep.errors,
-                    labels=ep.labels if ep.labels is not None else _NO_LABELS,
-                )
-            )
+            rows.append((
+                start, self._length, path, cohort, dict(acc.outcomes), dict(acc.latency),
+                acc.attempts_sum, acc.attempts_count, acc.churn, acc.lag_max,
+                acc.streams_opened, acc.stream_seconds, dict(acc.stream_resets),
+            ))
+        requests, errors, labels = w.requests, w.errors, w.labels
+        taken.endpoint_rows.extend(
+            (start, key, requests.get(key, 0), errors.get(key, 0), labels[key])
+            for key in w.dirty_endpoints
+        )
+        w.dirty_endpoints = set()
         w.dirty = False
 
     @property

@@ -1,0 +1,101 @@
+"""ProbeRunner's own parts: the overload rule reaching the verdict, the recorder's counts,
+windows written from a worker thread, and the garbage-collector state it restores."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from probes._types import CallOutcome, CallResult, Endpoint, Outcome
+from probes.api import VerdictQuery
+from probes.config import parse_config
+from probes.measure.overload import LAG_BUDGET_S
+from probes.measure.window import WindowAggregator
+from probes.metrics import ProbeMetrics
+from probes.runner import ProbeRunner, Recorder, RunOptions
+from probes.store import Store
+
+CONFIG = """\
+targets:
+  static:
+    - address: 127.0.0.1:9
+      labels: {proxy_version: "1.20.3"}
+window: 10s
+paths:
+  - name: checkout
+    http: {path: /api/checkout}
+    rate: 5/s
+    timeout: 1s
+"""
+
+
+def _store_with_a_failing_canary(path: Path, now: float) -> None:
+    """Ten minutes of windows: the canary fails one call in five, the baseline none."""
+    agg = WindowAggregator(length_s=10.0, grace_s=0.0)
+    start = (now // 10) * 10 - 600
+    for i in range(6000):
+        t = start + i * 0.1
+        for cohort, bad in (("1.20.3", False), ("1.21.0", i % 5 == 0)):
+            outcome = CallOutcome(Outcome.HTTP_5XX if bad else Outcome.OK, 200)
+            agg.add(CallResult("checkout", f"pod-{cohort}", cohort, t, 0.01, 0.0, outcome))
+    with Store.open(path) as store:
+        store.write(*agg.flush(now=now, force=True))
+
+
+async def test_an_overloaded_probe_turns_a_fail_into_inconclusive(tmp_path: Path) -> None:
+    store = tmp_path / "probe.db"
+    _store_with_a_failing_canary(store, time.time())
+    runner = ProbeRunner(parse_config(CONFIG), RunOptions(store_path=str(store), listen=None))
+    judged = await runner.verdict_json(VerdictQuery())
+    assert judged["verdict"] == "fail", judged["reasons"]
+
+    runner.overload.update(0, 0, 0)
+    runner.overload.update(24_000, 0, 7)  # calls skipped in the last window
+    starved = await runner.verdict_json(VerdictQuery())
+    assert starved["verdict"] == "inconclusive"
+    assert starved["reasons"][0].startswith("probe overloaded: 7 calls skipped")
+    assert all(p["verdict"] == "inconclusive" for p in starved["paths"])
+
+
+def test_recorder_counts_late_sends_and_drops_for_the_overload_rule() -> None:
+    metrics = ProbeMetrics(CollectorRegistry())
+    agg = WindowAggregator(length_s=10.0, grace_s=0.0, retain_s=0.0)
+    recorder = Recorder(agg, metrics)
+    ep = Endpoint("pod-0", "127.0.0.1", 1, {"proxy_version": "v"})
+    ok = CallOutcome(Outcome.OK, 200)
+    for lag in (0.0, LAG_BUDGET_S / 2, LAG_BUDGET_S * 1.5, 0.3):
+        recorder.record(CallResult("p", "pod-0", "v", 1000.0, 0.01, lag, ok), ep)
+    recorder.dropped("p", "max_in_flight", 2)
+    agg.flush(now=2000.0)  # the window is written and forgotten (no retention)
+    recorder.record(CallResult("p", "pod-0", "v", 1000.0, 0.01, 0.0, ok), ep)  # too late
+    assert (recorder.calls, recorder.lagged, recorder.dropped_total) == (5, 2, 3)
+
+
+def test_gc_state_is_restored() -> None:
+    before = gc.get_threshold()
+    restore = ProbeRunner._save_gc()
+    gc.freeze()
+    gc.set_threshold(700, 10, 100)
+    restore()
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+async def test_a_short_run_writes_windows_from_the_worker_thread(tmp_path: Path) -> None:
+    # No target answers on port 9: every call is classified, windows are still written,
+    # and the run ends on time with the final flush done.
+    store = tmp_path / "probe.db"
+    config = parse_config(CONFIG.replace("window: 10s", "window: 1s"))
+    written: list[int] = []
+    runner = ProbeRunner(config, RunOptions(
+        store_path=str(store), listen=None, duration_s=2.5,
+        on_window=lambda windows: written.append(len(windows)),
+    ))
+    await asyncio.wait_for(runner.run(), 20)
+    assert written and runner.windows_written == sum(written)
+    with Store.open(store, readonly=True) as s:
+        windows = s.read_windows()
+    assert sum(w.requests for w in windows) == runner.recorder.calls > 0
