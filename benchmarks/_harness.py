@@ -225,6 +225,14 @@ def counter_by(text: str, name: str, label: str) -> dict[str, float]:
     return out
 
 
+def gauge(text: str, name: str) -> float:
+    """The value of an unlabelled gauge (NaN when absent)."""
+    for sample, _labels, value in samples(text):
+        if sample == name:
+            return value
+    return float("nan")
+
+
 def buckets(text: str, name: str) -> list[tuple[float, float]]:
     """Cumulative (le, count) of histogram `name`, summed over its label sets."""
     acc: dict[float, float] = {}

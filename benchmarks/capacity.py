@@ -130,6 +130,7 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         time.sleep(args.warmup)
         pids = [probe.pid, fleet.pid]
         a = h.snapshot(pids, metrics_url)
+        rss_a = h.memory_kib(probe.pid).get("VmRSS", 0)
         if args.profile:
             # Sampled from the fleet's core so the sampler does not take the probe's CPU.
             h.profile(probe.pid, args.duration, Path(args.profile), core=args.fleet_core)
@@ -139,12 +140,22 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         mem = h.memory_kib(probe.pid)
         probe_cpu_total = h.cpu_seconds(probe.pid)
         probe_rc = probe.stop(timeout_s=30.0)
+        probe_lifetime_s = time.monotonic() - t0
         fleet.stop(timeout_s=30.0)
     if probe_rc != 0:
         err = (work / "probe.err").read_text()[-2000:]
         raise RuntimeError(f"skewprobe run exited {probe_rc}: {err}")
-    return _figures(args, a, b, mem, probe, fleet, store, probe_cpu_total,
-                    fleet_start_s, probe_start_s)
+    figures = _figures(args, a, b, mem, probe, fleet, store, probe_cpu_total,
+                       fleet_start_s, probe_start_s)
+    # The store after the probe closed it (WAL merged): its growth per hour of probing.
+    store_bytes = store.stat().st_size
+    figures.update({
+        "rss_at_first_scrape_mib": rss_a / 1024,
+        "store_mib": store_bytes / 2**20,
+        "store_mib_per_hour": store_bytes / 2**20 / probe_lifetime_s * 3600,
+        "overloaded_at_end": h.gauge(b.metrics, "skewprobe_probe_overloaded"),
+    })
+    return figures
 
 
 def _figures(
@@ -223,7 +234,8 @@ def report(runs: list[dict[str, Any]]) -> str:
         "run", "endpoints", "HTTP", "interval s", "achieved/intended", "outcomes", "dropped",
         "lag p50 ms (bucket]", "lag p99 ms (bucket]", "lag ≤10 ms", "lag max ms (store)",
         "latency p50/p99 ms (store)", "probe CPU s/1k calls", "probe core share",
-        "peak RSS MiB", "fleet core share", "other processes (cores)",
+        "peak RSS MiB", "RSS first → last scrape MiB", "store MiB per hour",
+        "overloaded at end", "fleet core share", "other processes (cores)",
         "irq+softirq (cores)", "steal (cores)", "/metrics scrape s",
         "loadavg before → after",
     ]
@@ -237,7 +249,10 @@ def report(runs: list[dict[str, Any]]) -> str:
             _ms(r["lag_max_store_s"]),
             f"{_ms(r['latency_p50_s'])} / {_ms(r['latency_p99_s'])}",
             f"{r['cpu_s_per_1000_calls']:.3f}", f"{r['probe_core_share']:.2f}",
-            f"{r['peak_rss_mib']:.0f}", f"{r['fleet_core_share']:.2f}",
+            f"{r['peak_rss_mib']:.0f}",
+            f"{r['rss_at_first_scrape_mib']:.0f} → {r['rss_end_mib']:.0f}",
+            f"{r['store_mib_per_hour']:.0f}", f"{r['overloaded_at_end']:g}",
+            f"{r['fleet_core_share']:.2f}",
             f"{r['others_cpu_share']:.2f}", f"{r['irq_softirq_share']:.2f}",
             f"{r['steal_share']:.2f}", f"{r['scrape_s']:.2f}",
             f"{r['load_before']} → {r['load_after']}",

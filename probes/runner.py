@@ -258,30 +258,21 @@ class ProbeRunner:
         return restore
 
     async def _tune_gc(self) -> None:
-        """Once the schedule runs: collect, freeze what survived, and make full collections
-        rarer.
+        """Once the schedule runs: collect, freeze the survivors, make full collections rare.
 
-        A full collection walks every tracked object. With thousands of endpoints' sessions,
-        connections and tasks alive that took 36–48 ms every ~10 s at 1,800 endpoints, a
-        stall the schedule lag saw. Frozen objects (`gc.freeze`) are skipped by every later
-        collection, so after warm-up a collection walks only what is newer.
+        Frozen objects (`gc.freeze`) are skipped by every later collection: thousands of
+        endpoints' sessions, connections and tasks made full collections take 36–48 ms at
+        1,800 endpoints. What is newer is mostly medium-lived (aiohttp keeps a connection's
+        last response parser and reader until the next call, a period later), so it reaches
+        the old generation, and after a freeze Python would start a full collection (20–40
+        ms at 2,400 endpoints) after every 10 middle-generation ones, ~1.5 s apart; at 100
+        it is every ~15 s, a pause that delays ~0.2 % of calls. Young thresholds stay at
+        the defaults: their pause grows with them (30–40 ms at 20,000, < 2 ms at 700).
 
-        What is newer is mostly medium-lived: at 1 call/s per endpoint, aiohttp keeps each
-        connection's last response parser and body reader until the next call, a second
-        later, so tens of thousands of objects outlive the young collections and are freed
-        in the old generation, where they only make full collections (20–40 ms at 2,400
-        endpoints) frequent: Python starts one after every 10 middle-generation collections
-        once the old generation has grown by a quarter, which after a freeze is always. The
-        third threshold at 100 makes that every ~15 s instead of every ~1.5 s; a 30 ms pause
-        every 15 s delays 0.2 % of the calls, inside the lag budget (p99 <= 10 ms). The
-        young thresholds stay at Python's defaults: a young collection's pause grows with
-        its threshold (30–40 ms at 20,000 against under 2 ms at 700).
-
-        Frozen objects are never collected, so cyclic garbage among them would stay: the
-        one cycle seen (asyncio's socket transport and its bound read callback, 5 objects
-        when a connection closes) is bounded by the connections open at the freeze, about
-        1.5 KB per endpoint, once. Objects made later (new endpoints, new connections) are
-        collected as usual, which is why the freeze is not repeated.
+        Frozen cyclic garbage is never collected: the one cycle seen (asyncio's socket
+        transport and its bound read callback, 5 objects when a connection closes) costs
+        ~1.5 KB per connection open at the freeze, once. Later objects are collected as
+        usual, which is why the freeze is not repeated. BENCHMARKS.md has the figures.
         """
         assert self.engine is not None
         await self.engine.wait_for_endpoints()
