@@ -31,9 +31,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from probes._exceptions import ConfigError
+from targets._yaml import LineMap, LineParser, load_yaml, read_yaml_file
 from targets.profile import Faults, Latency, VersionProfile, parse_duration
 
 # HAProxy 2.6's `retry-on` keywords (configuration.txt, "retry-on") and statuses.
@@ -200,92 +199,20 @@ def _addr(host: str, port: int) -> str:
 
 def load_haproxy_versions(path: str | Path) -> HaproxyVersions:
     """Read and validate a versions file."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read HAProxy versions file: {exc}", file=source) from exc
+    text, source = read_yaml_file(path, "HAProxy versions file")
     return parse_haproxy_versions(text, source=source)
 
 
 def parse_haproxy_versions(text: str, *, source: str = "<haproxy versions>") -> HaproxyVersions:
     """Validate YAML text into HaproxyVersions; `source` names the file in errors."""
-    try:
-        data = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark is not None else None
-        raise ConfigError(f"invalid YAML: {exc.problem}", file=source, line=line) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"invalid YAML: {exc}", file=source) from exc
-    except _DuplicateKey as exc:
-        raise ConfigError("duplicate key", file=source, line=exc.line, key=exc.key) from exc
-    return _Parser(source).top(data)
+    return _Parser(source).top(load_yaml(text, source))
 
 
-class _Map(dict[Any, Any]):
-    """A YAML mapping that remembers its line and the line of each key."""
-
-    line: int | None = None
-    lines: dict[Any, int]
-
-
-class _Loader(yaml.SafeLoader):
-    pass
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str, line: int):
-        super().__init__(key)
-        self.key = key
-        self.line = line
-
-
-def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
-    loader.flatten_mapping(node)
-    out = _Map()
-    out.line = node.start_mark.line + 1
-    out.lines = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, str | int | float | bool) or key is None:
-            key = str(key)
-        line = key_node.start_mark.line + 1
-        if key in out:
-            raise _DuplicateKey(str(key), line)
-        out[key] = loader.construct_object(value_node, deep=True)
-        out.lines[key] = line
-    return out
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
-
-
-class _Parser:
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, message: str, key: str, where: Any = None, name: Any = None) -> ConfigError:
-        line = None
-        if isinstance(where, _Map):
-            line = where.lines.get(name, where.line) if name is not None else where.line
-        return ConfigError(message, file=self.source, line=line, key=key)
-
-    def mapping(self, value: Any, key: str, parent: Any, name: Any, allowed: set[str]) -> _Map:
-        if value is None:
-            value = _Map()
-            value.lines = {}
-        if not isinstance(value, _Map):
-            raise self.fail(f"must be a mapping, not {type(value).__name__}", key, parent, name)
-        for k in value:
-            if k not in allowed:
-                raise self.fail(f"unknown key (allowed: {', '.join(sorted(allowed))})",
-                                f"{key}.{k}", value, k)
-        return value
-
+class _Parser(LineParser):
     def top(self, data: Any) -> HaproxyVersions:
         top = self.mapping(data, "(top level)", None, None, {"app", "versions"})
         raw = top.get("versions")
-        if not isinstance(raw, _Map) or not raw:
+        if not isinstance(raw, LineMap) or not raw:
             raise self.fail("must be a non-empty mapping of proxy version to HAProxy settings",
                             "versions", top, "versions")
         versions = {}
@@ -298,8 +225,8 @@ class _Parser:
         app = self.mapping(top.get("app"), "app", top, "app", {"defaults", "routes"})
         defaults_raw = self.mapping(app.get("defaults"), "app.defaults", app, "defaults",
                                     _APP_FAULT_KEYS)
-        routes_raw = app.get("routes") or _Map()
-        if not isinstance(routes_raw, _Map):
+        routes_raw = app.get("routes") or LineMap()
+        if not isinstance(routes_raw, LineMap):
             raise self.fail("must be a mapping of route to faults", "app.routes", app, "routes")
         routes = {}
         for route, faults in routes_raw.items():
@@ -308,13 +235,13 @@ class _Parser:
                 raise self.fail("a route is an HTTP path or a full gRPC method name",
                                 rkey, routes_raw, route)
             rm = self.mapping(faults, rkey, routes_raw, route, _APP_FAULT_KEYS)
-            merged = _Map({**defaults_raw, **rm})
+            merged = LineMap({**defaults_raw, **rm})
             merged.line, merged.lines = rm.line, {**defaults_raw.lines, **rm.lines}
             routes[route] = self.faults(merged, rkey)
         return HaproxyVersions(versions, app_defaults=self.faults(defaults_raw, "app.defaults"),
                                app_routes=routes, source=self.source)
 
-    def version(self, name: str, raw: Any, key: str, parent: _Map) -> HaproxyVersion:
+    def version(self, name: str, raw: Any, key: str, parent: LineMap) -> HaproxyVersion:
         m = self.mapping(raw, key, parent, name, _VERSION_KEYS)
         retries = m.get("retries")
         if retries is not None and (
@@ -340,7 +267,7 @@ class _Parser:
             grpc=str(grpc),
         )
 
-    def retry_on(self, m: _Map, key: str) -> tuple[str, ...]:
+    def retry_on(self, m: LineMap, key: str) -> tuple[str, ...]:
         raw = m.get("retry_on", [])
         ok = isinstance(raw, list) and all(
             (isinstance(v, str) and v in RETRY_ON_KEYWORDS)
@@ -353,7 +280,7 @@ class _Parser:
                             f"({', '.join(allowed)})", f"{key}.retry_on", m, "retry_on")
         return tuple(str(v) for v in raw)
 
-    def positive(self, m: _Map, name: str, key: str) -> float | None:
+    def positive(self, m: LineMap, name: str, key: str) -> float | None:
         if name not in m:
             return None
         value = m[name]
@@ -367,7 +294,7 @@ class _Parser:
             raise self.fail("must be > 0", f"{key}.{name}", m, name)
         return seconds
 
-    def faults(self, m: _Map, key: str) -> Faults:
+    def faults(self, m: LineMap, key: str) -> Faults:
         status = m.get("error_status", 503)
         if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 599:
             raise self.fail("must be an HTTP status 400-599", f"{key}.error_status", m,
@@ -379,7 +306,7 @@ class _Parser:
             latency=self.latency(m, key),
         )
 
-    def latency(self, m: _Map, key: str) -> Latency:
+    def latency(self, m: LineMap, key: str) -> Latency:
         if "latency" not in m:
             return Latency()
         k = f"{key}.latency"
@@ -392,7 +319,7 @@ class _Parser:
         return Latency(fixed_s=self.positive(lm, "fixed", k) or 0.0, tail_s=tail,
                        tail_probability=tail_p)
 
-    def rate(self, m: _Map, name: str, key: str) -> float:
+    def rate(self, m: LineMap, name: str, key: str) -> float:
         value = m.get(name, 0.0)
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise self.fail("must be a probability between 0 and 1", f"{key}.{name}", m, name)

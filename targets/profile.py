@@ -30,9 +30,9 @@ from types import MappingProxyType
 from typing import Any
 
 import grpc
-import yaml
 
 from probes._exceptions import ConfigError
+from targets._yaml import LineMap, LineParser, load_yaml, read_yaml_file
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -147,99 +147,20 @@ class ProfileSet:
 
 def load_profiles(path: str | Path) -> ProfileSet:
     """Read and validate a profile file."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read profile file: {exc}", file=source) from exc
+    text, source = read_yaml_file(path, "profile file")
     return parse_profiles(text, source=source)
 
 
 def parse_profiles(text: str, *, source: str = "<profiles>") -> ProfileSet:
     """Validate YAML text into a ProfileSet; `source` names the file in errors."""
-    try:
-        data = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark is not None else None
-        raise ConfigError(f"invalid YAML: {exc.problem}", file=source, line=line) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"invalid YAML: {exc}", file=source) from exc
-    except _DuplicateKey as exc:
-        raise ConfigError("duplicate key", file=source, line=exc.line, key=exc.key) from exc
-    return _Parser(source).profiles(data)
-
-
-# --- YAML with line numbers -------------------------------------------------------------------
-
-
-class _Map(dict[Any, Any]):
-    """A YAML mapping that remembers the line of each key (and its own)."""
-
-    line: int | None = None
-    lines: dict[Any, int]
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str, line: int):
-        super().__init__(key)
-        self.key = key
-        self.line = line
-
-
-class _LineLoader(yaml.SafeLoader):
-    pass
-
-
-def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> _Map:
-    loader.flatten_mapping(node)
-    out = _Map()
-    out.line = node.start_mark.line + 1
-    out.lines = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        if not isinstance(key, str | int | float | bool) or key is None:
-            key = str(key)
-        if key in out:
-            raise _DuplicateKey(str(key), line)
-        out[key] = loader.construct_object(value_node, deep=True)
-        out.lines[key] = line
-    return out
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
+    return _Parser(source).profiles(load_yaml(text, source))
 
 
 # --- validation -------------------------------------------------------------------------------
 
 
-class _Parser:
+class _Parser(LineParser):
     """Turns the loaded YAML into frozen profiles; every error names file, line and key."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, message: str, key: str, where: Any = None, name: Any = None) -> ConfigError:
-        line = None
-        if isinstance(where, _Map):
-            line = where.lines.get(name, where.line) if name is not None else where.line
-        return ConfigError(message, file=self.source, line=line, key=key)
-
-    def mapping(self, value: Any, key: str, parent: Any, name: Any, allowed: set[str]) -> _Map:
-        if value is None:
-            value = _Map()
-            value.lines = {}
-        if not isinstance(value, dict):
-            raise self.fail(f"must be a mapping, not {type(value).__name__}", key, parent, name)
-        m = value if isinstance(value, _Map) else _Map(value)
-        if not hasattr(m, "lines"):
-            m.lines = {}
-        for k in m:
-            if k not in allowed:
-                raise self.fail(
-                    f"unknown key (allowed: {', '.join(sorted(allowed))})", f"{key}.{k}", m, k
-                )
-        return m
 
     def profiles(self, data: Any) -> ProfileSet:
         top = self.mapping(data, "(top level)", None, None, {"versions"})
@@ -287,7 +208,7 @@ class _Parser:
                     rkey, routes_raw, route,
                 )
             rm = self.mapping(route_raw, rkey, routes_raw, route, _FAULT_KEYS)
-            merged = _Map({**defaults_raw, **rm})
+            merged = LineMap({**defaults_raw, **rm})
             merged.line = rm.line
             merged.lines = {**defaults_raw.lines, **rm.lines}
             routes[route] = self.faults(merged, rkey)
@@ -297,7 +218,7 @@ class _Parser:
             max_connection_age_s=age, max_connection_age_grace_s=grace,
         )
 
-    def faults(self, m: _Map, key: str) -> Faults:
+    def faults(self, m: LineMap, key: str) -> Faults:
         error_status = m.get("error_status", 503)
         if not isinstance(error_status, int) or isinstance(error_status, bool) or not (
             400 <= error_status <= 599
@@ -327,7 +248,7 @@ class _Parser:
             headers=self.headers(m, key),
         )
 
-    def latency(self, m: _Map, key: str) -> Latency:
+    def latency(self, m: LineMap, key: str) -> Latency:
         if "latency" not in m:
             return Latency()
         k = f"{key}.latency"
@@ -342,7 +263,7 @@ class _Parser:
                             "tail_probability")
         return lat
 
-    def retries(self, m: _Map, key: str) -> RetryPolicy:
+    def retries(self, m: LineMap, key: str) -> RetryPolicy:
         if "retries" not in m:
             return RetryPolicy()
         k = f"{key}.retries"
@@ -359,7 +280,7 @@ class _Parser:
         return RetryPolicy(num_retries=n, retry_on=frozenset(on),
                            backoff_s=self.duration(rm, "backoff", k) or 0.0)
 
-    def headers(self, m: _Map, key: str) -> HeaderRules:
+    def headers(self, m: LineMap, key: str) -> HeaderRules:
         if "headers" not in m:
             return HeaderRules()
         k = f"{key}.headers"
@@ -381,13 +302,15 @@ class _Parser:
             raise self.fail(f"{name!r} is not a valid header name", key, where, at)
         return name.lower()
 
-    def header_list(self, m: _Map, name: str, key: str) -> list[str]:
+    def header_list(self, m: LineMap, name: str, key: str) -> list[str]:
         raw = m.get(name, [])
         if not isinstance(raw, list):
             raise self.fail("must be a list of header names", f"{key}.{name}", m, name)
         return [self.header_name(h, f"{key}.{name}", m, name) for h in raw]
 
-    def header_map(self, m: _Map, name: str, key: str, *, values_are_names: bool) -> dict[str, str]:
+    def header_map(
+        self, m: LineMap, name: str, key: str, *, values_are_names: bool
+    ) -> dict[str, str]:
         raw = m.get(name, {})
         if not isinstance(raw, dict):
             raise self.fail("must be a mapping of header name to value", f"{key}.{name}", m, name)
@@ -405,13 +328,13 @@ class _Parser:
                 raise self.fail("must be a printable ASCII value", hk, raw, h)
         return out
 
-    def rate(self, m: _Map, name: str, key: str) -> float:
+    def rate(self, m: LineMap, name: str, key: str) -> float:
         value = m.get(name, 0.0)
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise self.fail("must be a probability between 0 and 1", f"{key}.{name}", m, name)
         return float(value)
 
-    def duration(self, m: _Map, name: str, key: str, *, required: bool = False) -> float | None:
+    def duration(self, m: LineMap, name: str, key: str, *, required: bool = False) -> float | None:
         if name not in m:
             if required:
                 raise self.fail("missing (a duration such as 30s)", f"{key}.{name}", m)
@@ -424,7 +347,7 @@ class _Parser:
         except ValueError as exc:
             raise self.fail(str(exc), f"{key}.{name}", m, name) from None
 
-    def grpc_code(self, m: _Map, name: str, key: str) -> str | None:
+    def grpc_code(self, m: LineMap, name: str, key: str) -> str | None:
         if name not in m:
             return None
         value = m[name]
