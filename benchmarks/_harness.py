@@ -233,6 +233,25 @@ def gauge(text: str, name: str) -> float:
     return float("nan")
 
 
+def gauge_sum(text: str, name: str) -> float:
+    """The sum of every series of gauge `name` (0 when absent)."""
+    return sum(v for s, _, v in samples(text) if s == name)
+
+
+def wait_streams(url: str, want: int, timeout_s: float) -> tuple[float, str]:
+    """Poll /metrics until `skewprobe_streams_open` sums to `want` (a bounded readiness poll
+    of an outside process). Returns the wall time it first did and the scrape."""
+    deadline = time.monotonic() + timeout_s
+    last = -1.0
+    while time.monotonic() < deadline:
+        text = scrape(url, timeout_s=30.0)
+        last = gauge_sum(text, "skewprobe_streams_open")
+        if last == want:
+            return time.time(), text
+        time.sleep(0.25)
+    raise RuntimeError(f"streams open {last:.0f}, not {want}, after {timeout_s:.0f}s")
+
+
 def buckets(text: str, name: str) -> list[tuple[float, float]]:
     """Cumulative (le, count) of histogram `name`, summed over its label sets."""
     acc: dict[float, float] = {}

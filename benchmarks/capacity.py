@@ -28,6 +28,7 @@ same product with other gc settings (an experiment for the lead, labelled as suc
 
     .venv/bin/python benchmarks/capacity.py                          # 600 endpoints, 60 s
     .venv/bin/python benchmarks/capacity.py --pods 2400 --duration 20
+    .venv/bin/python benchmarks/capacity.py --pods 2400 --streams 1 --duration 600
     .venv/bin/python benchmarks/capacity.py --http 2 --repeat 3 --duration 20
     .venv/bin/python benchmarks/capacity.py --pods 600 --duration 20 --profile /tmp/probe.txt
     .venv/bin/python benchmarks/capacity.py --quick                  # for run_all.py
@@ -36,6 +37,7 @@ same product with other gc settings (an experiment for the lead, labelled as suc
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import statistics
 import sys
@@ -50,14 +52,16 @@ import _harness as h
 
 from probes.measure.histogram import Histogram
 from probes.store import Store
+from targets.proto import target_pb2
 
+SUBSCRIBE = "/skewprobe.target.v1.Target/Subscribe"
 LAG = "skewprobe_schedule_lag_seconds"
 BUDGET_S = 0.010
 
 
 def _config(endpoints_file: Path, args: argparse.Namespace) -> str:
     version = '"2"' if args.http == "2" else '"1.1"'
-    return (
+    text = (
         f"targets:\n  file: {{path: {endpoints_file}}}\n"
         f"window: {args.window}\n"
         f"probe: {{max_in_flight: {max(1000, args.pods * 2)}}}\n"
@@ -67,6 +71,18 @@ def _config(endpoints_file: Path, args: argparse.Namespace) -> str:
         f"    rate: {args.rate:g}/s\n"
         f"    timeout: {args.timeout}\n"
     )
+    if args.streams:
+        # The same held streams as benchmarks/streams.py, beside the unary path.
+        request = target_pb2.SubscribeRequest(interval_ms=round(args.message_interval * 1000))
+        text += (
+            "  - name: feed\n"
+            f"    stream: {{method: {SUBSCRIBE}, "
+            f"request: {base64.b64encode(request.SerializeToString()).decode()}, "
+            f"per_endpoint: {args.streams}}}\n"
+            "    port: grpc\n"
+            "    timeout: 5s\n"
+        )
+    return text
 
 
 # An experiment, not the product as shipped: the same `skewprobe run`, with gc.freeze() once
@@ -105,7 +121,8 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     with h.children() as kids:
         fleet_cmd = [
             h.PYTHON, "-m", "targets.fleet", "--pods", str(args.pods), "--from", "1.20.3",
-            "--no-grpc", "--endpoints-file", str(endpoints), "--base-host", args.base_host,
+            *([] if args.streams else ["--no-grpc"]),
+            "--endpoints-file", str(endpoints), "--base-host", args.base_host,
             "--http-port", "0", "--quiet", "--drain", "0", "--drain-notice", "0",
         ]
         fleet = h.Child("fleet", _niced(args, h.pinned(args.fleet_core, fleet_cmd)),
@@ -126,6 +143,8 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         t0 = time.monotonic()
         h.wait_http(f"http://127.0.0.1:{listen_port}/healthz", f"probing {args.pods} endpoints",
                     timeout_s=120.0)
+        if args.streams:
+            h.wait_streams(metrics_url, args.pods * args.streams, timeout_s=300.0)
         probe_start_s = time.monotonic() - t0
         time.sleep(args.warmup)
         pids = [probe.pid, fleet.pid]
@@ -180,9 +199,15 @@ def _figures(
     # Kernel time in interrupts (loopback TCP runs in softirq) is often charged to no process.
     others_cpu = sys_delta["busy"] - sys_delta["irq"] - sys_delta["softirq"] - probe_cpu - fleet_cpu
     intended = args.pods * args.rate * wall
+    resets_a = h.counter_by(a.metrics, "skewprobe_stream_resets", "reason")
+    resets_b = h.counter_by(b.metrics, "skewprobe_stream_resets", "reason")
     lat, lag_max = _store_latency(store, a.wall, b.wall)
     return {
         "pods": args.pods, "http": args.http, "rate_per_endpoint": args.rate,
+        "streams_wanted": args.pods * args.streams,
+        "streams_open_first_last": [h.gauge_sum(a.metrics, "skewprobe_streams_open"),
+                                    h.gauge_sum(b.metrics, "skewprobe_streams_open")],
+        "stream_resets": int(sum(resets_b.values()) - sum(resets_a.values())),
         "interval_s": round(wall, 2),
         "intended_calls": round(intended), "calls": calls,
         "achieved_ratio": calls / intended if intended else float("nan"),
@@ -231,7 +256,8 @@ def _lag(q: tuple[float, float, float]) -> str:
 
 def report(runs: list[dict[str, Any]]) -> str:
     header = [
-        "run", "endpoints", "HTTP", "interval s", "achieved/intended", "outcomes", "dropped",
+        "run", "endpoints", "HTTP", "streams held (first → last scrape)", "stream resets",
+        "interval s", "achieved/intended", "outcomes", "dropped",
         "lag p50 ms (bucket]", "lag p99 ms (bucket]", "lag ≤10 ms", "lag max ms (store)",
         "latency p50/p99 ms (store)", "probe CPU s/1k calls", "probe core share",
         "peak RSS MiB", "RSS first → last scrape MiB", "store MiB per hour",
@@ -242,7 +268,9 @@ def report(runs: list[dict[str, Any]]) -> str:
     rows = []
     for i, r in enumerate(runs, 1):
         rows.append([
-            i, r["pods"], r["http"], r["interval_s"], f"{r['achieved_ratio']:.4f}",
+            i, r["pods"], r["http"],
+            "{:,.0f} → {:,.0f}".format(*r["streams_open_first_last"]), r["stream_resets"],
+            r["interval_s"], f"{r['achieved_ratio']:.4f}",
             ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items())) or "none",
             ", ".join(f"{k} {v}" for k, v in sorted(r["dropped"].items())) or "0",
             _lag(r["lag_p50"]), _lag(r["lag_p99"]), f"{r['lag_within_10ms']:.2%}",
@@ -276,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring (5)")
     ap.add_argument("--rate", type=float, default=1.0, help="calls/s per endpoint (1)")
     ap.add_argument("--http", choices=("1.1", "2"), default="1.1", help="HTTP version")
+    ap.add_argument("--streams", type=int, default=0, metavar="K",
+                    help="also hold K gRPC streams per endpoint (default 0)")
+    ap.add_argument("--message-interval", type=float, default=1.0,
+                    help="seconds between a held stream's messages (1)")
     ap.add_argument("--timeout", default="1s", help="the path's timeout (1s)")
     ap.add_argument("--window", default="10s",
                     help="the probe's window (10s); 1s gives a per-second lag_max series")

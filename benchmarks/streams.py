@@ -70,24 +70,6 @@ def _config(endpoints: Path, args: argparse.Namespace) -> str:
     )
 
 
-def _gauge_sum(text: str, name: str) -> float:
-    return sum(v for s, _, v in h.samples(text) if s == name)
-
-
-def _wait_streams(url: str, want: int, timeout_s: float) -> tuple[float, str]:
-    """Poll /metrics until `skewprobe_streams_open` sums to `want` (a bounded readiness poll
-    of an outside process). Returns the wall time it first did and the scrape."""
-    deadline = time.monotonic() + timeout_s
-    last = -1.0
-    while time.monotonic() < deadline:
-        text = h.scrape(url, timeout_s=30.0)
-        last = _gauge_sum(text, "skewprobe_streams_open")
-        if last == want:
-            return time.time(), text
-        time.sleep(0.25)
-    raise RuntimeError(f"streams open {last:.0f}, not {want}, after {timeout_s:.0f}s")
-
-
 def _wait_rollout(endpoints: Path, pods: int, restarted: int, timeout_s: float) -> None:
     """Poll the fleet's endpoints file until every pod is published and `restarted` of them
     run the new version (a bounded poll of an outside process's file)."""
@@ -167,7 +149,7 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         kids.append(probe)
         h.wait_http(f"http://127.0.0.1:{port}/healthz", f"probing {args.pods} endpoints",
                     timeout_s=120.0)
-        all_open_wall, _ = _wait_streams(metrics_url, want, timeout_s=args.rollout_after)
+        all_open_wall, _ = h.wait_streams(metrics_url, want, timeout_s=args.rollout_after)
         open_s = all_open_wall - fleet_up
         pids = [probe.pid, fleet.pid]
         a = h.snapshot(pids, metrics_url)
@@ -180,7 +162,7 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         # fleet's event lines are read after it stops) and the restarted pods' new streams
         # are open: nothing is mid-drain.
         _wait_rollout(endpoints, args.pods, args.restarts, timeout_s=60.0)
-        _wait_streams(metrics_url, want, timeout_s=30.0)
+        h.wait_streams(metrics_url, want, timeout_s=30.0)
         b = h.snapshot(pids, metrics_url)
         mem = h.memory_kib(probe.pid)
         probe_rc = probe.stop(timeout_s=60.0)

@@ -33,6 +33,34 @@ _tls: dict[str, Any] = {
     "dependentRequired": {"cert": ["key"], "key": ["cert"]},
 }
 
+_api: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "who may read the probe's API (it binds 127.0.0.1 by default)",
+    "properties": {
+        "token_file": {
+            "type": "string",
+            "minLength": 1,
+            "description": "file holding the bearer token every route but /healthz requires",
+        },
+        "tls": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["cert", "key"],
+            "description": "serve the API over TLS; client_ca makes it mTLS",
+            "properties": {
+                "cert": {"type": "string", "minLength": 1, "description": "certificate file"},
+                "key": {"type": "string", "minLength": 1, "description": "private key file"},
+                "client_ca": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "CA bundle: require client certificates it signed",
+                },
+            },
+        },
+    },
+}
+
 _port: dict[str, Any] = {
     "description": "a port number, or the name of one of the endpoint's named ports",
     "oneOf": [
@@ -302,6 +330,7 @@ SCHEMA: dict[str, Any] = {
             "properties": {"path": {"type": "string", "minLength": 1}},
         },
         "listen": {"type": "string", "pattern": r"^[^\s]+:[0-9]{1,5}$"},
+        "api": _api,
         "source": {"enum": ["store", "prometheus"]},
         "prometheus": {
             "type": "object",

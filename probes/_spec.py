@@ -206,6 +206,26 @@ class KubernetesSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ApiTlsSpec:
+    """TLS for the probe's own API: `cert` and `key` files; with `client_ca`, only clients
+    presenting a certificate it signed complete the handshake (mTLS)."""
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    """Who may read the API. `token_file` holds the bearer token (the token itself never
+    sits in the config); read when the probe starts, not at load, since secrets are often
+    mounted only where the probe runs."""
+
+    token_file: str | None = None
+    tls: ApiTlsSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     source: str
     paths: tuple[PathSpec, ...]
@@ -224,3 +244,4 @@ class Config:
     inventory_every_s: float = 60.0
     # `source: prometheus`: where `/verdict` reads every probe's series (PrometheusSettings).
     prometheus: PrometheusSettings | None = None
+    api: ApiSpec = ApiSpec()

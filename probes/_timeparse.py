@@ -1,10 +1,26 @@
-"""Times on the command line and in queries: RFC 3339, relative (-6h, 30m ago), and `now`."""
+"""Durations (`250ms`, `2m`) and times (RFC 3339, relative `-6h`, `now`), for configs, the
+command line, queries and the reference targets' profiles alike."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from probes._exceptions import BadInput
+
+_DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """'250ms' → 0.25, '2m' → 120.0, '0' → 0.0 (seconds). Raises ValueError."""
+    value = text.strip()
+    if value == "0":
+        return 0.0
+    match = _DURATION_RE.match(value)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration like 500ms, 1s, 2m, 1h")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 def parse_time(text: str, *, now: float) -> float:
@@ -13,18 +29,16 @@ def parse_time(text: str, *, now: float) -> float:
     Accepted: `now`; a relative duration back from now (`-30m`, `30m`, `1.5h`); an RFC 3339
     timestamp (`2026-12-02T09:30:00Z`, with an offset or `Z`); epoch seconds.
     """
-    from probes.config import parse_duration
-
     value = text.strip()
     if value == "now":
         return now
     relative = value[1:] if value.startswith("-") else value
     try:
-        return now - parse_duration(relative)
+        return _in_range(now - parse_duration(relative), text)
     except ValueError:
         pass
     try:
-        return float(value)
+        return _in_range(float(value), text)
     except ValueError:
         pass
     try:
@@ -35,7 +49,19 @@ def parse_time(text: str, *, now: float) -> float:
         ) from None
     if parsed.tzinfo is None:
         raise BadInput(f"{text!r} has no time zone: add Z or an offset like +01:00")
-    return parsed.timestamp()
+    return _in_range(parsed.timestamp(), text)
+
+
+def _in_range(epoch: float, text: str) -> float:
+    """`epoch` if it is a time `rfc3339` can print (years 1 to 9999), else BadInput:
+    `nan`, `inf` or `1e300` would otherwise fail deep inside a verdict."""
+    try:
+        datetime.fromtimestamp(epoch, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        raise BadInput(
+            f"{text!r} is out of range: use a time between the years 1 and 9999"
+        ) from None
+    return epoch
 
 
 def rfc3339(epoch: float) -> str:

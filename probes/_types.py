@@ -69,6 +69,9 @@ class Outcome:
     UNEXPECTED_STATUS: Final = "unexpected_status"
     CONNECT_REFUSED: Final = "connect_refused"
     CONNECT_TIMEOUT: Final = "connect_timeout"
+    # The endpoint's host name did not resolve: no address to connect to, so neither a
+    # refusal nor a timeout of the callee.
+    DNS_ERROR: Final = "dns_error"
     TIMEOUT: Final = "timeout"
     RESET: Final = "reset"
     PROTOCOL_ERROR: Final = "protocol_error"
@@ -78,7 +81,7 @@ class Outcome:
 
     FIXED: Final = (
         OK, HTTP_5XX, HTTP_4XX, UNEXPECTED_STATUS, CONNECT_REFUSED, CONNECT_TIMEOUT,
-        TIMEOUT, RESET, PROTOCOL_ERROR, TLS_ERROR, PROBE_ERROR,
+        DNS_ERROR, TIMEOUT, RESET, PROTOCOL_ERROR, TLS_ERROR, PROBE_ERROR,
     )
 
     @staticmethod

@@ -10,10 +10,18 @@ function passed in, so this module knows HTTP and the gates' contracts, not stat
   store (no verdict could be computed) answers 503, with a JSON error.
 - `POST /gate` answers 200 only on pass and 409 otherwise: Flagger treats any status above
   202 as a failed check, so fail and inconclusive both hold the canary.
+
+The OpenAPI description of all this is `probes/openapi.yaml` (package data), served at
+`GET /openapi.json`; tests/test_openapi.py fuzzes the live API against it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hmac
+import importlib.metadata
+import importlib.resources
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -29,6 +38,15 @@ from probes._exceptions import BadInput, SkewprobeError
 log = logging.getLogger("skewprobe.api")
 
 _MAX_BODY = 64 * 1024
+# Every route and the methods it answers (HEAD wherever GET is), for 405's Allow header.
+ROUTES = {
+    "/metrics": ("GET", "HEAD"),
+    "/healthz": ("GET", "HEAD"),
+    "/verdict": ("GET", "HEAD"),
+    "/gate": ("POST",),
+    "/inventory": ("GET", "HEAD"),
+    "/openapi.json": ("GET", "HEAD"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +90,12 @@ class ApiApp:
             return
         if scope["type"] != "http":
             return
-        status, headers, body = await self._route(scope, receive)
+        try:
+            status, headers, body = await self._route(scope, receive)
+        except Exception:
+            # A bug must still answer JSON, and a 5xx never passes a gate.
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            status, headers, body = _json(500, {"error": "internal error (see the probe's log)"})
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -81,7 +104,8 @@ class ApiApp:
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         method, route = scope["method"], scope["path"]
         if self.token is not None and route != "/healthz" and not self._authorised(scope):
-            return _json(401, {"error": "missing or wrong bearer token"})
+            status, headers, body = _json(401, {"error": "missing or wrong bearer token"})
+            return status, [*headers, (b"www-authenticate", b'Bearer realm="skewprobe"')], body
         if route == "/metrics" and method in ("GET", "HEAD"):
             return 200, [(b"content-type", CONTENT_TYPE_LATEST.encode())], generate_latest(
                 self.registry
@@ -97,18 +121,27 @@ class ApiApp:
             except BadInput as exc:
                 return _json(400, {"error": str(exc)})
             return await self._verdict(query, gate=True)
-        if route == "/inventory" and method in ("GET", "HEAD") and self.inventory is not None:
+        if route == "/inventory" and method in ("GET", "HEAD"):
+            if self.inventory is None:
+                return _json(404, {"error": "this probe keeps no inventory"})
             try:
                 return _json(200, await self.inventory())
             except SkewprobeError as exc:
                 return _json(503, {"error": str(exc)})
-        if route in ("/metrics", "/healthz", "/verdict", "/gate", "/inventory"):
-            return _json(405, {"error": f"{method} not allowed on {route}"})
+        if route == "/openapi.json" and method in ("GET", "HEAD"):
+            return 200, [(b"content-type", b"application/json")], _openapi_bytes()
+        if route in ROUTES:
+            status, headers, body = _json(405, {"error": f"{method} not allowed on {route}"})
+            return status, [*headers, (b"allow", ", ".join(ROUTES[route]).encode())], body
         return _json(404, {"error": f"no route {route}"})
 
     def _authorised(self, scope: ASGIScope) -> bool:
         expected = f"Bearer {self.token}".encode()
-        return any(k == b"authorization" and v == expected for k, v in scope["headers"])
+        # Constant-time: how long a wrong token takes must not say how much of it was right.
+        return any(
+            k == b"authorization" and hmac.compare_digest(v, expected)
+            for k, v in scope["headers"]
+        )
 
     async def _verdict(
         self, query: VerdictQuery | BadInput, *, gate: bool
@@ -154,7 +187,9 @@ def _gate_query(body: bytes) -> VerdictQuery:
         raise BadInput(f"gate body is not JSON: {exc}") from exc
     if not isinstance(payload, dict):
         raise BadInput("gate body must be a JSON object")
-    metadata = payload.get("metadata") or {}
+    metadata = payload.get("metadata")
+    if metadata is None:
+        metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise BadInput("gate metadata must map strings to strings")
     return VerdictQuery(
@@ -177,6 +212,28 @@ async def _read_body(receive: Receive) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
+
+
+@functools.cache
+def openapi_spec() -> dict[str, Any]:
+    """The API's OpenAPI 3.1 description (`probes/openapi.yaml`), with this package's
+    version. Cached: callers must not change it (`openapi_json()` for a copy)."""
+    text = importlib.resources.files("probes").joinpath("openapi.yaml").read_text("utf-8")
+    spec: dict[str, Any] = yaml.safe_load(text)
+    # Run from a source tree without installing: keep the file's version.
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        spec["info"]["version"] = importlib.metadata.version("skewprobe")
+    return spec
+
+
+def openapi_json(indent: int | None = None) -> str:
+    """The OpenAPI description as JSON, what `GET /openapi.json` serves."""
+    return json.dumps(openapi_spec(), indent=indent)
+
+
+@functools.cache
+def _openapi_bytes() -> bytes:
+    return openapi_json().encode()
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -23,6 +23,12 @@ from probes._exceptions import (
     SkewprobeError,
 )
 
+# Libraries that log what crosses the wire at debug level: hpack every header it encodes or
+# decodes (a path's `headers:` / gRPC `metadata:` credentials, in clear text or as an HPACK
+# block that decodes to them), kubernetes-asyncio every API response body (pod specs with
+# their env values). `-v` must never print a secret, so these stay above debug.
+_WIRE_LOGGERS = ("hpack", "kubernetes_asyncio.client.rest")
+
 _VERDICT_EXIT = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "inconclusive": EXIT_INCONCLUSIVE}
 
 
@@ -54,10 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", type=_duration, help="stop after this long (e.g. 60s)")
     run.add_argument("--shard", metavar="I/N",
                      help="probe only shard I of N of the endpoints (stable hash of the name)")
+    api = run.add_argument_group("API access (each overrides the config's api: block)")
+    api.add_argument("--token-file", metavar="FILE",
+                     help="require this bearer token (the file's content) on every route but"
+                          " /healthz; also SKEWPROBE_API_TOKEN")
+    api.add_argument("--api-cert", metavar="FILE", help="serve the API over TLS: certificate")
+    api.add_argument("--api-key", metavar="FILE", help="serve the API over TLS: private key")
+    api.add_argument("--api-client-ca", metavar="FILE",
+                     help="require client certificates signed by this CA (mTLS)")
 
     validate = sub.add_parser("validate", help="check a config file")
     validate.add_argument("file", nargs="?", help="YAML config file")
     validate.add_argument("--schema", action="store_true", help="print the config's JSON Schema")
+    validate.add_argument("--openapi", action="store_true",
+                          help="print the API's OpenAPI description (GET /openapi.json)")
 
     verdict = sub.add_parser("verdict", help="judge the canary cohort against the baseline")
     source = verdict.add_mutually_exclusive_group(required=True)
@@ -95,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="skewprobe: %(levelname)s %(name)s: %(message)s",
     )
+    for name in _WIRE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
     try:
         return _dispatch(args)
     except SkewprobeError as exc:
@@ -135,8 +153,13 @@ def _validate(args: argparse.Namespace) -> int:
 
         print(json.dumps(SCHEMA, indent=2))
         return EXIT_PASS
+    if args.openapi:
+        from probes.api import openapi_json
+
+        print(openapi_json(indent=2))
+        return EXIT_PASS
     if not args.file:
-        raise BadInput("validate needs a config FILE (or --schema)")
+        raise BadInput("validate needs a config FILE (or --schema, --openapi)")
     from probes.config import load_config
 
     config = load_config(args.file)
@@ -146,17 +169,22 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from probes.api_access import resolve_access
     from probes.config import load_config
     from probes.discovery.shard import parse_shard
     from probes.runner import ProbeRunner, RunOptions
 
     config = load_config(args.config)
     listen = config.listen if args.listen is None else args.listen
+    access = resolve_access(config.api, token_file=args.token_file, cert=args.api_cert,
+                            key=args.api_key, client_ca=args.api_client_ca)
     options = RunOptions(
         store_path=args.store or config.store,
         listen=None if listen == "none" else listen,
         duration_s=args.duration,
         shard=parse_shard(args.shard) if args.shard else None,
+        token=access.token,
+        api_tls=access.tls,
     )
     asyncio.run(ProbeRunner(config, options).run())
     return EXIT_PASS

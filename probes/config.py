@@ -21,6 +21,8 @@ import yaml
 from probes._exceptions import ConfigError
 from probes._schema import SCHEMA
 from probes._spec import (
+    ApiSpec,
+    ApiTlsSpec,
     CohortSpec,
     Config,
     ExpectSpec,
@@ -35,23 +37,14 @@ from probes._spec import (
     Tolerances,
     VersionSource,
 )
+from probes._timeparse import parse_duration
 from probes._types import Endpoint
 
 __all__ = ["load_config", "parse_config", "parse_duration", "parse_rate"]
 
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)$")
 _RATE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/(s|m|min|h)$")
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
-
-
-def parse_duration(text: str) -> float:
-    """'250ms' → 0.25, '2m' → 120.0 (seconds). Raises ValueError."""
-    match = _DURATION_RE.match(text.strip())
-    if not match:
-        raise ValueError(f"{text!r} is not a duration like 500ms, 1s, 2m, 1h")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 def parse_rate(text: str) -> float:
@@ -329,11 +322,20 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
         ),
         store=(data.get("store") or {}).get("path", "skewprobe.db"),
         listen=data.get("listen", "127.0.0.1:9464"),
+        api=_api(data.get("api") or {}),
         inventory_every_s=(
             b.duration(inventory["snapshot_every"], ["inventory", "snapshot_every"])
             if "snapshot_every" in inventory
             else 60.0
         ),
+    )
+
+
+def _api(raw: Mapping[str, Any]) -> ApiSpec:
+    tls = raw.get("tls")
+    return ApiSpec(
+        token_file=raw.get("token_file"),
+        tls=ApiTlsSpec(**tls) if tls is not None else None,
     )
 
 

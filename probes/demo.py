@@ -23,6 +23,7 @@ from pathlib import Path
 from probes._exceptions import BadInput, SkewprobeError
 from probes._spec import Config
 from probes.config import parse_config
+from probes.discovery.changes import RESTART
 from probes.report.cli import write_report
 from probes.report.summary import format_figures, summarise
 from probes.runner import ProbeRunner, RunOptions
@@ -188,9 +189,16 @@ def _finish(store_path: str, config: Config, lifetimes: list[str], out: str) -> 
     print(format_figures(summarise(windows)))
     for line in lifetimes:
         print(f"stream lifetimes: {line}")
+    restarts = [e for e in events if e.kind == RESTART]
+    if restarts:
+        print(f"restarts seen through discovery: {len(restarts)} "
+              f"({', '.join(sorted(e.endpoint for e in restarts))})")
     for event in events:
+        if event.kind == RESTART:
+            continue
         stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
-        print(f"event {stamp} {event.kind} {event.path} cohort {event.cohort}: {event.detail}")
+        print(f"event {stamp} {event.kind} {event.path} cohort {event.cohort}: "
+              f"{dict(event.detail)}")
     result = compute_verdict(store_path, config, now=time.time())
     print()
     print(f"verdict, {result['canary']} (canary) against {result['baseline']} (baseline):")

@@ -10,6 +10,8 @@ does not skip the final flush.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import gc
 import logging
 import math
@@ -25,16 +27,18 @@ from hypercorn.config import Config as HypercornConfig
 from prometheus_client import CollectorRegistry
 
 from probes._exceptions import BadInput, SkewprobeError, SourceUnavailable, StoreError
-from probes._spec import Config
+from probes._spec import ApiTlsSpec, Config
 from probes._types import CallResult, Endpoint, EndpointWindow, PathWindow
 from probes.api import ApiApp, VerdictQuery
+from probes.api_access import apply_tls
 from probes.clients import OpenStream, StreamProber, build_prober
 from probes.discovery import DiscoverySource, FileSource, StaticSource
+from probes.discovery.changes import RestartTracker
 from probes.discovery.shard import ShardSource
 from probes.engine import Engine, EngineLimits, Prober
 from probes.inventory import SkewMetrics, inventory_rows, report_from_pods
 from probes.inventory_cli import CONTROL_PLANE_EVENT
-from probes.measure.overload import LAG_BUDGET_S, OverloadWatch
+from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import Taken, WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
 from probes.store import Event, Store
@@ -106,7 +110,9 @@ class RunOptions:
     store_path: str
     listen: str | None = "127.0.0.1:9464"
     duration_s: float | None = None
-    token: str | None = None
+    # The API's bearer token (a secret: kept out of the repr) and TLS (`probes.api_access`).
+    token: str | None = field(default=None, repr=False)
+    api_tls: ApiTlsSpec | None = None
     on_window: Callable[[Sequence[Any]], None] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     # (i, n): probe only the endpoints of shard i of n (`--shard i/n`).
@@ -150,6 +156,10 @@ class ProbeRunner:
             maxlen=PENDING_WINDOWS
         )
         self.last_verdict: Mapping[str, Any] | None = None
+        # Events made on the loop (overload changes), written with the next window.
+        self._events: list[Event] = []
+        # Pods back on another proxy version: `restart` events for the report's time axis.
+        self.restarts = RestartTracker(config.cohort.by)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -186,7 +196,7 @@ class ProbeRunner:
         gc_task = asyncio.create_task(self._tune_gc(), name="gc")
         try:
             engine_task = asyncio.create_task(
-                self.engine.run(self.source.snapshots()), name="engine"
+                self.engine.run(self.restarts.wrap(self.source.snapshots())), name="engine"
             )
             tasks.add(engine_task)
             if self.config.kubernetes is not None:
@@ -299,6 +309,9 @@ class ProbeRunner:
             r = self.recorder
             reason = self.overload.update(r.calls, r.lagged, r.dropped_total)
             self.metrics.set_overloaded(reason is not None)
+            if self.overload.changed:
+                # Written with the next window, so `skewprobe verdict` on the store knows.
+                self._events.append(Event(OVERLOAD_EVENT, time.time(), detail={"reason": reason}))
             await self._publish_verdict()
 
     async def _write(self, *, force: bool) -> None:
@@ -316,7 +329,8 @@ class ProbeRunner:
         if self.stream_prober is not None:
             self.stream_prober.checkpoint(now)  # stream-seconds up to now, before flushing
         taken = self.aggregator.take(now, force=force)
-        events = self.streams.storm_events(now)
+        events = [*self._events, *self.restarts.drain(), *self.streams.storm_events(now)]
+        self._events.clear()
         self._writing = asyncio.create_task(
             asyncio.to_thread(self._store_pending, taken, events), name="store-write"
         )
@@ -454,33 +468,17 @@ class ProbeRunner:
         is overloaded (`OverloadWatch`). With `source: prometheus`, from every probe's series
         in Prometheus (each probe's overload is read there); SourceUnavailable (HTTP 503)
         when Prometheus does not answer."""
+        # VerdictQuery's fields are the verdict functions' query keywords.
+        query_args = {**dataclasses.asdict(query), "now": time.time()}
         if self.config.source == "prometheus":
             assert self.config.prometheus is not None  # the schema requires it
-            return await asyncio.to_thread(
-                compute_prometheus_verdict,
-                self.config.prometheus,
-                self.config,
-                path=query.path,
-                baseline=query.baseline,
-                canary=query.canary,
-                since=query.since,
-                now=time.time(),
-            )
-        overload = self.overload.reason
-        result = await asyncio.to_thread(
-            compute_verdict,
-            self.options.store_path,
-            self.config,
-            path=query.path,
-            baseline=query.baseline,
-            canary=query.canary,
-            since=query.since,
-            now=time.time(),
-            overloaded=overload is not None,
-        )
-        if overload is not None:
-            result = {**result, "reasons": [overload, *result.get("reasons", [])]}
-        return result
+            return await asyncio.to_thread(functools.partial(
+                compute_prometheus_verdict, self.config.prometheus, self.config, **query_args
+            ))
+        return await asyncio.to_thread(functools.partial(
+            compute_verdict, self.options.store_path, self.config,
+            overload=self.overload.reason, **query_args,
+        ))
 
     async def _serve_api(self) -> None:
         assert self.options.listen is not None
@@ -497,4 +495,5 @@ class ProbeRunner:
         hconfig.accesslog = None
         hconfig.errorlog = None
         hconfig.graceful_timeout = 1.0
+        apply_tls(hconfig, self.options.api_tls)
         await serve(app, hconfig, shutdown_trigger=self.stopping.wait)  # type: ignore[arg-type]

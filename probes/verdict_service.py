@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from probes._exceptions import BadInput
 from probes._spec import CohortSpec, Config, Tolerances
 from probes._timeparse import parse_time
+from probes.measure.overload import OVERLOAD_EVENT
 from probes.stats.cohorts import pick_cohorts
 from probes.store import Store
 from probes.verdict import judge
@@ -70,6 +72,14 @@ class WindowSource(Protocol):
     def first_window(self, cohort: str, since: float | None = None) -> float | None: ...
 
 
+class _Overload(Enum):
+    FROM_STORE = "from store"
+
+
+# `compute_verdict(overload=...)` default: read the probe's overload state from the store.
+FROM_STORE = _Overload.FROM_STORE
+
+
 def compute_verdict(
     store_path: str,
     settings: JudgingSettings | Config,
@@ -79,7 +89,7 @@ def compute_verdict(
     canary: str | None = None,
     since: str | None = None,
     now: float,
-    overloaded: bool = False,
+    overload: str | _Overload | None = FROM_STORE,
 ) -> Mapping[str, Any]:
     """Read the store and judge. Raises StoreError (exit 4) or BadInput (exit 2).
 
@@ -87,15 +97,33 @@ def compute_verdict(
     origin stays fixed for the whole rollout, so the sequential tests' guarantee covers
     every look a gate takes. A relative `since` (-30m) moves with each call and restarts the
     sequence each time; an absolute one (RFC 3339) is as good as the default.
+
+    `overload` is why the probe is overloaded now (None: it is not). The running probe
+    knows; `skewprobe verdict`, reading the store after the fact, leaves the default and the
+    state is read from the probe's last overload event at or before `now`.
     """
     store = Store.open(store_path, readonly=True)
     try:
-        return verdict_from_source(
+        if overload is FROM_STORE:
+            overload = stored_overload(store, now)
+        result = verdict_from_source(
             store, settings, path=path, baseline=baseline, canary=canary, since=since,
-            now=now, overloaded=overloaded,
+            now=now, overloaded=overload is not None,
         )
     finally:
         store.close()
+    if overload is not None:
+        result = {**result, "reasons": [overload, *result.get("reasons", [])]}
+    return result
+
+
+def stored_overload(store: Store, now: float) -> str | None:
+    """The probe's overload state as of `now`, from the last overload event it wrote."""
+    events = store.read_events(until=now, kinds=[OVERLOAD_EVENT])
+    if not events:
+        return None
+    reason = events[-1].detail.get("reason")
+    return str(reason) if reason else None
 
 
 def compute_prometheus_verdict(

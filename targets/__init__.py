@@ -25,7 +25,6 @@ if TYPE_CHECKING:
         RetryPolicy,
         VersionProfile,
         load_profiles,
-        parse_duration,
         parse_profiles,
     )
     from targets.server import TargetServer
@@ -43,7 +42,6 @@ _HOME = {
     "TargetServer": "targets.server",
     "VersionProfile": "targets.profile",
     "load_profiles": "targets.profile",
-    "parse_duration": "targets.profile",
     "parse_profiles": "targets.profile",
 }
 
@@ -60,7 +58,6 @@ __all__ = [
     "TargetServer",
     "VersionProfile",
     "load_profiles",
-    "parse_duration",
     "parse_profiles",
 ]
 

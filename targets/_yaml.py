@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from probes._exceptions import ConfigError
+from probes._timeparse import parse_duration
 
 __all__ = ["LineMap", "LineParser", "load_yaml", "read_yaml_file"]
 
@@ -89,6 +90,25 @@ class LineParser:
         if isinstance(where, LineMap):
             line = where.lines.get(name, where.line) if name is not None else where.line
         return ConfigError(message, file=self.source, line=line, key=key)
+
+    def duration(
+        self, m: LineMap, name: str, key: str, *, required: bool = False, positive: bool = False
+    ) -> float | None:
+        """`m[name]` in seconds (`250ms`, `2m`, `0`), None when absent and not `required`."""
+        if name not in m:
+            if required:
+                raise self.fail("missing (a duration such as 30s)", f"{key}.{name}", m)
+            return None
+        value = m[name]
+        try:
+            if not isinstance(value, str | int) or isinstance(value, bool):
+                raise ValueError(f"{value!r} is not a duration like 500ms, 1s, 2m, 1h")
+            seconds = parse_duration(str(value))
+        except ValueError as exc:
+            raise self.fail(str(exc), f"{key}.{name}", m, name) from None
+        if positive and seconds <= 0:
+            raise self.fail("must be > 0", f"{key}.{name}", m, name)
+        return seconds
 
     def mapping(self, value: Any, key: str, parent: Any, name: Any, allowed: set[str]) -> LineMap:
         """`value` as a LineMap whose keys are all in `allowed` (None is an empty mapping)."""

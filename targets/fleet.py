@@ -43,7 +43,8 @@ from types import MappingProxyType
 from typing import Final, Protocol
 
 from probes._exceptions import BadInput, SkewprobeError
-from targets.profile import ProfileSet, VersionProfile, load_profiles, parse_duration
+from probes._timeparse import parse_duration
+from targets.profile import ProfileSet, VersionProfile, load_profiles
 from targets.server import TargetServer, hostport
 
 ORDERS = ("ordinal", "reverse", "random")

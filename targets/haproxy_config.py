@@ -33,7 +33,7 @@ from typing import Any
 
 from probes._exceptions import ConfigError
 from targets._yaml import LineMap, LineParser, load_yaml, read_yaml_file
-from targets.profile import Faults, Latency, VersionProfile, parse_duration
+from targets.profile import Faults, Latency, VersionProfile
 
 # HAProxy 2.6's `retry-on` keywords (configuration.txt, "retry-on") and statuses.
 RETRY_ON_KEYWORDS = frozenset({
@@ -254,7 +254,7 @@ class _Parser(LineParser):
             raise self.fail("must be true or false", f"{key}.attempt_count_header", m,
                             "attempt_count_header")
         tm = self.mapping(m.get("timeouts"), f"{key}.timeouts", m, "timeouts", set(TIMEOUTS))
-        timeouts = {k: self.positive(tm, k, f"{key}.timeouts") for k in tm}
+        timeouts = {k: self.duration(tm, k, f"{key}.timeouts", positive=True) for k in tm}
         grpc = m.get("grpc", "http")
         if grpc not in GRPC_MODES:
             raise self.fail("must be http (L7, h2 both sides) or tcp (opaque TCP)",
@@ -262,8 +262,8 @@ class _Parser(LineParser):
         return HaproxyVersion(
             version=name, retries=retries, retry_on=retry_on, attempt_count_header=header,
             timeouts={k: v for k, v in timeouts.items() if v is not None},
-            hard_stop_after_s=self.positive(m, "hard_stop_after", key),
-            close_spread_time_s=self.positive(m, "close_spread_time", key),
+            hard_stop_after_s=self.duration(m, "hard_stop_after", key, positive=True),
+            close_spread_time_s=self.duration(m, "close_spread_time", key, positive=True),
             grpc=str(grpc),
         )
 
@@ -279,20 +279,6 @@ class _Parser(LineParser):
             raise self.fail(f"must be a list of HAProxy retry-on keywords or statuses "
                             f"({', '.join(allowed)})", f"{key}.retry_on", m, "retry_on")
         return tuple(str(v) for v in raw)
-
-    def positive(self, m: LineMap, name: str, key: str) -> float | None:
-        if name not in m:
-            return None
-        value = m[name]
-        try:
-            if not isinstance(value, str | int) or isinstance(value, bool):
-                raise ValueError(f"bad duration {value!r} (write e.g. 250ms, 1.5s, 2m)")
-            seconds = parse_duration(str(value))
-        except ValueError as exc:
-            raise self.fail(str(exc), f"{key}.{name}", m, name) from None
-        if seconds <= 0:
-            raise self.fail("must be > 0", f"{key}.{name}", m, name)
-        return seconds
 
     def faults(self, m: LineMap, key: str) -> Faults:
         status = m.get("error_status", 503)
@@ -312,11 +298,11 @@ class _Parser(LineParser):
         k = f"{key}.latency"
         lm = self.mapping(m["latency"], k, m, "latency", {"fixed", "tail", "tail_probability"})
         tail_p = self.rate(lm, "tail_probability", k)
-        tail = self.positive(lm, "tail", k) or 0.0
+        tail = self.duration(lm, "tail", k, positive=True) or 0.0
         if tail_p > 0 and tail == 0:
             raise self.fail("tail_probability needs a tail delay", f"{k}.tail", lm,
                             "tail_probability")
-        return Latency(fixed_s=self.positive(lm, "fixed", k) or 0.0, tail_s=tail,
+        return Latency(fixed_s=self.duration(lm, "fixed", k, positive=True) or 0.0, tail_s=tail,
                        tail_probability=tail_p)
 
     def rate(self, m: LineMap, name: str, key: str) -> float:

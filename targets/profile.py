@@ -34,20 +34,8 @@ import grpc
 from probes._exceptions import ConfigError
 from targets._yaml import LineMap, LineParser, load_yaml, read_yaml_file
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _HEADER_NAME = re.compile(r"^[a-z0-9!#$%&'*+.^_`|~-]+$")
 GRPC_CODES = frozenset(c.name for c in grpc.StatusCode)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from "250ms", "1.5s", "2m", "1h" or "0". Raises ValueError otherwise."""
-    if text.strip() == "0":
-        return 0.0
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"bad duration {text!r} (write e.g. 250ms, 1.5s, 2m)")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,19 +321,6 @@ class _Parser(LineParser):
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise self.fail("must be a probability between 0 and 1", f"{key}.{name}", m, name)
         return float(value)
-
-    def duration(self, m: LineMap, name: str, key: str, *, required: bool = False) -> float | None:
-        if name not in m:
-            if required:
-                raise self.fail("missing (a duration such as 30s)", f"{key}.{name}", m)
-            return None
-        value = m[name]
-        try:
-            if not isinstance(value, str | int) or isinstance(value, bool):
-                raise ValueError(f"bad duration {value!r} (write e.g. 250ms, 1.5s, 2m)")
-            return parse_duration(str(value))
-        except ValueError as exc:
-            raise self.fail(str(exc), f"{key}.{name}", m, name) from None
 
     def grpc_code(self, m: LineMap, name: str, key: str) -> str | None:
         if name not in m:

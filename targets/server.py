@@ -32,10 +32,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from probes._exceptions import BadInput, SkewprobeError
+from probes._timeparse import parse_duration
 from targets._grpc import SERVICE, TargetService
 from targets._http import HttpApp
 from targets._listener import HttpListener
-from targets.profile import VersionProfile, load_profiles, parse_duration
+from targets.profile import VersionProfile, load_profiles
 from targets.proto import target_pb2_grpc
 from targets.sidecar import AttemptCounter, Sidecar
 

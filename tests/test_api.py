@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -15,12 +14,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from probes._exceptions import BadInput, StoreError
 from probes.api import ApiApp, VerdictQuery
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.servers.ports import free_port
 
 
 class Verdicts:
@@ -45,7 +39,7 @@ async def api() -> AsyncIterator[tuple[str, Verdicts]]:
     Counter("skewprobe_test_calls", "x", registry=registry).inc()
     verdicts = Verdicts()
     app = ApiApp(registry, verdict=verdicts, health=lambda: (True, "probing 3 endpoints"))
-    port = _free_port()
+    port = free_port()
     config = Config()
     config.bind = [f"127.0.0.1:{port}"]
     config.accesslog = config.errorlog = None

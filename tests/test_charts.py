@@ -13,6 +13,7 @@ and by building the wheel from exactly the files it copies.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import json
@@ -45,6 +46,7 @@ from prometheus_client import CollectorRegistry
 from probes._schema import SCHEMA
 from probes._types import CallOutcome, CallResult, PathWindow
 from probes.api import ApiApp, VerdictQuery
+from probes.cli import build_parser
 from probes.cli import main as skewprobe_main
 from probes.config import parse_config
 from probes.inventory import SkewMetrics
@@ -100,6 +102,21 @@ PROBE_VALUES: dict[str, dict[str, Any]] = {
         "mesh": "linkerd", "namespaces": ["shop"], "control_plane_version": "2.14.0"}}}},
     "argo-namespaced": {"argoRollouts": {"enabled": True, "clusterScoped": False,
                                          "namespaces": ["shop", "payments"]}},
+    "api-token-tls": {
+        "api": {"token": {"existingSecret": "skewprobe-api-token"},
+                "tls": {"existingSecret": "skewprobe-api-tls"}},
+        "argoRollouts": {"enabled": True},
+        "serviceMonitor": {"enabled": True, "tlsConfig": {
+            "ca": {"secret": {"name": "skewprobe-api-tls", "key": "ca.crt"}},
+            "serverName": "skewprobe.skewprobe.svc"}},
+    },
+    "api-mtls": {
+        "api": {"tls": {"existingSecret": "skewprobe-api-tls", "clientCA": True}},
+        "serviceMonitor": {"enabled": True, "tlsConfig": {
+            "ca": {"secret": {"name": "skewprobe-api-tls", "key": "ca.crt"}},
+            "cert": {"secret": {"name": "prometheus-client", "key": "tls.crt"}},
+            "keySecret": {"name": "prometheus-client", "key": "tls.key"}}},
+    },
 }
 PROFILES = yaml.safe_load((ROOT / "targets/examples/profiles.yaml").read_text())
 TARGET_VALUES: dict[str, dict[str, Any]] = {
@@ -224,8 +241,14 @@ def test_probe_config_validates_and_matches_the_pod(name: str, tmp_path: Path,
     port = int(config.listen.rpartition(":")[2])
     assert config.listen.startswith("0.0.0.0:")
     assert container["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    tls = PROBE_VALUES[name].get("api", {}).get("tls", {})
     for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+        if tls.get("clientCA"):  # the kubelet has no client certificate: a TCP check
+            assert container[probe]["tcpSocket"] == {"port": "http"}
+            assert "httpGet" not in container[probe]
+        else:
+            scheme = {"scheme": "HTTPS"} if tls else {}
+            assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http", **scheme}
     service = one(docs, "Service")
     assert service["spec"]["ports"][0]["port"] == port
     assert service["spec"]["ports"][0]["targetPort"] == "http"
@@ -527,6 +550,13 @@ def _verdict_bodies() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 async def verdict_api() -> AsyncIterator[tuple[str, list[VerdictQuery]]]:
+    async with _serve_verdicts() as served:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def _serve_verdicts(token: str | None = None) -> AsyncIterator[
+        tuple[str, list[VerdictQuery]]]:
     """The probe's real ApiApp on loopback; the verdict is picked by the query's canary."""
     bodies = _verdict_bodies()
     queries: list[VerdictQuery] = []
@@ -535,7 +565,7 @@ async def verdict_api() -> AsyncIterator[tuple[str, list[VerdictQuery]]]:
         queries.append(query)
         return bodies.get(query.canary or "", bodies[CANARY_FOR["inconclusive"]])
 
-    app = ApiApp(CollectorRegistry(), verdict=verdict, health=lambda: (True, "ok"))
+    app = ApiApp(CollectorRegistry(), verdict=verdict, health=lambda: (True, "ok"), token=token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)  # listening before hypercorn starts: the first request just waits
@@ -545,9 +575,11 @@ async def verdict_api() -> AsyncIterator[tuple[str, list[VerdictQuery]]]:
     config.accesslog = config.errorlog = None
     stop = asyncio.Event()
     task = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
-    yield f"http://127.0.0.1:{port}", queries
-    stop.set()
-    await task
+    try:
+        yield f"http://127.0.0.1:{port}", queries
+    finally:
+        stop.set()
+        await task
 
 
 def _argo_condition(expression: str, result: Any) -> bool:
@@ -672,6 +704,101 @@ def test_argo_example_uses_the_rendered_template() -> None:
     namespaced = render(PROBE, PROBE_VALUES["argo-namespaced"])
     assert sorted(d["metadata"]["namespace"] for d in namespaced
                   if d["kind"] == "AnalysisTemplate") == ["payments", "shop"]
+
+
+# --- API token and TLS from Secrets ----------------------------------------------------------
+
+
+def _secret_file(pod: Mapping[str, Any], path: str) -> tuple[str, str]:
+    """(Secret name, key) behind the file at `path` in the probe's container."""
+    container = pod["spec"]["containers"][0]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    for mount in container["volumeMounts"]:
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        if path.startswith(prefix):
+            assert mount.get("readOnly") is True
+            secret = volumes[mount["name"]]["secret"]
+            (item,) = [i for i in secret["items"] if i["path"] == path[len(prefix):]]
+            return str(secret["secretName"]), str(item["key"])
+    raise AssertionError(f"{path} is on no mount")
+
+
+def _run_args(docs: list[dict[str, Any]]) -> Any:
+    """The container's arguments as `skewprobe run` itself parses them."""
+    return build_parser().parse_args(_pod(docs)["spec"]["containers"][0]["args"])
+
+
+@needs_helm
+def test_api_token_and_tls_reach_the_probe_from_secrets() -> None:
+    values = PROBE_VALUES["api-token-tls"]
+    docs = render(PROBE, values)
+    pod, args = _pod(docs), _run_args(docs)
+    assert _secret_file(pod, args.token_file) == ("skewprobe-api-token", "token")
+    assert _secret_file(pod, args.api_cert) == ("skewprobe-api-tls", "tls.crt")
+    assert _secret_file(pod, args.api_key) == ("skewprobe-api-tls", "tls.key")
+    assert args.api_client_ca is None
+    # Readable by the pod's group only (fsGroup, the probe's group), not by everyone.
+    modes = {v["secret"]["defaultMode"] for v in pod["spec"]["volumes"] if "secret" in v}
+    assert modes == {0o440}
+    assert one(docs, "Service")["spec"]["ports"][0]["appProtocol"] == "https"
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == values["serviceMonitor"]["tlsConfig"]
+    assert endpoint["authorization"] == {
+        "type": "Bearer", "credentials": {"name": "skewprobe-api-token", "key": "token"}}
+
+    mtls = render(PROBE, PROBE_VALUES["api-mtls"])
+    args = _run_args(mtls)
+    assert _secret_file(_pod(mtls), args.api_client_ca) == ("skewprobe-api-tls", "ca.crt")
+    assert args.token_file is None
+    assert "authorization" not in one(mtls, "ServiceMonitor")["spec"]["endpoints"][0]
+    default = _run_args(render(PROBE))
+    assert (default.token_file, default.api_cert, default.api_key) == (None, None, None)
+
+
+@needs_helm
+async def test_analysis_template_sends_the_token_from_a_secret() -> None:
+    values = PROBE_VALUES["api-token-tls"]
+    template = one(render(PROBE, values), "ClusterAnalysisTemplate")
+    (metric,) = template["spec"]["metrics"]
+    web = metric["provider"]["web"]
+    url = urlsplit(web["url"])
+    assert url.scheme == "https" and "insecure" not in web  # verification stays on
+    args = {a["name"]: a for a in template["spec"]["args"]}
+    assert args["api-token"]["valueFrom"] == {
+        "secretKeyRef": {"name": "skewprobe-api-token", "key": "token"}}
+    # What Argo does: the secret argument resolved, then substituted into the header.
+    token = "chart-t0ken-31"
+    resolved = {name: a.get("value", "") for name, a in args.items()} | {"api-token": token}
+    headers = {h["key"]: _argo_args(h["value"], resolved) for h in web["headers"]}
+    assert headers == {"Authorization": f"Bearer {token}"}
+    query = _argo_args(url.query, {**resolved, "canary": CANARY_FOR["pass"]})
+    async with _serve_verdicts(token) as (base, _), httpx.AsyncClient() as client:
+        measured = await client.get(f"{base}{url.path}?{query}", headers=headers)
+        assert measured.status_code == 200
+        assert _argo_phase(metric, measured.json()) == "Successful"
+        # Without the header the probe refuses: Argo counts that as a measurement error.
+        assert (await client.get(f"{base}{url.path}?{query}")).status_code == 401
+
+    argo = {"enabled": True, "insecureSkipVerify": True,
+            "tokenSecret": {"name": "rollouts-token", "key": "skewprobe"}}
+    other = one(render(PROBE, {**values, "argoRollouts": argo}), "ClusterAnalysisTemplate")
+    assert other["spec"]["metrics"][0]["provider"]["web"]["insecure"] is True
+    (arg,) = [a for a in other["spec"]["args"] if a["name"] == "api-token"]
+    assert arg["valueFrom"]["secretKeyRef"] == {"name": "rollouts-token", "key": "skewprobe"}
+    plain = one(render(PROBE, {"argoRollouts": {"enabled": True}}), "ClusterAnalysisTemplate")
+    assert "headers" not in plain["spec"]["metrics"][0]["provider"]["web"]
+
+
+@needs_helm
+def test_mtls_with_gates_that_cannot_present_a_certificate_fails_clearly() -> None:
+    mtls = ["--set", "api.tls.existingSecret=t", "--set", "api.tls.clientCA=true"]
+    argo = _helm("template", "x", str(ROOT / PROBE), *mtls, "--set", "argoRollouts.enabled=true")
+    assert argo.returncode != 0 and "cannot present a client certificate" in argo.stderr
+    monitor = _helm("template", "x", str(ROOT / PROBE), *mtls,
+                    "--set", "serviceMonitor.enabled=true")
+    assert monitor.returncode != 0
+    assert "serviceMonitor.tlsConfig needs cert and keySecret" in monitor.stderr
 
 
 # --- values.schema.json -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ test_clients_http.py), to pin down the priority between a wrapper and what it wr
 from __future__ import annotations
 
 import itertools
+import socket
 import ssl
 
 import aiohttp
@@ -42,6 +43,10 @@ def test_classify_grpc_code():
     assert classify_grpc_code("OK", {"OK"}) == Outcome.OK
     assert classify_grpc_code("UNAVAILABLE", {"OK"}) == "grpc_UNAVAILABLE"
     assert classify_grpc_code("NOT_FOUND", {"OK", "NOT_FOUND"}) == Outcome.OK
+    tls = "last error: UNAVAILABLE: ipv4:127.0.0.1:1: Unwrap failed (TSI_DATA_CORRUPTED)"
+    assert classify_grpc_code("UNAVAILABLE", {"OK"}, tls) == Outcome.TLS_ERROR
+    refused = "last error: UNAVAILABLE: ipv4:127.0.0.1:1: Connection refused"
+    assert classify_grpc_code("UNAVAILABLE", {"OK"}, refused) == "grpc_UNAVAILABLE"
 
 
 @pytest.mark.parametrize(
@@ -149,3 +154,63 @@ def test_frame_scanner_notices_an_http1_answer():
     scanner.feed(b"HT")
     scanner.feed(b"TP/1.1 400 Bad Request\r\n\r\n")
     assert scanner.answered_http1
+
+
+def from_none(wrapped: BaseException, outer: BaseException) -> BaseException:
+    """`outer(wrapped)` re-raised `from None`, as httpcore's connection pool does."""
+    outer.__cause__ = None
+    outer.__suppress_context__ = True
+    return outer
+
+
+@pytest.mark.parametrize(
+    ("exc", "outcome"),
+    [
+        # httpcore keeps what it mapped only as the first argument.
+        (
+            from_none(err := ssl.SSLError(1, "WRONG_VERSION_NUMBER"), httpcore.ConnectError(err)),
+            Outcome.TLS_ERROR,
+        ),
+        (
+            from_none(err := socket.gaierror(-2, "Name or service not known"),
+                      httpcore.ConnectError(err)),
+            Outcome.DNS_ERROR,
+        ),
+        (
+            chained(socket.gaierror(-2, "Name or service not known"),
+                    aiohttp.ClientConnectionError("x")),
+            Outcome.DNS_ERROR,
+        ),
+        (httpcore.ConnectError("[Errno 113] No route to host"), Outcome.CONNECT_REFUSED),
+    ],
+)
+def test_what_a_wrapper_holds_as_its_argument_is_read_too(exc, outcome):
+    assert classify_exception(exc)[0] == outcome
+
+
+@pytest.mark.parametrize(
+    ("code", "detail", "outcome"),
+    [
+        ("UNAVAILABLE", "errors resolving nohost.invalid:80: [... Domain name not found]",
+         Outcome.DNS_ERROR),
+        ("UNKNOWN", "Stream removed (Failed parsing HTTP/2 (Frame size 16777215 is larger "
+                    "than max frame size 4194304))", Outcome.PROTOCOL_ERROR),
+        ("INTERNAL", "Stream removed (Failed parsing HTTP/2 (Illegal hpack op code))",
+         Outcome.PROTOCOL_ERROR),
+        ("UNAVAILABLE", "failed to connect to all addresses; last error: INTERNAL: ipv4:"
+                        "127.0.0.1:1: Failed parsing HTTP/2 (Expected SETTINGS frame as the "
+                        "first frame, got frame type 80)", Outcome.PROTOCOL_ERROR),
+        ("INTERNAL", "Compression bit set but no encoding configured", "grpc_INTERNAL"),
+    ],
+)
+def test_grpc_codes_that_grpc_core_explains_as_dns_or_http2_failures(code, detail, outcome):
+    assert classify_grpc_code(code, {"OK"}, detail) == outcome
+
+
+def test_frame_scanner_notes_the_first_frame_above_the_max_frame_size():
+    scanner = FrameScanner()
+    scanner.feed(frame(0x0, 1, b"x" * 16384))
+    assert not scanner.oversized
+    scanner.feed(b"\xff\xff\xff\x00\x00\x00\x00\x00\x01" + b"x" * 16)
+    scanner.feed(frame(0x0, 1, b"x" * 20000))
+    assert scanner.oversized == 0xFFFFFF

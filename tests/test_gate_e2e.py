@@ -5,89 +5,57 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from probes.config import parse_config
-from probes.runner import ProbeRunner, RunOptions
-from targets.fleet import Fleet
-from targets.profile import load_profiles
-
-PROFILES = Path(__file__).parent.parent / "targets" / "examples" / "profiles.yaml"
-
-CONFIG = """\
-targets: {{file: {{path: {endpoints}}}}}
-window: 1s
-verdict: {{min_samples: 100}}
-paths:
-  - name: checkout
-    http: {{path: /api/checkout}}
-    rate: 40/s
-    timeout: 500ms
-  - name: catalog
-    http: {{path: /api/catalog}}
-    rate: 40/s
-    timeout: 500ms
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.servers.ports import free_port
+from tests.servers.probe_run import example_fleet, http_config, probe_runner, running
 
 
 @pytest.mark.slow
 async def test_regressed_path_fails_the_gate(tmp_path: Path) -> None:
     endpoints = tmp_path / "endpoints.json"
-    fleet = Fleet(pods=4, version="1.20.3", profiles=load_profiles(PROFILES),
-                  base_host="127.0.0.60", endpoints_file=endpoints, seed=5, grpc_port=None,
-                  drain_s=0.2, notice_s=1.2)
-    await fleet.start()
-    port = _free_port()
-    config = parse_config(CONFIG.format(endpoints=endpoints))
+    port = free_port()
     store = str(tmp_path / "gate.db")
-    runner = ProbeRunner(config, RunOptions(store_path=store, listen=f"127.0.0.1:{port}"))
-    run = asyncio.create_task(runner.run())
+    runner = probe_runner(http_config(endpoints, rate="40/s"), store,
+                          listen=f"127.0.0.1:{port}")
     base = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient(base_url=base, timeout=5) as client:
-            # Before any canary exists the gate must not pass: one cohort is inconclusive.
-            await asyncio.sleep(2.5)
-            early = await client.get("/verdict")
-            assert early.status_code == 200 and early.json()["verdict"] == "inconclusive"
-            held = await client.post("/gate", json={"name": "x", "namespace": "y"})
-            assert held.status_code == 409
+    async with (
+        example_fleet(endpoints, base_host="127.0.0.60", seed=5, notice_s=1.2) as fleet,
+        running(runner, stop_within_s=10),
+        httpx.AsyncClient(base_url=base, timeout=5) as client,
+    ):
+        # Before any canary exists the gate must not pass: one cohort is inconclusive.
+        await asyncio.sleep(2.5)
+        early = await client.get("/verdict")
+        assert early.status_code == 200 and early.json()["verdict"] == "inconclusive"
+        held = await client.post("/gate", json={"name": "x", "namespace": "y"})
+        assert held.status_code == 409
 
-            await fleet.rollout("1.21.0", interval_s=0.2, limit=2)
-            verdict: dict = {}
-            for _ in range(40):  # bounded: 40 × 0.5 s
-                await asyncio.sleep(0.5)
-                verdict = (await client.get("/verdict")).json()
-                checkout = next((p for p in verdict["paths"] if p["path"] == "checkout"), None)
-                if checkout is not None and checkout["verdict"] == "fail":
-                    break
-            assert verdict["verdict"] == "fail", verdict
-            by_path = {p["path"]: p for p in verdict["paths"]}
-            assert by_path["checkout"]["metrics"]["attempts_per_request"]["verdict"] == "fail"
-            assert by_path["catalog"]["verdict"] != "fail"
-            assert verdict["baseline"] == "1.20.3" and verdict["canary"] == "1.21.0"
-            gate = await client.post("/gate", json={"name": "checkout", "namespace": "shop",
-                                                    "phase": "Progressing", "checksum": "1",
-                                                    "metadata": {"path": "checkout"}})
-            assert gate.status_code == 409 and gate.json()["verdict"] == "fail"
-            only_catalog = await client.get("/verdict", params={"path": "catalog"})
-            assert only_catalog.json()["verdict"] != "fail"
-            metrics = (await client.get("/metrics")).text
-            assert 'skewprobe_verdict{path="checkout",verdict="fail"} 1.0' in metrics
-    finally:
-        runner.stopping.set()
-        await asyncio.wait_for(run, 10)
-        await fleet.stop(0.0)
+        await fleet.rollout("1.21.0", interval_s=0.2, limit=2)
+        verdict: dict = {}
+        for _ in range(40):  # bounded: 40 × 0.5 s
+            await asyncio.sleep(0.5)
+            verdict = (await client.get("/verdict")).json()
+            checkout = next((p for p in verdict["paths"] if p["path"] == "checkout"), None)
+            if checkout is not None and checkout["verdict"] == "fail":
+                break
+        assert verdict["verdict"] == "fail", verdict
+        by_path = {p["path"]: p for p in verdict["paths"]}
+        assert by_path["checkout"]["metrics"]["attempts_per_request"]["verdict"] == "fail"
+        assert by_path["catalog"]["verdict"] != "fail"
+        assert verdict["baseline"] == "1.20.3" and verdict["canary"] == "1.21.0"
+        gate = await client.post("/gate", json={"name": "checkout", "namespace": "shop",
+                                                "phase": "Progressing", "checksum": "1",
+                                                "metadata": {"path": "checkout"}})
+        assert gate.status_code == 409 and gate.json()["verdict"] == "fail"
+        only_catalog = await client.get("/verdict", params={"path": "catalog"})
+        assert only_catalog.json()["verdict"] != "fail"
+        metrics = (await client.get("/metrics")).text
+        assert 'skewprobe_verdict{path="checkout",verdict="fail"} 1.0' in metrics
 
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "probes.cli", "verdict", "--store", store, "--json",

@@ -32,7 +32,6 @@ from targets.haproxy import (
     HaproxySidecars,
     HaproxyUnavailable,
     check_config,
-    find_haproxy,
     haproxy_version,
     listen_socket,
 )
@@ -40,11 +39,9 @@ from targets.haproxy_config import HaproxyVersion, parse_haproxy_versions
 from targets.profile import VersionProfile
 from targets.proto import target_pb2, target_pb2_grpc
 from targets.server import hostport
+from tests.servers.haproxy_procs import haproxy_pids, kill_leftovers, needs_haproxy
 
-pytestmark = pytest.mark.skipif(
-    find_haproxy() is None,
-    reason="haproxy is not installed (apt-get install haproxy; .ci/run installs it)",
-)
+pytestmark = needs_haproxy
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO = "/skewprobe.target.v1.Target/Echo"
@@ -67,30 +64,11 @@ versions:
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
-def haproxy_pids(workdir: Path) -> set[int]:
-    """Live HAProxy processes whose config is in `workdir` (zombies have no cmdline)."""
-    marker = str(workdir).encode()
-    found = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if args[0].endswith(b"haproxy") and any(marker in a for a in args):
-            found.add(int(entry.name))
-    return found
-
-
 @pytest.fixture
 async def sidecars(tmp_path: Path) -> AsyncIterator[HaproxySidecars]:
     async with HaproxySidecars(VERSIONS, workdir=tmp_path) as factory:
         yield factory
-    leftover = haproxy_pids(tmp_path)
-    for pid in leftover:  # only ours: started with a config in this test's directory
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    leftover = kill_leftovers(tmp_path)  # only ours: started with a config in tmp_path
     assert not leftover, "HAProxy processes outlived their test"
 
 

@@ -20,67 +20,23 @@ two canary pods at 100 calls/s each get there in about 6 s of 1 s windows.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import random
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from probes.api import VerdictQuery
-from probes.config import parse_config
-from probes.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from targets.fleet import Fleet
-from targets.haproxy import HaproxySidecars, default_versions_file, find_haproxy
+from targets.haproxy import HaproxySidecars, default_versions_file
 from targets.haproxy_config import load_haproxy_versions
+from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
+from tests.servers.probe_run import http_config, probe_runner, running
 
-pytestmark = [
-    pytest.mark.skipif(
-        find_haproxy() is None,
-        reason="haproxy is not installed (apt-get install haproxy; .ci/run installs it)",
-    ),
-    pytest.mark.slow,
-]
+pytestmark = [needs_haproxy, pytest.mark.slow]
 
 BASELINE, CANARY = "1.20.3", "1.21.0"
-CONFIG = """\
-targets: {{file: {{path: {endpoints}}}}}
-window: 1s
-verdict: {{min_samples: 100}}
-paths:
-  - name: checkout
-    http: {{path: /api/checkout}}
-    rate: 100/s
-    timeout: 1s
-"""
-
-
-def haproxy_pids(workdir: Path) -> set[int]:
-    """Live HAProxy processes whose config is in `workdir` (zombies have no cmdline)."""
-    marker = str(workdir).encode()
-    found = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if args[0].endswith(b"haproxy") and any(marker in a for a in args):
-            found.add(int(entry.name))
-    return found
-
-
-def kill_leftovers(workdir: Path) -> set[int]:
-    """Kill (only) HAProxy processes started with a config in `workdir`; return them."""
-    leftover = haproxy_pids(workdir)
-    for pid in leftover:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return leftover
 
 
 async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
@@ -91,11 +47,11 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
     assert versions.app_routes["/api/checkout"].error_rate == 0.1  # the docstring's premise
     assert versions.app_routes["/api/checkout"].transient_error_rate == 0.0
     haproxy_dir = tmp_path / "haproxy"
-    config = parse_config(CONFIG.format(endpoints=endpoints))
+    config = http_config(endpoints, rate="100/s", timeout="1s",
+                         paths={"checkout": "/api/checkout"})
     store = str(tmp_path / "probe.db")
     window_done = asyncio.Event()
-    runner = ProbeRunner(config, RunOptions(
-        store_path=store, listen=None, on_window=lambda _windows: window_done.set()))
+    runner = probe_runner(config, store, on_window=lambda _windows: window_done.set())
     verdict: dict[str, Any] = {}
     # A notice longer than the file source's 1 s refresh: the probe drops a restarting pod
     # before its HAProxy stops listening, so no baseline call is refused.
@@ -104,28 +60,23 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
             pods=4, version=BASELINE, sidecar=sidecars, endpoints_file=endpoints,
             base_host=f"127.{random.randint(64, 250)}.7.1", grpc_port=None, drain_s=1.0,
             notice_s=1.5,
-        ) as fleet:
-            run = asyncio.create_task(runner.run())
+        ) as fleet, running(runner, stop_within_s=15):
+            await fleet.rollout(CANARY, interval_s=0.0, batch_size=2, limit=2)
+            assert fleet.version_counts() == {BASELINE: 2, CANARY: 2}
+            # Judge after every window the probe writes (no polling), for at most 25 s.
             try:
-                await fleet.rollout(CANARY, interval_s=0.0, batch_size=2, limit=2)
-                assert fleet.version_counts() == {BASELINE: 2, CANARY: 2}
-                # Judge after every window the probe writes (no polling), for at most 25 s.
-                try:
-                    async with asyncio.timeout(25):
-                        while True:
-                            await window_done.wait()
-                            window_done.clear()
-                            verdict = dict(await runner.verdict_json(VerdictQuery()))
-                            paths = {p["path"]: p for p in verdict["paths"]}
-                            attempts = paths.get("checkout", {}).get("metrics", {}).get(
-                                "attempts_per_request", {})
-                            if attempts.get("verdict") == "fail":
-                                break
-                except TimeoutError:
-                    pytest.fail(f"no fail on attempts per request within 25 s: {verdict}")
-            finally:
-                runner.stopping.set()
-                await asyncio.wait_for(run, 15)
+                async with asyncio.timeout(25):
+                    while True:
+                        await window_done.wait()
+                        window_done.clear()
+                        verdict = dict(await runner.verdict_json(VerdictQuery()))
+                        paths = {p["path"]: p for p in verdict["paths"]}
+                        attempts = paths.get("checkout", {}).get("metrics", {}).get(
+                            "attempts_per_request", {})
+                        if attempts.get("verdict") == "fail":
+                            break
+            except TimeoutError:
+                pytest.fail(f"no fail on attempts per request within 25 s: {verdict}")
     finally:
         leftover = kill_leftovers(haproxy_dir)
     assert not leftover, "HAProxy processes outlived the fleet"

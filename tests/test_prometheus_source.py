@@ -24,7 +24,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -50,11 +49,10 @@ from probes.store._prom_table import Samples, bucket_counts, increases, level_ch
 from probes.store.prometheus import PrometheusSettings, PrometheusSource, _one_of
 from probes.verdict import judge
 from probes.verdict_service import JudgingSettings, compute_prometheus_verdict, with_doubts
-from targets.fleet import Fleet
-from targets.profile import load_profiles
+from tests.servers.ports import free_port
+from tests.servers.probe_run import example_fleet, http_config
 
 PROMETHEUS = shutil.which("prometheus")
-PROFILES = Path(__file__).parent.parent / "targets" / "examples" / "profiles.yaml"
 W = 1.0  # window = query step = scrape interval
 
 # -- counter arithmetic (no server) --------------------------------------------------------
@@ -123,14 +121,8 @@ def test_bad_settings_are_bad_input() -> None:
 # -- errors from servers that are not a working Prometheus -----------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_refused_is_unavailable() -> None:
-    settings = PrometheusSettings(url=f"http://127.0.0.1:{_free_port()}", timeout_s=2)
+    settings = PrometheusSettings(url=f"http://127.0.0.1:{free_port()}", timeout_s=2)
     with PrometheusSource(settings) as source, pytest.raises(SourceUnavailable) as err:
         source.read_table(since=time.time() - 30)
     assert err.value.exit_code == EXIT_UNAVAILABLE
@@ -180,7 +172,7 @@ class PrometheusServer:
     """`prometheus` on 127.0.0.1 with a temp TSDB, ready when it logs so."""
 
     def __init__(self, tmp: Path, targets: Sequence[str]) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp / "prometheus.yml"
         config.write_text(json.dumps({
@@ -222,21 +214,6 @@ class PrometheusServer:
         if self.proc.stderr is not None:
             self.proc.stderr.close()
 
-
-CONFIG = """\
-targets: {{file: {{path: {endpoints}}}}}
-window: 1s
-verdict: {{min_samples: 100}}
-paths:
-  - name: checkout
-    http: {{path: /api/checkout}}
-    rate: 20/s
-    timeout: 500ms
-  - name: catalog
-    http: {{path: /api/catalog}}
-    rate: 20/s
-    timeout: 500ms
-"""
 
 # Until `skewprobe run --shard` is wired, a probe process is the runner with its discovery
 # wrapped the way the CLI will wrap it.
@@ -333,20 +310,18 @@ async def test_two_sharded_probes_through_prometheus_agree_with_their_stores(
     tmp_path: Path,
 ) -> None:
     endpoints = tmp_path / "endpoints.json"
-    fleet = Fleet(pods=6, version="1.20.3", profiles=load_profiles(PROFILES),
-                  base_host="127.0.0.150", endpoints_file=endpoints, seed=11, grpc_port=None,
-                  drain_s=0.2, notice_s=0.2)
+    fleet = example_fleet(endpoints, pods=6, base_host="127.0.0.150", seed=11, notice_s=0.2)
     pods = [f"target-{i}" for i in range(6)]
     shards = {p: shard_of(_endpoint(p), 2) for p in pods}
     # The first two pods restart into the canary: one in each shard, so both probes see it.
     assert {shards["target-0"], shards["target-1"]} == {0, 1}
 
-    listens = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    listens = [f"127.0.0.1:{free_port()}" for _ in range(2)]
     stores = [tmp_path / f"shard{i}.db" for i in range(2)]
     prom = PrometheusServer(tmp_path, listens)
     configs = [tmp_path / f"probe{i}.yaml" for i in range(2)]
     for i, config in enumerate(configs):
-        text = CONFIG.format(endpoints=endpoints)
+        text = http_config(endpoints, rate="20/s")
         if i == 0 and _schema_has_prometheus():  # probe 0 answers /verdict from Prometheus
             text += (f"source: prometheus\nprometheus: {{url: '{prom.url}', "
                      "selector: 'job=\"skewprobe\"', step: 1s}\n")

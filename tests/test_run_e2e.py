@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -21,9 +20,8 @@ import pytest
 from probes.report.summary import summarise
 from probes.store import Store
 from targets.fleet import Fleet
-from targets.profile import load_profiles
-
-PROFILES = Path(__file__).parent.parent / "targets" / "examples" / "profiles.yaml"
+from tests.servers.ports import free_port
+from tests.servers.probe_run import example_fleet
 
 CONFIG = """\
 targets: {{file: {{path: {endpoints}}}}}
@@ -45,18 +43,10 @@ paths:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
-    fleet = Fleet(
-        pods=4, version="1.20.3", profiles=load_profiles(PROFILES), base_host="127.0.0.40",
-        endpoints_file=tmp_path / "endpoints.json", seed=3, drain_s=0.5, notice_s=1.2,
-    )
+    fleet = example_fleet(tmp_path / "endpoints.json", base_host="127.0.0.40", seed=3,
+                          grpc_port=0, drain_s=0.5, notice_s=1.2)
     await fleet.start()
     yield fleet
     await fleet.stop(0.0)
@@ -87,7 +77,7 @@ async def _wait_healthy(base: str, deadline_s: float = 10.0) -> None:
 
 @pytest.mark.slow
 async def test_run_follows_a_rollout_and_flushes_on_sigterm(fleet: Fleet, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     probe = await _start_probe(tmp_path, f"127.0.0.1:{port}")
     try:

@@ -13,11 +13,14 @@ from prometheus_client import CollectorRegistry
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.api import VerdictQuery
 from probes.config import parse_config
-from probes.measure.overload import LAG_BUDGET_S
+from probes.discovery.changes import RESTART
+from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.runner import ProbeRunner, Recorder, RunOptions
-from probes.store import Store
+from probes.store import Event, Store
+from probes.verdict_service import compute_verdict, stored_overload
+from tests.servers.hostile import HostileServer
 
 CONFIG = """\
 targets:
@@ -99,3 +102,78 @@ async def test_a_short_run_writes_windows_from_the_worker_thread(tmp_path: Path)
     with Store.open(store, readonly=True) as s:
         windows = s.read_windows()
     assert sum(w.requests for w in windows) == runner.recorder.calls > 0
+
+
+async def test_overload_is_written_to_the_store_for_store_only_verdicts(tmp_path: Path) -> None:
+    # One call in flight at most, against a target that never answers: the probe must skip
+    # sends, the overload rule trips, and `skewprobe verdict` (the store alone, no live
+    # probe) says inconclusive with the reason, as GET /verdict did while it ran.
+    store = tmp_path / "probe.db"
+    async with HostileServer() as hang:
+        config = parse_config(
+            CONFIG.replace("127.0.0.1:9", f"127.0.0.1:{hang.port}")
+            .replace("window: 10s", "window: 1s\nprobe: {max_in_flight: 1}")
+            .replace("/api/checkout", "/hang").replace("rate: 5/s", "rate: 20/s")
+        )
+        runner = ProbeRunner(config, RunOptions(store_path=str(store), listen=None,
+                                                duration_s=3.5))
+        await asyncio.wait_for(runner.run(), 20)
+    live = runner.overload.reason
+    assert live is not None and "calls skipped" in live
+    later = time.time() + 1
+    with Store.open(store, readonly=True) as s:
+        events = s.read_events(kinds=[OVERLOAD_EVENT])
+        # Written when the state changes (the reason's counts move on without a new event).
+        stored = events[-1].detail["reason"]
+        assert stored.startswith("probe overloaded:") and "calls skipped" in stored
+        assert stored_overload(s, later) == stored
+        assert stored_overload(s, events[0].at - 1) is None  # before the probe was starved
+    result = compute_verdict(str(store), config, now=later)
+    assert result["verdict"] == "inconclusive"
+    assert result["reasons"][0] == stored
+    assert all(p["verdict"] == "inconclusive" for p in result["paths"])
+
+
+def test_a_cleared_overload_judges_again(tmp_path: Path) -> None:
+    now = time.time()
+    store = tmp_path / "probe.db"
+    _store_with_a_failing_canary(store, now)
+    config = parse_config(CONFIG)
+    with Store.open(store) as s:
+        s.write_events([Event(OVERLOAD_EVENT, now - 60, detail={"reason": "probe overloaded: x"})])
+    starved = compute_verdict(str(store), config, now=now)
+    assert starved["verdict"] == "inconclusive"
+    assert starved["reasons"][0] == "probe overloaded: x"
+    with Store.open(store) as s:
+        s.write_events([Event(OVERLOAD_EVENT, now - 30, detail={"reason": None})])
+    assert compute_verdict(str(store), config, now=now)["verdict"] == "fail"
+    # The live probe's own state wins over the store's: it is newer.
+    assert compute_verdict(str(store), config, now=now, overload="probe overloaded: y")[
+        "verdict"] == "inconclusive"
+
+
+async def test_a_pod_back_on_a_new_version_is_a_restart_event_in_the_store(
+    tmp_path: Path,
+) -> None:
+    endpoints, store = tmp_path / "endpoints.yaml", tmp_path / "probe.db"
+
+    def publish(version: str) -> None:
+        endpoints.write_text(
+            f"- {{name: pod-0, address: '127.0.0.1:9', labels: {{proxy_version: '{version}'}}}}\n"
+        )
+
+    publish("1.20.3")
+    config = parse_config(
+        CONFIG.replace("  static:\n    - address: 127.0.0.1:9\n"
+                       "      labels: {proxy_version: \"1.20.3\"}\n",
+                       f"  file: {{path: {endpoints}}}\n").replace("window: 10s", "window: 1s")
+    )
+    runner = ProbeRunner(config, RunOptions(store_path=str(store), listen=None, duration_s=4.0))
+    run = asyncio.create_task(runner.run())
+    await asyncio.sleep(1.5)
+    publish("1.21.0")
+    await asyncio.wait_for(run, 20)
+    with Store.open(store, readonly=True) as s:
+        restarts = s.read_events(kinds=[RESTART])
+    assert [(e.endpoint, dict(e.detail)["from"], e.cohort) for e in restarts] == [
+        ("pod-0", "1.20.3", "1.21.0")]

@@ -1,6 +1,6 @@
 """StreamProber against real servers: the reference target (Subscribe, health Watch, fault
-profiles, drains) and a raw HTTP/2 server that ends a gRPC stream in each way grpc core
-distinguishes (RST_STREAM codes, GOAWAY, TCP RST, FIN, statuses)."""
+profiles, drains) and a raw HTTP/2 server (tests/servers/h2raw.py) that ends a gRPC stream in
+each way grpc core distinguishes (RST_STREAM codes, GOAWAY, TCP RST, FIN, statuses)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,9 @@ import asyncio
 import contextlib
 import itertools
 import socket
-import struct
 from collections.abc import AsyncIterator, Callable
 
 import grpc
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
 import pytest
 
 from probes._exceptions import BadInput
@@ -32,6 +27,7 @@ from probes.streams import find_cap
 from targets.profile import VersionProfile, parse_profiles
 from targets.proto import target_pb2
 from targets.server import TargetServer
+from tests.servers.h2raw import RawH2Server
 from tests.servers.hostile import accept_and_hang
 
 SUBSCRIBE = "/skewprobe.target.v1.Target/Subscribe"
@@ -344,88 +340,6 @@ def test_a_path_without_a_stream_or_with_a_bad_method_is_bad_input():
 
 # --- a raw HTTP/2 server that ends a gRPC stream each way -------------------------------------
 
-_MESSAGE = b"\x00\x00\x00\x00\x00"  # one empty gRPC message
-
-
-class CutServer:
-    """Answers any gRPC call with headers and one message, then, after `after_s`, ends the
-    stream the way the method's last path segment names (see MODES)."""
-
-    def __init__(self, after_s: float = 0.2) -> None:
-        self.after_s = after_s
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
-        self.port = 0
-
-    async def __aenter__(self) -> CutServer:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
-        conn.initiate_connection()
-        writer.write(conn.data_to_send())
-        try:
-            while data := await reader.read(65536):
-                for event in conn.receive_data(data):
-                    if isinstance(event, h2.events.RequestReceived):
-                        headers = {str(k): str(v) for k, v in event.headers or ()}
-                        mode = headers[":path"].rsplit("/", 1)[1]
-                        sid = event.stream_id
-                        conn.send_headers(sid, [(":status", "200"),
-                                                ("content-type", "application/grpc")])
-                        conn.send_data(sid, _MESSAGE)
-                        writer.write(conn.data_to_send())
-                        await asyncio.sleep(self.after_s)
-                        if not await self._end(mode, sid, conn, writer):
-                            return
-                writer.write(conn.data_to_send())
-        except (ConnectionError, h2.exceptions.ProtocolError):
-            pass
-        finally:
-            writer.close()
-
-    @staticmethod
-    async def _end(mode: str, sid: int, conn: h2.connection.H2Connection,
-                   writer: asyncio.StreamWriter) -> bool:
-        """End stream `sid`; False when the connection is gone too."""
-        if mode.startswith("rst"):
-            conn.reset_stream(sid, int(mode[3:]))
-        elif mode.startswith("status"):
-            conn.send_headers(sid, [("grpc-status", mode[6:]), ("grpc-message", "cut")],
-                              end_stream=True)
-        elif mode == "goaway":
-            conn.close_connection(error_code=0, last_stream_id=sid)
-            writer.write(conn.data_to_send())
-            await writer.drain()
-            writer.close()
-            return False
-        elif mode == "tcprst":
-            sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()
-            return False
-        elif mode == "fin":
-            writer.close()
-            return False
-        writer.write(conn.data_to_send())
-        return True
-
 
 MODES = [
     ("status0", EndReason.SERVER_CLOSED_OK, "OK"),
@@ -447,7 +361,7 @@ async def test_each_way_a_server_ends_a_stream_is_classified(mode, reason, code)
     path = PathSpec("cut", 1.0, 1.0, stream=StreamSpec(method=f"/x.Cut/{mode}"))
     prober = StreamProber([path], sink, policy=FAST)
     async with (
-        CutServer() as server,
+        RawH2Server() as server,
         holding(prober, path, Endpoint("raw", "127.0.0.1", server.port)),
     ):
         await sink.wait(lambda s: len(s.ended) >= 1)

@@ -8,31 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import os
 import random
-import signal
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from probes.config import parse_config
-from probes.runner import ProbeRunner, RunOptions
 from probes.store import Event, Store
 from probes.streams import STORM_EVENT, StormDetector, StormParams
 from targets.fleet import Fleet
-from targets.haproxy import HaproxySidecars, default_versions_file, find_haproxy
+from targets.haproxy import HaproxySidecars, default_versions_file
 from targets.haproxy_config import load_haproxy_versions
 from targets.proto import target_pb2
+from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
+from tests.servers.probe_run import probe_runner, running
 
-pytestmark = [
-    pytest.mark.skipif(
-        find_haproxy() is None,
-        reason="haproxy is not installed (apt-get install haproxy; .ci/run installs it)",
-    ),
-    pytest.mark.slow,
-]
+pytestmark = [needs_haproxy, pytest.mark.slow]
 
 OLD, NEW = "1.20.3", "1.21.0"
 PODS, PER_POD, BATCH = 8, 2, (1, 2, 4, 5, 7)
@@ -58,33 +49,16 @@ paths:
 PARAMS = StormParams(bucket_s=2.0, confidence=0.5)
 
 
-def haproxy_pids(workdir: Path) -> set[int]:
-    """Live HAProxy processes whose config is in `workdir` (zombies have no cmdline)."""
-    marker = str(workdir).encode()
-    found = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if args[0].endswith(b"haproxy") and any(marker in a for a in args):
-            found.add(int(entry.name))
-    return found
-
-
 async def test_haproxy_restart_of_several_pods_during_held_streams_is_a_storm(
     tmp_path: Path,
 ) -> None:
     endpoints = tmp_path / "endpoints.json"
     haproxy_dir = tmp_path / "haproxy"
     store = str(tmp_path / "probe.db")
-    config = parse_config(CONFIG.format(endpoints=endpoints, method=SUBSCRIBE,
-                                         request=REQUEST.decode(), per_pod=PER_POD))
+    config = CONFIG.format(endpoints=endpoints, method=SUBSCRIBE, request=REQUEST.decode(),
+                           per_pod=PER_POD)
     window_done = asyncio.Event()
-    runner = ProbeRunner(config, RunOptions(
-        store_path=store, listen=None, on_window=lambda _windows: window_done.set()))
+    runner = probe_runner(config, store, on_window=lambda _windows: window_done.set())
     runner.streams.storms = StormDetector(PARAMS)
     recorder = runner.streams
     old, new = ("feed", OLD), ("feed", NEW)
@@ -113,26 +87,18 @@ async def test_haproxy_restart_of_several_pods_during_held_streams_is_a_storm(
         async with HaproxySidecars(versions, workdir=haproxy_dir) as sidecars, Fleet(
             pods=PODS, version=OLD, sidecar=sidecars, endpoints_file=endpoints,
             base_host=f"127.{random.randint(64, 250)}.9.1", drain_s=1.0, notice_s=1.5,
-        ) as fleet:
-            run = asyncio.create_task(runner.run())
-            try:
-                await windows_until(lambda: recorder.opened[old] == PODS * PER_POD, 15,
-                                    "every stream open")
-                await asyncio.sleep(1.0)  # a little quiet history for the steady rate
-                assert sum(recorder.ends.values()) == 0
-                await asyncio.gather(*(fleet.restart(i, NEW) for i in BATCH))
-                await windows_until(lambda: recorder.opened[new] == len(BATCH) * PER_POD, 15,
-                                    "streams re-opened on the new pods")
-                # The storm is written once its last bucket is complete.
-                await windows_until(lambda: bool(stored_storms()), 10, "a storm event stored")
-            finally:
-                runner.stopping.set()
-                await asyncio.wait_for(run, 15)
+        ) as fleet, running(runner, stop_within_s=15):
+            await windows_until(lambda: recorder.opened[old] == PODS * PER_POD, 15,
+                                "every stream open")
+            await asyncio.sleep(1.0)  # a little quiet history for the steady rate
+            assert sum(recorder.ends.values()) == 0
+            await asyncio.gather(*(fleet.restart(i, NEW) for i in BATCH))
+            await windows_until(lambda: recorder.opened[new] == len(BATCH) * PER_POD, 15,
+                                "streams re-opened on the new pods")
+            # The storm is written once its last bucket is complete.
+            await windows_until(lambda: bool(stored_storms()), 10, "a storm event stored")
     finally:
-        leftover = haproxy_pids(haproxy_dir)
-        for pid in leftover:  # only ours: started with a config in this test's directory
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        leftover = kill_leftovers(haproxy_dir)
     assert not leftover, "HAProxy processes outlived the fleet"
 
     restarted = {f"target-{i}" for i in BATCH}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from targets.profile import VersionProfile
 from targets.proto import target_pb2, target_pb2_grpc
 from targets.server import TargetServer
+from tests.servers.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,12 +113,6 @@ async def test_drain_sends_goaway_on_http2_connections() -> None:
         await writer.wait_closed()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "targets.server", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=30, check=False)
@@ -142,7 +136,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 async def test_cli_serves_until_sigterm() -> None:
-    http, grpc_port = _free_port(), _free_port()
+    http, grpc_port = free_port(), free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "targets.server", "--http", f"127.0.0.1:{http}",
         "--grpc", f"127.0.0.1:{grpc_port}", "--version", "1.21.0", "--pod", "cli-0",

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from probes._exceptions import ConfigError
-from targets.profile import Faults, load_profiles, parse_duration, parse_profiles
+from probes._timeparse import parse_duration
+from targets.profile import Faults, load_profiles, parse_profiles
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "targets" / "examples"
 
@@ -63,7 +64,7 @@ versions:
         ('versions:\n  "1":\n    defaults: {error_rate: 1.5}\n', 3,
          "versions['1'].defaults.error_rate", "between 0 and 1"),
         ('versions:\n  "1":\n    defaults:\n      latency: {fixed: 20}\n', 4,
-         "versions['1'].defaults.latency.fixed", "bad duration"),
+         "versions['1'].defaults.latency.fixed", "not a duration"),
         ('versions:\n  "1":\n    routes:\n      api: {}\n', 4,
          "versions['1'].routes['api']", "starting with /"),
         ('versions:\n  "1":\n    routes:\n      /a:\n        retries: {num_retries: -1}\n', 5,

@@ -14,6 +14,7 @@ priority order.
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Collection, Iterator
 
@@ -36,6 +37,20 @@ _CLOSED_MESSAGES = ("Server disconnected", "peer closed connection")
 
 _DETAIL_MAX = 240
 
+# grpc core fails an RPC UNAVAILABLE when TLS fails under it, naming its transport security
+# layer (TSI) in the detail: "Tls handshake failed (TSI_PROTOCOL_FAILURE): ...
+# CERTIFICATE_VERIFY_FAILED" (a server it does not trust), "Unwrap failed
+# (TSI_DATA_CORRUPTED)" (a TLS alert after the handshake: the server refused our client
+# certificate, or wanted one).
+_GRPC_TLS_MARKERS = ("tls handshake failed", "ssl handshake failed", "(tsi_")
+# ... and names a failed name lookup ("errors resolving host:port: ... Domain name not
+# found"; older releases: "DNS resolution failed"), or an HTTP/2 stream it could not parse
+# ("Failed parsing HTTP/2 (Frame size ... is larger than max frame size ...)", "(Illegal
+# hpack op code)", "(Expected SETTINGS frame as the first frame ...)" from an HTTP/1.1
+# server), under UNAVAILABLE, UNKNOWN or INTERNAL depending on where it noticed.
+_GRPC_DNS_MARKERS = ("errors resolving", "dns resolution failed")
+_GRPC_PROTOCOL_MARKERS = ("failed parsing http/2",)
+
 
 def classify_status(status: int, expected: Collection[int]) -> str:
     """An HTTP status as an outcome: expected → ok, else 5xx / 4xx / unexpected."""
@@ -48,9 +63,21 @@ def classify_status(status: int, expected: Collection[int]) -> str:
     return Outcome.UNEXPECTED_STATUS
 
 
-def classify_grpc_code(code_name: str, expected: Collection[str]) -> str:
-    """A gRPC status code name (`"UNAVAILABLE"`) as an outcome."""
-    return Outcome.OK if code_name in expected else Outcome.grpc(code_name)
+def classify_grpc_code(code_name: str, expected: Collection[str], detail: str = "") -> str:
+    """A gRPC status code name (`"UNAVAILABLE"`) as an outcome; an UNAVAILABLE that grpc
+    core explains as a TLS failure is `tls_error`, and a name lookup that failed is
+    `dns_error`, as the same failures are over HTTP; so is an answer grpc core could not
+    parse as HTTP/2 (`protocol_error`), whatever code it reported."""
+    if code_name in expected:
+        return Outcome.OK
+    lowered = detail.lower()
+    if code_name == "UNAVAILABLE" and any(m in lowered for m in _GRPC_TLS_MARKERS):
+        return Outcome.TLS_ERROR
+    if code_name == "UNAVAILABLE" and any(m in lowered for m in _GRPC_DNS_MARKERS):
+        return Outcome.DNS_ERROR
+    if any(m in lowered for m in _GRPC_PROTOCOL_MARKERS):
+        return Outcome.PROTOCOL_ERROR
+    return Outcome.grpc(code_name)
 
 
 def parse_count(value: str | None) -> int | None:
@@ -72,15 +99,21 @@ def describe(exc: BaseException) -> str:
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:
-    """The exception and everything it was raised from or while handling, outermost first."""
+    """The exception and everything it was raised from or while handling, outermost first.
+
+    An exception that wraps another as its first argument leads there too: httpcore maps
+    `ssl.SSLError` and `socket.gaierror` to `ConnectError(original)`, and its connection pool
+    re-raises that `from None`, which drops the cause but not the argument.
+    """
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
+        wrapped = current.args[0] if current.args else None
         current = current.__cause__ or (
             None if current.__suppress_context__ else current.__context__
-        )
+        ) or (wrapped if isinstance(wrapped, BaseException) else None)
 
 
 def _h2_event(exc: BaseException) -> h2.events.Event | None:
@@ -109,6 +142,9 @@ def _rule(exc: BaseException) -> tuple[int, str] | None:
         return 1, Outcome.CONNECT_TIMEOUT
     if isinstance(exc, ConnectionRefusedError):
         return 2, Outcome.CONNECT_REFUSED
+    if isinstance(exc, socket.gaierror):
+        # The lookup failed (aiohttp and httpcore both keep the gaierror in the chain).
+        return 2, Outcome.DNS_ERROR
     if isinstance(exc, aiohttp.ServerTimeoutError | httpcore.TimeoutException):
         return 3, Outcome.TIMEOUT
     event = _h2_event(exc)
@@ -127,7 +163,7 @@ def _rule(exc: BaseException) -> tuple[int, str] | None:
     if isinstance(exc, httpcore.RemoteProtocolError) and str(exc).startswith(_CLOSED_MESSAGES):
         return 4, Outcome.RESET
     if isinstance(exc, aiohttp.ClientConnectorError | httpcore.ConnectError):
-        # Unreachable host, DNS failure: the endpoint could not be connected to at all.
+        # Unreachable host or network: the endpoint could not be connected to at all.
         return 5, Outcome.CONNECT_REFUSED
     if isinstance(
         exc,

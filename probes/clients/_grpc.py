@@ -143,7 +143,7 @@ class GrpcProber:
                 if state is not grpc.ChannelConnectivity.READY:
                     detail = f"{detail} (channel {state.name}: no connection yet)"
             return CallOutcome(
-                classify_grpc_code(code.name, self._expected),
+                classify_grpc_code(code.name, self._expected, detail),
                 status=code.value[0],
                 attempts=self._attempts(err.initial_metadata(), err.trailing_metadata()),
                 cohort_hint=self._cohort(err.initial_metadata(), err.trailing_metadata()),
@@ -154,6 +154,14 @@ class GrpcProber:
             return CallOutcome(kind, detail=detail)
         attempts = self._attempts(initial, trailing)
         cohort = self._cohort(initial, trailing)
+        if response is None:
+            # OK with no message (or a message cut short, which grpc core drops): a unary
+            # answer must carry one, and grpc-java and grpc-go fail such a call INTERNAL.
+            code = grpc.StatusCode.INTERNAL
+            return CallOutcome(
+                classify_grpc_code(code.name, self._expected), status=code.value[0],
+                attempts=attempts, cohort_hint=cohort, detail="status OK without a message",
+            )
         outcome = classify_grpc_code("OK", self._expected)
         detail = ""
         if self._health and outcome == Outcome.OK:

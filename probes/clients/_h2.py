@@ -37,18 +37,26 @@ from probes.clients._wire import Replay, WireRecord, current_record
 
 _FRAME_HEADER = 9
 _GOAWAY = 0x7
+_HEADERS = 0x1
 _GOAWAY_FIXED = 8  # last-stream-id (31 bits) + error code
 _REFUSED_STREAM = 0x7
+# SETTINGS_MAX_FRAME_SIZE as the client announces it: httpcore keeps h2's initial value.
+_MAX_FRAME = 16384
 
 
 class FrameScanner:
     """Follows frame boundaries in a server's HTTP/2 byte stream and keeps the last GOAWAY.
 
     It only reads 9-byte frame headers (and the first 8 payload bytes of a GOAWAY); payloads
-    are skipped by length, so a large body costs one subtraction per read.
+    are skipped by length, so a large body costs one subtraction per read. `oversized` is the
+    length of the first frame above the max frame size: h2 only rejects such a frame once it
+    holds all of it, so a peer that announces 16 MiB and sends less would hang the call
+    until its timeout (and one that sends it all would be buffered).
     """
 
-    __slots__ = ("_pending", "_seen", "_skip", "answered_http1", "goaway")
+    __slots__ = (
+        "_pending", "_seen", "_skip", "answered_http1", "goaway", "headers_seen", "oversized",
+    )
 
     def __init__(self) -> None:
         self._pending = b""
@@ -58,6 +66,9 @@ class FrameScanner:
         # h2 buffers an "HTTP/1.1 400 ..." answer as the header of a huge frame and only
         # reports the disconnect that follows; the first bytes say what really happened.
         self.answered_http1 = False
+        self.oversized = 0
+        # The server has sent a HEADERS frame: the connection has answered a request.
+        self.headers_seen = False
 
     def feed(self, data: bytes) -> None:
         if self._seen < 5:
@@ -78,6 +89,10 @@ class FrameScanner:
                 self._pending = data[pos:]
                 return
             length = int.from_bytes(data[pos : pos + 3], "big")
+            if length > _MAX_FRAME and not self.oversized:
+                self.oversized = length
+            if data[pos + 3] == _HEADERS:
+                self.headers_seen = True
             if data[pos + 3] == _GOAWAY:
                 if end - pos < _FRAME_HEADER + _GOAWAY_FIXED:
                     self._pending = data[pos:]
@@ -108,14 +123,21 @@ class ObservedStream(httpcore.AsyncNetworkStream):
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         data = await self._inner.read(max_bytes, timeout)
         self._scanner.feed(data)
+        if self._scanner.oversized:
+            raise httpcore.RemoteProtocolError(
+                f"frame of {self._scanner.oversized} bytes exceeds the max frame size "
+                f"{_MAX_FRAME} (FRAME_SIZE_ERROR)"
+            )
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         # httpcore writes a request's HEADERS from the request's own task, so the record
-        # current here belongs to the request that is using this connection.
+        # current here belongs to the request that is using this connection. A connection
+        # that has answered before is a reused keep-alive one (see `replay_reason`).
         record = current_record()
-        if record is not None:
+        if record is not None and record.connection is not self:
             record.connection = self
+            record.reused = self._scanner.headers_seen
         await self._inner.write(buffer, timeout)
 
     async def aclose(self) -> None:
@@ -223,9 +245,12 @@ def replay_reason(exc: BaseException, record: WireRecord) -> tuple[Replay, str] 
     Timeouts and streams the server reset for any reason but REFUSED_STREAM are real
     outcomes and never replayed. A connection-level failure on a connection that received
     GOAWAY is replayed: as UNPROCESSED when the request's stream is above last-stream-id,
-    as LOST when it is at or below it and the GOAWAY was graceful (NO_ERROR).
+    as LOST when it is at or below it and the GOAWAY was graceful (NO_ERROR). Without a
+    GOAWAY, a *reused* connection that closed before any answer is LOST, as for HTTP/1.1:
+    httpcore does not read an idle HTTP/2 connection, so it only learns that the server
+    closed it (a restart, an idle timeout without GOAWAY) by sending the next request on it.
     """
-    connection_failure = False
+    connection_failure = closed = False
     for link in exception_chain(exc):
         if isinstance(link, httpcore.TimeoutException):
             return None
@@ -238,7 +263,14 @@ def replay_reason(exc: BaseException, record: WireRecord) -> tuple[Replay, str] 
             return None
         if isinstance(link, httpcore.ProtocolError | httpcore.NetworkError):
             connection_failure = True
+        if isinstance(link, httpcore.NetworkError) or (
+            isinstance(link, httpcore.RemoteProtocolError)
+            and str(link).startswith("Server disconnected")
+        ):
+            closed = True
     goaway = record.connection.goaway if record.connection is not None else None
+    if goaway is None and closed and record.reused:
+        return Replay.LOST, "reused HTTP/2 connection closed without GOAWAY before an answer"
     if not connection_failure or goaway is None:
         return None
     last, code = goaway

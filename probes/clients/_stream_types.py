@@ -26,8 +26,9 @@ class EndReason:
     """How a stream ended, named once.
 
     Resets (counted in `skewprobe_stream_resets_total` and per stream-hour): an *established*
-    stream that ended with `goaway`, `rst_stream`, `connection_reset`, `deadline`,
-    `cancelled` or any other non-OK status (`grpc_<CODE>`).
+    stream that ended with `goaway`, `rst_stream`, `connection_reset`, `protocol_error` (the
+    server sent HTTP/2 grpc core could not parse), `deadline`, `cancelled` or any other
+    non-OK status (`grpc_<CODE>`).
     Not resets: `server_closed_ok` (the server finished the stream with OK),
     `client_rotated` (the probe's own max lifetime), `client_stopped` (the probe shut down,
     or a removed endpoint's stream outlived the linger time), and `refused`, which only a
@@ -46,6 +47,7 @@ class EndReason:
     CLIENT_ROTATED: Final = "client_rotated"
     CLIENT_STOPPED: Final = "client_stopped"
 
+    PROTOCOL_ERROR: Final = Outcome.PROTOCOL_ERROR
     PROBE_ERROR: Final = Outcome.PROBE_ERROR
 
     NOT_RESETS: Final = frozenset(
@@ -66,11 +68,17 @@ class EndReason:
 #   "Cancelling all calls"     server: shutdown grace over, after its GOAWAY (a drain)
 #   "Stream removed (recvmsg:Connection reset by peer (104))", "... (Socket closed)"
 #   "failed to connect to all addresses; last error: ... Connection refused"
+#   "errors resolving nohost.invalid:80: [... Domain name not found]"   (no address at all)
+#   "Stream removed (Failed parsing HTTP/2 (Frame size 16777215 is larger than max frame
+#   size 4194304))", "... (Illegal hpack op code))": grpc core tears the connection down
+#   (UNKNOWN or INTERNAL), but the cause is the server's malformed HTTP/2, not a lost socket
 _GOAWAY = ("GOAWAY received", "max connection age", "Cancelling all calls")
 _RST = re.compile(r"Received RST_STREAM with error code (\d+)")
+_PROTOCOL = ("Failed parsing HTTP/2",)
 _REFUSED = (
     "failed to connect to all addresses", "Failed to connect to remote host",
     "Connection refused", "connections to all backends failing", "DNS resolution failed",
+    "errors resolving",
 )
 _CONNECTION_LOST = (
     "Connection reset", "Socket closed", "Broken pipe", "Connection aborted",
@@ -83,9 +91,10 @@ def classify_stream_end(code: str, details: str, *, established: bool = True) ->
 
     OK → server_closed_ok; a GOAWAY (or grpc core's post-GOAWAY drain cut) → goaway, even
     when the socket then closed; an RST_STREAM frame → rst_stream, whatever status it mapped
-    to; a failed connect → refused (connection_reset if the stream had opened); a lost
-    connection → connection_reset; then DEADLINE_EXCEEDED → deadline, CANCELLED →
-    cancelled, and `grpc_<CODE>` for anything else.
+    to; HTTP/2 that could not be parsed → protocol_error; a failed connect or name lookup →
+    refused (connection_reset if the stream had opened); a message over the receive limit →
+    grpc_RESOURCE_EXHAUSTED; a lost connection → connection_reset; then DEADLINE_EXCEEDED →
+    deadline, CANCELLED → cancelled, and `grpc_<CODE>` for anything else.
     """
     code = code.upper()
     if code == "OK":
@@ -94,8 +103,14 @@ def classify_stream_end(code: str, details: str, *, established: bool = True) ->
         return EndReason.GOAWAY
     if _RST.search(details):
         return EndReason.RST_STREAM
+    if any(marker in details for marker in _PROTOCOL):
+        return EndReason.PROTOCOL_ERROR
     if any(marker in details for marker in _REFUSED):
         return EndReason.CONNECTION_RESET if established else EndReason.REFUSED
+    if code == "RESOURCE_EXHAUSTED":
+        # "Stream removed (CLIENT: Received message larger than max ...)": the message, not
+        # the connection, was at fault (the "Stream removed" below would say otherwise).
+        return Outcome.grpc(code)
     if any(marker in details for marker in _CONNECTION_LOST):
         return EndReason.CONNECTION_RESET
     if code == "DEADLINE_EXCEEDED":

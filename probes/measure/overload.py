@@ -21,7 +21,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-__all__ = ["LAG_BUDGET_S", "OverloadWatch"]
+__all__ = ["LAG_BUDGET_S", "OVERLOAD_EVENT", "OverloadWatch"]
+
+# The store's event for a change of state: detail {"reason": "..."} while overloaded,
+# {"reason": null} when it clears. `skewprobe verdict` reads the state from the last one.
+OVERLOAD_EVENT: Final = "overload"
 
 LAG_BUDGET_S: Final = 0.010
 LAG_BUDGET_SHARE: Final = 0.01
@@ -43,8 +47,10 @@ class OverloadWatch:
         self.budget_s = budget_s
         self.budget_share = budget_share
         # (calls, lagged, skipped) totals at each of the last `windows` window boundaries.
-        self._marks: deque[tuple[int, int, int]] = deque(maxlen=windows + 1)
+        # Starts from zero, so a probe starved from its first window is caught at once.
+        self._marks: deque[tuple[int, int, int]] = deque([(0, 0, 0)], maxlen=windows + 1)
         self.reason: str | None = None
+        self.changed = False  # did the last `update` change the state (overloaded or not)?
 
     @property
     def overloaded(self) -> bool:
@@ -54,6 +60,7 @@ class OverloadWatch:
         """Mark a window boundary with the running totals of calls made, calls sent later
         than `budget_s`, and calls skipped; return why the probe is overloaded, or None."""
         self._marks.append((calls, lagged, skipped))
+        was = self.reason is not None
         (c0, l0, s0), (c1, l1, s1) = self._marks[0], self._marks[-1]
         calls, lagged, skipped = c1 - c0, l1 - l0, s1 - s0
         span = f"in the last {len(self._marks) - 1} windows"
@@ -66,4 +73,5 @@ class OverloadWatch:
             )
         else:
             self.reason = None
+        self.changed = was != (self.reason is not None)
         return self.reason

@@ -24,6 +24,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from probes.store.table import F64, I64, WindowColumns
+
 __all__ = [
     "LatencySpan",
     "PrometheusTable",
@@ -34,10 +36,6 @@ __all__ = [
     "increases",
     "level_changes",
 ]
-
-F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
-I32 = npt.NDArray[np.int32]
 
 # Labels of skewprobe's own series; every other label identifies the target (the probe).
 OWN_LABELS: Final = frozenset({"__name__", "path", "cohort", "outcome", "le", "reason"})
@@ -157,7 +155,7 @@ def _ints(x: F64) -> I64:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class PrometheusTable:
+class PrometheusTable(WindowColumns):
     """Path windows rebuilt from Prometheus, as the columns `judge()` reads from a store's
     `WindowTable` (same names, same meaning; see `probes.store.table`).
 
@@ -169,29 +167,8 @@ class PrometheusTable:
     the probes' per-path lag is not exported.
     """
 
-    paths: tuple[str, ...]
-    cohorts: tuple[str, ...]
-    outcome_names: tuple[str, ...]
-    reset_reasons: tuple[str, ...]
-    start: F64
-    length: F64
-    path: I32
-    cohort: I32
-    requests: I64
-    successes: I64
-    attempts_sum: I64
-    attempts_count: I64
-    churn: I64
-    lag_max_s: F64
-    streams_opened: I64
-    stream_seconds: F64
-    outcomes: I64
-    stream_resets: I64
     latency_les: tuple[str, ...]
     latency_reader: Callable[[Sequence[LatencySpan]], Sequence[I64]] = field(repr=False)
-
-    def __len__(self) -> int:
-        return int(self.start.size)
 
     @property
     def latency_edges(self) -> tuple[F64, F64]:

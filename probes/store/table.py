@@ -27,7 +27,7 @@ from probes._types import PathWindow
 from probes.measure import sparse
 from probes.measure.histogram import BUCKET_COUNT, Histogram
 
-__all__ = ["WindowTable"]
+__all__ = ["WindowColumns", "WindowTable"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -36,8 +36,9 @@ _SLICE = 1 << 22
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class WindowTable:
-    """Columns of path windows; see the module docstring for the layout."""
+class WindowColumns:
+    """The per-window columns `judge()` reads, whatever the source: the store's
+    `WindowTable`, or `PrometheusTable` rebuilt from PromQL. Each adds how latency is read."""
 
     paths: tuple[str, ...]
     cohorts: tuple[str, ...]
@@ -57,12 +58,18 @@ class WindowTable:
     stream_seconds: F64
     outcomes: I64
     stream_resets: I64
-    latency_ptr: I64
-    latency_bucket: npt.NDArray[np.uint16]
-    latency_count: npt.NDArray[np.uint8]
 
     def __len__(self) -> int:
         return int(self.start.size)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WindowTable(WindowColumns):
+    """Columns of path windows; see the module docstring for the layout."""
+
+    latency_ptr: I64
+    latency_bucket: npt.NDArray[np.uint16]
+    latency_count: npt.NDArray[np.uint8]
 
     def mask(
         self,

@@ -11,7 +11,8 @@ and keeps serving. Later connections answer every request at once.
 
 HTTP paths: `/status/<code>` answers that status, `/big/<bytes>` sends that much body (as far
 as flow control lets it, never ending the stream if the window runs out); query parameters
-become response headers. It speaks just enough gRPC (an `application/grpc` request gets one
+become response headers. Give it an `ssl.SSLContext` (with ALPN `h2`) to serve HTTP/2 over
+TLS instead of h2c. It speaks just enough gRPC (an `application/grpc` request gets one
 empty message and `grpc-status: 0`) to exercise grpc.aio as well as httpx.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
@@ -44,6 +46,7 @@ class _Request:
 @dataclass
 class H2DrainServer:
     host: str = "127.0.0.1"
+    ssl_context: ssl.SSLContext | None = None
     drain_after: int = 0
     last_stream_id: int = 0
     goaway_first: bool = True
@@ -61,7 +64,7 @@ class H2DrainServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def __aenter__(self) -> H2DrainServer:
-        self._server = await asyncio.start_server(self._accept, self.host, 0)
+        self._server = await asyncio.start_server(self._accept, self.host, 0, ssl=self.ssl_context)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

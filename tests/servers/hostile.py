@@ -6,6 +6,8 @@ answers 200 with that header):
     /status/<code>   answer <code> with a short body (keep-alive)
     /big/<bytes>     200 with a Content-Length body of that size, streamed
     /endless         200 with a chunked body that never ends
+    /slowheaders     a status line, then header bytes one every `drip_s`, never finished
+    /resetbody/<n>   200 promising twice <n> bytes of body; after <n>, RST (SO_LINGER 0)
     /hang            read the request, never answer
     /reset           read the request, then RST (SO_LINGER 0)
     /close           read the request, then close without answering (FIN)
@@ -15,6 +17,8 @@ Give it an `ssl.SSLContext` to serve the same over TLS. `request_ids` lists the
 `x-request-id` of every request read, so a test can tell a retried request from a single
 one. `drop_after=N` closes a keep-alive connection, without answering, when its request
 number N+1 arrives: a server that timed the connection out as the client reused it.
+`bind_port` binds a given port (0: any free one), so a server can be closed and opened again on
+the same address (`flapping`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import contextlib
 import socket
 import ssl
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 _CHUNK = b"x" * 65536
@@ -38,6 +43,8 @@ class HostileServer:
     host: str = "127.0.0.1"
     ssl_context: ssl.SSLContext | None = None
     drop_after: int | None = None
+    bind_port: int = 0
+    drip_s: float = 0.05
     request_ids: list[str] = field(default_factory=list)
     connections: int = 0
     open_connections: int = 0
@@ -56,7 +63,9 @@ class HostileServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def __aenter__(self) -> HostileServer:
-        self._server = await asyncio.start_server(self._accept, self.host, 0, ssl=self.ssl_context)
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.bind_port, ssl=self.ssl_context
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -78,6 +87,8 @@ class HostileServer:
         task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        # A task cancelled before its first step never runs its `finally`: close here too.
+        task.add_done_callback(lambda _: writer.close())
 
     async def _count(self, delta: int) -> None:
         async with self._changed:
@@ -158,6 +169,21 @@ class HostileServer:
             while True:
                 writer.write(frame)
                 await writer.drain()
+        elif kind == "slowheaders":
+            # Each byte restarts a per-read timeout; only a deadline on the whole answer ends it.
+            writer.write(b"HTTP/1.1 200 OK\r\n")
+            while True:
+                for byte in b"x-slow: y\r\n":
+                    writer.write(bytes([byte]))
+                    await writer.drain()
+                    await asyncio.sleep(self.drip_s)
+        elif kind == "resetbody":
+            size = int(parts[1])
+            writer.write(f"HTTP/1.1 200 OK\r\ncontent-length: {2 * size}\r\n{extra}\r\n".encode())
+            writer.write(b"x" * size)
+            await writer.drain()
+            abort_with_rst(writer)
+            return False
         elif kind == "hang":
             await self._closing.wait()
             return False
@@ -228,3 +254,60 @@ async def accept_and_hang(host: str = "127.0.0.1") -> AsyncIterator[int]:
         for writer in held:
             writer.close()
         await server.wait_closed()
+
+
+class _Listener(Protocol):
+    """A test server: an async context manager that listens on `port` while entered."""
+
+    @property
+    def port(self) -> int: ...
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+
+@dataclass
+class Flapping:
+    """What `flapping` did: the port, and how often the listener opened and closed."""
+
+    port: int = 0
+    opened: int = 0
+    closed: int = 0
+
+
+@contextlib.asynccontextmanager
+async def flapping(
+    period_s: float = 0.2,
+    serve: Callable[[int], _Listener] = lambda port: HostileServer(bind_port=port),
+) -> AsyncIterator[Flapping]:
+    """A server that is up for `period_s`, then gone for `period_s`, on one port.
+
+    `serve(port)` builds the server (port 0 the first time: any free one). Going down closes
+    the listener and every connection, as a restarting pod does, so a client sees answers,
+    then refused connects, then answers again.
+    """
+    state = Flapping()
+    up = asyncio.Event()
+
+    async def toggle() -> None:
+        while True:
+            async with serve(state.port) as server:
+                state.port = server.port
+                state.opened += 1
+                up.set()
+                await asyncio.sleep(period_s)
+            state.closed += 1
+            await asyncio.sleep(period_s)
+
+    task = asyncio.get_running_loop().create_task(toggle())
+    first_up = asyncio.ensure_future(up.wait())
+    try:
+        await asyncio.wait({first_up, task}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # it failed before the first open: say why
+        yield state
+    finally:
+        first_up.cancel()
+        task.cancel()
+        await asyncio.gather(first_up, task, return_exceptions=True)

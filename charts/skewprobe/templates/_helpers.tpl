@@ -46,9 +46,38 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The API's scheme: https when it is served with TLS (api.tls). */}}
+{{- define "skewprobe.apiScheme" -}}
+{{- if .Values.api.tls.existingSecret }}https{{ else }}http{{ end }}
+{{- end }}
+
 {{/* The API's in-cluster base URL, for the gates (Argo Rollouts, Flagger). */}}
 {{- define "skewprobe.apiURL" -}}
-{{- printf "http://%s.%s.svc:%d" (include "skewprobe.fullname" .) .Release.Namespace (int .Values.api.port) }}
+{{- printf "%s://%s.%s.svc:%d" (include "skewprobe.apiScheme" .) (include "skewprobe.fullname" .) .Release.Namespace (int .Values.api.port) }}
+{{- end }}
+
+{{/* Where the API's Secrets are mounted (read-only) in the probe's container. */}}
+{{- define "skewprobe.tokenDir" -}}/var/run/skewprobe/api-token{{- end }}
+{{- define "skewprobe.tlsDir" -}}/var/run/skewprobe/api-tls{{- end }}
+
+{{/*
+A liveness/readiness probe as the API is served: an httpGet over HTTPS when the API has
+TLS (the kubelet does not verify the certificate), and a TCP check under mTLS, since the
+kubelet cannot present a client certificate. /healthz needs no token.
+Call with (dict "probe" .Values.livenessProbe "root" $).
+*/}}
+{{- define "skewprobe.healthProbe" -}}
+{{- $probe := deepCopy .probe }}
+{{- $tls := .root.Values.api.tls }}
+{{- if and $probe.httpGet $tls.existingSecret }}
+{{- if $tls.clientCA }}
+{{- $_ := set $probe "tcpSocket" (dict "port" $probe.httpGet.port) }}
+{{- $_ := unset $probe "httpGet" }}
+{{- else if not $probe.httpGet.scheme }}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" }}
+{{- end }}
+{{- end }}
+{{- toYaml $probe }}
 {{- end }}
 
 {{/*

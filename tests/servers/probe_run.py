@@ -1,0 +1,92 @@
+"""A local fleet probed by a real `ProbeRunner`: the set-up the end-to-end tests share.
+
+The fleet runs the example fault profiles (1.20.3 clean; 1.21.0 retries every first attempt
+on /api/checkout), the probe finds it through the fleet's endpoints file, and the runner runs
+in the test's own event loop until the test leaves `running()`, so no task outlives its test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from probes.config import parse_config
+from probes.runner import ProbeRunner, RunOptions
+from targets.fleet import Fleet
+from targets.profile import load_profiles
+
+PROFILES = Path(__file__).resolve().parents[2] / "targets" / "examples" / "profiles.yaml"
+# The example's regressed path and one it leaves alone.
+CHECKOUT_AND_CATALOG = {"checkout": "/api/checkout", "catalog": "/api/catalog"}
+
+
+def http_config(
+    endpoints: str | Path,
+    *,
+    rate: str,
+    timeout: str = "500ms",
+    paths: Mapping[str, str] = CHECKOUT_AND_CATALOG,
+    min_samples: int = 100,
+) -> str:
+    """Probe config text: file discovery from `endpoints`, 1 s windows, and one HTTP path
+    per `paths` entry (name -> URL path), each at `rate` under `timeout`."""
+    lines = [
+        f"targets: {{file: {{path: {endpoints}}}}}",
+        "window: 1s",
+        f"verdict: {{min_samples: {min_samples}}}",
+        "paths:",
+    ]
+    for name, url_path in paths.items():
+        lines += [f"  - name: {name}", f"    http: {{path: {url_path}}}",
+                  f"    rate: {rate}", f"    timeout: {timeout}"]
+    return "\n".join(lines) + "\n"
+
+
+def example_fleet(
+    endpoints: str | Path,
+    *,
+    base_host: str,
+    seed: int,
+    notice_s: float,
+    pods: int = 4,
+    version: str = "1.20.3",
+    drain_s: float = 0.2,
+    grpc_port: int | None = None,
+    namespace: str = "default",
+) -> Fleet:
+    """A fleet (not started: `async with` it) of emulated sidecars with the example
+    profiles, publishing its endpoints to `endpoints`. HTTP only unless `grpc_port` is set."""
+    return Fleet(pods=pods, version=version, profiles=load_profiles(PROFILES),
+                 base_host=base_host, endpoints_file=endpoints, seed=seed,
+                 grpc_port=grpc_port, drain_s=drain_s, notice_s=notice_s,
+                 namespace=namespace)
+
+
+def probe_runner(
+    config: str,
+    store: str,
+    *,
+    listen: str | None = None,
+    duration_s: float | None = None,
+    on_window: Callable[[Sequence[Any]], None] | None = None,
+) -> ProbeRunner:
+    """A runner for config text `config` writing to `store`; no API unless `listen`."""
+    options = RunOptions(store_path=store, listen=listen, duration_s=duration_s,
+                         on_window=on_window)
+    return ProbeRunner(parse_config(config), options)
+
+
+@contextlib.asynccontextmanager
+async def running(runner: ProbeRunner, *, stop_within_s: float) -> AsyncIterator[
+        asyncio.Task[None]]:
+    """Run `runner` for the body; on the way out stop it as SIGTERM would and wait for it
+    (bounded), so its last window is flushed to the store before the test reads it."""
+    task = asyncio.create_task(runner.run())
+    try:
+        yield task
+    finally:
+        runner.stopping.set()
+        await asyncio.wait_for(task, stop_within_s)
