@@ -22,6 +22,11 @@ to the other, and reads everything from outside the probe:
 - how long the /metrics scrapes took (the API shares the engine's event loop: a slow scrape
   means a stalled loop).
 
+`--streams K` also holds K gRPC streams per endpoint (a `Subscribe` path, one message every
+`--message-interval` s); `--target haproxy` answers the unary calls from one HAProxy on the
+fleet's core (the streams stay on the fleet), so a slow machine's Python fleet is not what
+limits the run. Each run prints the machine's speed on a fixed loop.
+
 `--window 1s` gives a per-second series of the store's lag_max (in the JSON), which shows
 periodic stalls; `--profile FILE` samples the probe with py-spy; `--gc-experiment` runs the
 same product with other gc settings (an experiment for the lead, labelled as such).
@@ -39,6 +44,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -113,9 +119,12 @@ def _niced(args: argparse.Namespace, cmd: list[str]) -> list[str]:
 
 def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     endpoints = work / "endpoints.json"
+    # What the probe reads: the fleet's own file, or (--target haproxy) the same pods with
+    # their HTTP address on HAProxy and their gRPC port on the fleet.
+    probe_endpoints = work / "probe-endpoints.json" if args.target == "haproxy" else endpoints
     store = work / "capacity.db"
     config = work / "capacity.yaml"
-    config.write_text(_config(endpoints, args), encoding="utf-8")
+    config.write_text(_config(probe_endpoints, args), encoding="utf-8")
     listen_port = h.free_port()
     metrics_url = f"http://127.0.0.1:{listen_port}/metrics"
     with h.children() as kids:
@@ -131,6 +140,10 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         t0 = time.monotonic()
         fleet.wait_line(r"^fleet: ", timeout_s=max(60.0, args.pods / 10))
         fleet_start_s = time.monotonic() - t0
+        haproxy = None
+        if args.target == "haproxy":
+            haproxy = _haproxy_target(args, work, endpoints, probe_endpoints)
+            kids.append(haproxy)
         probe_cmd = [
             *_probe_launcher(args), "run", "--config", str(config), "--store", str(store),
             "--listen", f"127.0.0.1:{listen_port}",
@@ -147,7 +160,7 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             h.wait_streams(metrics_url, args.pods * args.streams, timeout_s=300.0)
         probe_start_s = time.monotonic() - t0
         time.sleep(args.warmup)
-        pids = [probe.pid, fleet.pid]
+        pids = [probe.pid, fleet.pid, *([haproxy.pid] if haproxy else [])]
         a = h.snapshot(pids, metrics_url)
         rss_a = h.memory_kib(probe.pid).get("VmRSS", 0)
         if args.profile:
@@ -161,11 +174,13 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         probe_rc = probe.stop(timeout_s=30.0)
         probe_lifetime_s = time.monotonic() - t0
         fleet.stop(timeout_s=30.0)
+        if haproxy is not None:
+            haproxy.stop(timeout_s=30.0)
     if probe_rc != 0:
         err = (work / "probe.err").read_text()[-2000:]
         raise RuntimeError(f"skewprobe run exited {probe_rc}: {err}")
     figures = _figures(args, a, b, mem, probe, fleet, store, probe_cpu_total,
-                       fleet_start_s, probe_start_s)
+                       fleet_start_s, probe_start_s, haproxy)
     # The store after the probe closed it (WAL merged): its growth per hour of probing.
     store_bytes = store.stat().st_size
     figures.update({
@@ -177,10 +192,45 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return figures
 
 
+def _haproxy_target(
+    args: argparse.Namespace, work: Path, endpoints: Path, probe_endpoints: Path
+) -> h.Child:
+    """One HAProxy answering 200 on every pod's address (port `--haproxy-port`), pinned to
+    the fleet's core: a callee that costs next to nothing per call, so the run measures the
+    probe, not the Python fleet (which cannot serve 2,400 calls/s on one core of a slow
+    machine). The pods' gRPC ports stay on the fleet, for the held streams."""
+    binary = shutil.which("haproxy")
+    if binary is None:
+        raise RuntimeError("--target haproxy: haproxy is not installed")
+    doc = json.loads(endpoints.read_text(encoding="utf-8"))
+    port = args.haproxy_port
+    binds = []
+    for e in doc["endpoints"]:
+        host = e["address"].rpartition(":")[0]
+        binds.append(f"    bind {host}:{port}")
+        e["address"] = f"{host}:{port}"
+        e["ports"] = {k: v for k, v in (e.get("ports") or {}).items() if k == "grpc"}
+    probe_endpoints.write_text(json.dumps(doc), encoding="utf-8")
+    cfg = work / "haproxy.cfg"
+    cfg.write_text(
+        "global\n    maxconn 8000\n    nbthread 1\n"
+        "defaults\n    mode http\n    timeout client 60s\n    timeout server 60s\n"
+        "    timeout connect 5s\n    timeout http-keep-alive 60s\n"
+        "frontend pods\n" + "\n".join(binds) + "\n"
+        '    http-request return status 200 content-type text/plain string "ok\\n"\n',
+        encoding="utf-8",
+    )
+    child = h.Child("haproxy", h.pinned(args.fleet_core, [binary, "-db", "-f", str(cfg)]),
+                    log=work / "haproxy.err")
+    # Ready once the last pod's address answers (a bounded poll of an outside process).
+    h.wait_http(f"http://{doc['endpoints'][-1]['address']}/", "ok", timeout_s=60.0)
+    return child
+
+
 def _figures(
     args: argparse.Namespace, a: h.Snapshot, b: h.Snapshot, mem: dict[str, int],
     probe: h.Child, fleet: h.Child, store: Path, probe_cpu_total: float,
-    fleet_start_s: float, probe_start_s: float,
+    fleet_start_s: float, probe_start_s: float, haproxy: h.Child | None = None,
 ) -> dict[str, Any]:
     wall = b.mono - a.mono
     outcomes_a = h.counter_by(a.metrics, "skewprobe_requests", "outcome")
@@ -195,6 +245,8 @@ def _figures(
     lag = h.bucket_delta(h.buckets(a.metrics, LAG), h.buckets(b.metrics, LAG))
     probe_cpu = b.cpu[probe.pid] - a.cpu[probe.pid]
     fleet_cpu = b.cpu[fleet.pid] - a.cpu[fleet.pid]
+    if haproxy is not None:  # the callee side is both: HAProxy answers HTTP, the fleet gRPC
+        fleet_cpu += b.cpu[haproxy.pid] - a.cpu[haproxy.pid]
     sys_delta = {k: b.system[k] - a.system[k] for k in b.system}
     # Kernel time in interrupts (loopback TCP runs in softirq) is often charged to no process.
     others_cpu = sys_delta["busy"] - sys_delta["irq"] - sys_delta["softirq"] - probe_cpu - fleet_cpu
@@ -204,6 +256,7 @@ def _figures(
     lat, lag_max = _store_latency(store, a.wall, b.wall)
     return {
         "pods": args.pods, "http": args.http, "rate_per_endpoint": args.rate,
+        "target": args.target, "machine_speed_s": args.machine_speed_s,
         "streams_wanted": args.pods * args.streams,
         "streams_open_first_last": [h.gauge_sum(a.metrics, "skewprobe_streams_open"),
                                     h.gauge_sum(b.metrics, "skewprobe_streams_open")],
@@ -256,7 +309,7 @@ def _lag(q: tuple[float, float, float]) -> str:
 
 def report(runs: list[dict[str, Any]]) -> str:
     header = [
-        "run", "endpoints", "HTTP", "streams held (first → last scrape)", "stream resets",
+        "run", "endpoints", "target", "HTTP", "streams held (first → last scrape)", "stream resets",
         "interval s", "achieved/intended", "outcomes", "dropped",
         "lag p50 ms (bucket]", "lag p99 ms (bucket]", "lag ≤10 ms", "lag max ms (store)",
         "latency p50/p99 ms (store)", "probe CPU s/1k calls", "probe core share",
@@ -268,7 +321,7 @@ def report(runs: list[dict[str, Any]]) -> str:
     rows = []
     for i, r in enumerate(runs, 1):
         rows.append([
-            i, r["pods"], r["http"],
+            i, r["pods"], r["target"], r["http"],
             "{:,.0f} → {:,.0f}".format(*r["streams_open_first_last"]), r["stream_resets"],
             r["interval_s"], f"{r['achieved_ratio']:.4f}",
             ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items())) or "none",
@@ -304,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring (5)")
     ap.add_argument("--rate", type=float, default=1.0, help="calls/s per endpoint (1)")
     ap.add_argument("--http", choices=("1.1", "2"), default="1.1", help="HTTP version")
+    ap.add_argument("--target", choices=("fleet", "haproxy"), default="fleet",
+                    help="what answers the HTTP calls: the Python fleet (default) or one "
+                         "HAProxy returning 200 on every pod's address (streams stay on "
+                         "the fleet)")
+    ap.add_argument("--haproxy-port", type=int, default=18080)
     ap.add_argument("--streams", type=int, default=0, metavar="K",
                     help="also hold K gRPC streams per endpoint (default 0)")
     ap.add_argument("--message-interval", type=float, default=1.0,
@@ -331,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.pods, args.duration, args.warmup = 300, 15.0, 3.0
+    args.machine_speed_s = h.machine_speed_s()
     runs = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="skewprobe-capacity-") as tmp:
@@ -338,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd = " ".join(["benchmarks/capacity.py", *(argv if argv is not None else sys.argv[1:])])
     print(f"## capacity: {cmd}\n")
     print(report(runs))
+    print(f"\nmachine speed: {args.machine_speed_s:.3f} s for the reference loop "
+          "(benchmarks/_harness.py machine_speed_s; lower is faster)")
     if args.profile:
         print(f"\n### py-spy profile of the probe ({args.profile})\n")
         print(h.profile_summary(Path(args.profile)))
