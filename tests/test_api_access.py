@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import ssl
 import sys
 import time
@@ -32,7 +31,8 @@ from probes.runner import ProbeRunner, RunOptions
 from tests.servers.grpc_health import grpc_health_server
 from tests.servers.h2drain import H2DrainServer
 from tests.servers.hostile import HostileServer
-from tests.servers.tls import SERVER_NAME, Pki, TlsFront, make_pki
+from tests.servers.ports import free_port
+from tests.servers.tls import SERVER_NAME, Pki, TlsFront
 
 CONFIG = """\
 targets:
@@ -46,22 +46,6 @@ paths:
     rate: 5/s
     timeout: 1s
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def stranger(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki-other"), "other")
 
 
 def client_context(pki: Pki, client: Pki | None = None) -> ssl.SSLContext:
@@ -92,7 +76,7 @@ async def _listening(port: int, run: asyncio.Task[None]) -> None:
 async def running_probe(tmp_path: Path, **options: Any) -> AsyncIterator[str]:
     """A ProbeRunner probing a loopback target; yields the API's host:port."""
     async with HostileServer() as target:
-        port = _free_port()
+        port = free_port()
         runner = ProbeRunner(
             parse_config(CONFIG.format(port=target.port)),
             RunOptions(store_path=str(tmp_path / "probe.db"), listen=f"127.0.0.1:{port}",
@@ -161,7 +145,7 @@ async def _start(tmp_path: Path, config: str, *args: str) -> tuple[
         asyncio.subprocess.Process, str]:
     path = tmp_path / "probe.yaml"
     path.write_text(config)
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "probes.cli", *args, "run", "--config", str(path),

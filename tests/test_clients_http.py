@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from probes._spec import ExpectSpec, HttpSpec, PathSpec, TlsSpec
 from probes._types import Endpoint, Outcome
 from probes.clients import BODY_LIMIT, HttpProber
 from tests.servers.engine import engine_call
-from tests.servers.h2drain import H2DrainServer
 from tests.servers.hostile import HostileServer, accept_and_hang, closed_port, full_backlog
 from tests.servers.tls import SERVER_NAME, make_cert
 
@@ -44,18 +42,6 @@ def http_path(
 
 def at(port: int, host: str = "127.0.0.1", **ports: int) -> Endpoint:
     return Endpoint("pod-0", host, port, {"proxy_version": "1.20.3"}, ports=ports)
-
-
-@pytest.fixture
-async def hostile() -> AsyncIterator[HostileServer]:
-    async with HostileServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def h2c() -> AsyncIterator[H2DrainServer]:
-    async with H2DrainServer() as server:
-        yield server
 
 
 async def one_call(path: PathSpec, endpoint: Endpoint, request_id: str = "req-1"):

@@ -23,20 +23,9 @@ from tests.servers.engine import engine_call
 from tests.servers.grpc_health import grpc_health_server
 from tests.servers.h2drain import H2DrainServer
 from tests.servers.hostile import HostileServer
-from tests.servers.tls import SERVER_NAME, Pki, TlsFront, make_pki
+from tests.servers.tls import SERVER_NAME, Pki, TlsFront
 
 KINDS = ["1.1", "2", "grpc"]
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def stranger(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    """Another CA: its client certificate is well formed but not one the targets trust."""
-    return make_pki(tmp_path_factory.mktemp("pki-other"), "other")
 
 
 def client_tls(pki: Pki, client: Pki | None) -> TlsSpec:

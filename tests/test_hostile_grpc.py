@@ -9,7 +9,6 @@ The raw server (tests/servers/h2raw.py) answers by the method's last path segmen
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -17,9 +16,9 @@ import grpc.aio
 import pytest
 
 from probes._spec import GrpcSpec, PathSpec, StreamSpec, TlsSpec
-from probes._types import Endpoint, Outcome
+from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import EndReason, GrpcProber, StreamEnd, StreamProber
-from tests.servers.engine import engine_call
+from tests.servers.engine import call_once, endpoint_at, engine_call
 from tests.servers.h2raw import RawH2Server
 from tests.servers.hostile import HostileServer
 from tests.servers.tls import SERVER_NAME, Cert, make_cert
@@ -36,16 +35,11 @@ def unary(method: str, *, timeout_s: float = 1.0, **spec: object) -> PathSpec:
     )
 
 
-def at(port: int, host: str = "127.0.0.1", name: str = "pod-0") -> Endpoint:
-    return Endpoint(name, host, port, {"proxy_version": "1.20.3"})
+at = endpoint_at
 
 
-async def one_call(spec: PathSpec, endpoint: Endpoint):
-    prober = GrpcProber(spec)
-    try:
-        return await engine_call(prober, endpoint, spec.timeout_s)
-    finally:
-        await prober.aclose()
+async def one_call(spec: PathSpec, endpoint: Endpoint) -> tuple[CallOutcome, float]:
+    return await call_once(GrpcProber(spec), endpoint, spec.timeout_s)
 
 
 async def first_end(endpoint: Endpoint, method: str = "x", tls: TlsSpec | None = None
@@ -57,12 +51,6 @@ async def first_end(endpoint: Endpoint, method: str = "x", tls: TlsSpec | None =
     async with holding(prober, spec, endpoint):
         await sink.wait(lambda s: len(s.ended) >= 1, within=3.0)
     return sink.ended[0]
-
-
-@pytest.fixture
-async def raw() -> AsyncIterator[RawH2Server]:
-    async with RawH2Server() as server:
-        yield server
 
 
 @pytest.fixture

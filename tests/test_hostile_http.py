@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from probes._spec import HttpSpec, PathSpec, TlsSpec
-from probes._types import Endpoint, Outcome
+from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import BODY_LIMIT, HttpProber
-from tests.servers.engine import engine_call
-from tests.servers.h2drain import H2DrainServer
-from tests.servers.h2raw import RawH2Server
+from tests.servers.engine import call_once, endpoint_at, engine_call
 from tests.servers.hostile import HostileServer
 from tests.servers.memory import PeakRss
 from tests.servers.tls import SERVER_NAME, Cert, make_cert
@@ -47,34 +44,11 @@ def path(
     )
 
 
-def at(port: int, host: str = "127.0.0.1", name: str = "pod-0") -> Endpoint:
-    return Endpoint(name, host, port, {"proxy_version": "1.20.3"})
+at = endpoint_at
 
 
-async def one_call(spec: PathSpec, endpoint: Endpoint):
-    prober = HttpProber(spec)
-    try:
-        return await engine_call(prober, endpoint, spec.timeout_s)
-    finally:
-        await prober.aclose()
-
-
-@pytest.fixture
-async def hostile() -> AsyncIterator[HostileServer]:
-    async with HostileServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def raw() -> AsyncIterator[RawH2Server]:
-    async with RawH2Server() as server:
-        yield server
-
-
-@pytest.fixture
-async def h2c() -> AsyncIterator[H2DrainServer]:
-    async with H2DrainServer() as server:
-        yield server
+async def one_call(spec: PathSpec, endpoint: Endpoint) -> tuple[CallOutcome, float]:
+    return await call_once(HttpProber(spec), endpoint, spec.timeout_s)
 
 
 @pytest.fixture

@@ -8,6 +8,13 @@ import time
 from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import Prober
 
+COHORT = "1.20.3"
+
+
+def endpoint_at(port: int, host: str = "127.0.0.1", name: str = "pod-0") -> Endpoint:
+    """One endpoint on the baseline cohort."""
+    return Endpoint(name, host, port, {"proxy_version": COHORT})
+
 
 async def engine_call(
     prober: Prober, endpoint: Endpoint, timeout_s: float, request_id: str = "req-1"
@@ -20,3 +27,13 @@ async def engine_call(
     except TimeoutError:
         outcome = CallOutcome(Outcome.TIMEOUT, detail="engine deadline")
     return outcome, time.perf_counter() - started
+
+
+async def call_once(
+    prober: Prober, endpoint: Endpoint, timeout_s: float
+) -> tuple[CallOutcome, float]:
+    """`engine_call` on a prober made for this one call, closed after it."""
+    try:
+        return await engine_call(prober, endpoint, timeout_s)
+    finally:
+        await prober.aclose()
