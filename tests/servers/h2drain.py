@@ -29,6 +29,8 @@ import h2.connection
 import h2.errors
 import h2.events
 
+from tests.servers._loopback import LoopbackServer
+
 
 @dataclass(frozen=True)
 class Processed:
@@ -44,7 +46,7 @@ class _Request:
 
 
 @dataclass
-class H2DrainServer:
+class H2DrainServer(LoopbackServer):
     host: str = "127.0.0.1"
     ssl_context: ssl.SSLContext | None = None
     drain_after: int = 0
@@ -58,32 +60,13 @@ class H2DrainServer:
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def __aenter__(self) -> H2DrainServer:
-        self._server = await asyncio.start_server(self._accept, self.host, 0, ssl=self.ssl_context)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
     async def wait_open_connections(self, count: int) -> None:
         """Until exactly `count` client connections are open (the caller bounds the wait)."""
         async with self._changed:
             await self._changed.wait_for(lambda: self.open_connections == count)
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve_counted(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._serve_counted(reader, writer))
 
     async def _serve_counted(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -37,15 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
 
+from tests.servers._loopback import LoopbackServer
 from tests.servers.hostile import abort_with_rst
 
 MESSAGE = b"\x00\x00\x00\x00\x00"  # one empty gRPC message
@@ -97,7 +96,7 @@ class _Connection:
 
 
 @dataclass
-class RawH2Server:
+class RawH2Server(LoopbackServer):
     """The server (see the module docstring); `connections` counts those accepted."""
 
     host: str = "127.0.0.1"
@@ -108,29 +107,6 @@ class RawH2Server:
     connections: int = 0
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def __aenter__(self) -> RawH2Server:
-        self._server = await asyncio.start_server(self._accept, self.host, self.bind_port)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1

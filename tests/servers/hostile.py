@@ -33,13 +33,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.servers._loopback import LoopbackServer
+
 _CHUNK = b"x" * 65536
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 _NO_BODY = {"204", "304"}
 
 
+
 @dataclass
-class HostileServer:
+class HostileServer(LoopbackServer):
     host: str = "127.0.0.1"
     ssl_context: ssl.SSLContext | None = None
     drop_after: int | None = None
@@ -57,25 +60,8 @@ class HostileServer:
     def requests(self) -> int:
         return len(self.request_ids)
 
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def __aenter__(self) -> HostileServer:
-        self._server = await asyncio.start_server(
-            self._accept, self.host, self.bind_port, ssl=self.ssl_context
-        )
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
+    def _closing_now(self) -> None:
         self._closing.set()
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
 
     async def wait_open_connections(self, count: int) -> None:
         """Until exactly `count` client connections are open (the caller bounds the wait)."""
@@ -84,9 +70,7 @@ class HostileServer:
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = self._spawn(self._serve(reader, writer))
         # A task cancelled before its first step never runs its `finally`: close here too.
         task.add_done_callback(lambda _: writer.close())
 

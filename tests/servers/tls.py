@@ -20,11 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers._loopback import LoopbackServer
+
 SERVER_NAME = "target.skewprobe.test"
 
 # Every key is P-256 and every certificate lives one day: enough for a test run.
 _NEW_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"]
 _SERVER_SAN = f"subjectAltName=DNS:{SERVER_NAME},DNS:localhost,IP:127.0.0.1"
+
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ def make_pki(directory: Path, name: str = "ca") -> Pki:
 
 
 @dataclass
-class TlsFront:
+class TlsFront(LoopbackServer):
     """TLS (mTLS with a context that requires client certificates) terminated in front of a
     plaintext server on `backend_port`, as a mesh sidecar or an ingress terminates it.
 
@@ -125,27 +128,8 @@ class TlsFront:
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def __aenter__(self) -> TlsFront:
-        self._server = await asyncio.start_server(self._accept, self.host, 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._serve(reader, writer))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
