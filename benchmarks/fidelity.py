@@ -199,7 +199,7 @@ def _figures(
 
 
 def _delay_s(text: str) -> float:
-    from targets.profile import parse_duration
+    from probes._timeparse import parse_duration
 
     return parse_duration(text)
 
