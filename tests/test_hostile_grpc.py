@@ -8,7 +8,6 @@ The raw server (tests/servers/h2raw.py) answers by the method's last path segmen
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import grpc
@@ -18,7 +17,7 @@ import pytest
 from probes._spec import GrpcSpec, PathSpec, StreamSpec, TlsSpec
 from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import EndReason, GrpcProber, StreamEnd, StreamProber
-from tests.servers.engine import call_once, endpoint_at, engine_call
+from tests.servers.engine import call_once, endpoint_at, stuck_beside_healthy
 from tests.servers.h2raw import RawH2Server
 from tests.servers.hostile import HostileServer
 from tests.servers.tls import SERVER_NAME, Cert, make_cert
@@ -109,15 +108,8 @@ async def test_slowloris_headers_hit_the_deadline_and_do_not_hold_up_other_calls
     slow = GrpcProber(unary("slowheaders", timeout_s=timeout_s))
     good = GrpcProber(unary("status0", timeout_s=timeout_s))
     async with RawH2Server(after_s=0.0) as healthy:
-        try:
-            stuck = asyncio.ensure_future(engine_call(slow, at(raw.port), timeout_s))
-            answers = []
-            while not stuck.done():
-                answers.append(await engine_call(good, at(healthy.port, name="pod-1"), timeout_s))
-            result, took = await stuck
-        finally:
-            await slow.aclose()
-            await good.aclose()
+        (result, took), answers = await stuck_beside_healthy(
+            slow, at(raw.port), good, at(healthy.port, name="pod-1"), timeout_s)
     # grpc core's own deadline (just inside the path's) reports it.
     assert result.outcome == "grpc_DEADLINE_EXCEEDED"
     assert took < timeout_s

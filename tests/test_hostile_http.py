@@ -17,7 +17,7 @@ import pytest
 from probes._spec import HttpSpec, PathSpec, TlsSpec
 from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import BODY_LIMIT, HttpProber
-from tests.servers.engine import call_once, endpoint_at, engine_call
+from tests.servers.engine import call_once, endpoint_at, engine_call, stuck_beside_healthy
 from tests.servers.hostile import HostileServer
 from tests.servers.memory import PeakRss
 from tests.servers.tls import SERVER_NAME, Cert, make_cert
@@ -70,15 +70,8 @@ async def test_slowloris_headers_time_out_and_do_not_hold_up_other_calls(
     timeout_s = 0.6
     prober = HttpProber(path(target, version=version, timeout_s=timeout_s))
     good = HttpProber(path("/status/200", version=version, timeout_s=timeout_s))
-    try:
-        stuck = asyncio.ensure_future(engine_call(prober, at(slow.port), timeout_s))
-        answers = []
-        while not stuck.done():
-            answers.append(await engine_call(good, at(healthy.port, name="pod-1"), timeout_s))
-        outcome, took = await stuck
-    finally:
-        await prober.aclose()
-        await good.aclose()
+    (outcome, took), answers = await stuck_beside_healthy(
+        prober, at(slow.port), good, at(healthy.port, name="pod-1"), timeout_s)
     assert outcome.outcome == Outcome.TIMEOUT
     assert timeout_s <= took < timeout_s + 0.3
     assert len(answers) >= 5

@@ -37,3 +37,19 @@ async def call_once(
         return await engine_call(prober, endpoint, timeout_s)
     finally:
         await prober.aclose()
+
+
+async def stuck_beside_healthy(
+    stuck: Prober, stuck_at: Endpoint, healthy: Prober, healthy_at: Endpoint, timeout_s: float
+) -> tuple[tuple[CallOutcome, float], list[tuple[CallOutcome, float]]]:
+    """One call to a stuck target and, meanwhile, calls to a healthy one, one after another:
+    (the stuck call's outcome and time, every healthy answer). Both probers are closed."""
+    try:
+        pending = asyncio.ensure_future(engine_call(stuck, stuck_at, timeout_s))
+        answers = []
+        while not pending.done():
+            answers.append(await engine_call(healthy, healthy_at, timeout_s))
+        return await pending, answers
+    finally:
+        await stuck.aclose()
+        await healthy.aclose()
