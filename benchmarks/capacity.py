@@ -28,7 +28,8 @@ fleet's core (the streams stay on the fleet), so a slow machine's Python fleet i
 limits the run. Each run prints the machine's speed on a fixed loop.
 
 `--window 1s` gives a per-second series of the store's lag_max (in the JSON), which shows
-periodic stalls; `--profile FILE` samples the probe with py-spy; `--gc-experiment` runs the
+periodic stalls; `--profile FILE` samples the probe with py-spy; `--gc-log FILE` logs its
+garbage collections and a census of what they walk (`_gclog.py`); `--gc-experiment` runs the
 same product with other gc settings (an experiment for the lead, labelled as such).
 
     .venv/bin/python benchmarks/capacity.py                          # 600 endpoints, 60 s
@@ -104,6 +105,11 @@ sys.exit(main(sys.argv[1:]))
 
 
 def _probe_launcher(args: argparse.Namespace) -> list[str]:
+    if args.gc_log:
+        # The product unchanged, with a gc.callbacks hook (benchmarks/_gclog.py) that logs
+        # every collection after the warm-up's freeze.
+        gclog = Path(__file__).with_name("_gclog.py")
+        return [h.PYTHON, str(gclog), args.gc_log, str(args.gc_census), "--"]
     if not args.gc_experiment:
         return h.skewprobe_cmd()
     t0, t1, t2 = (int(x) for x in args.gc_experiment.split(","))
@@ -380,6 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gc-experiment", metavar="T0,T1,T2",
                     help="experiment, not the shipped product: run the probe with these"
                          " gc thresholds and gc.freeze() after the warm-up")
+    ap.add_argument("--gc-log", metavar="FILE",
+                    help="log the probe's garbage collections (generation, pause) to FILE as"
+                         " JSON: the product unchanged plus a gc.callbacks hook")
+    ap.add_argument("--gc-census", type=int, default=2, metavar="N",
+                    help="with --gc-log: count the old generation's objects by type at the"
+                         " start of the N-th full collection after the freeze (2)")
     ap.add_argument("--profile", metavar="FILE",
                     help="sample the probe with py-spy over the measured interval; write its"
                          " collapsed stacks to FILE and print the top costs (the sampler"

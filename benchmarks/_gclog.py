@@ -1,0 +1,117 @@
+"""A gc log for a benchmarked `skewprobe run`: every collection's generation and pause.
+
+Run by `capacity.py --gc-log FILE` in front of the real CLI, so the product runs
+unchanged; only a `gc.callbacks` hook is added. At exit it writes FILE (JSON): per
+generation the number of collections and their pauses (p50, p99, max, total), every
+collection longer than 5 ms with its time (so periodic stalls can be matched to the
+schedule lag), and a census of the old generation taken at the start of the
+`--gc-census`-th full collection: what the pauses walk, by type, with the coroutines and
+their counts.
+
+Only collections between the runner's post-warm-up `gc.freeze()` and its `gc.unfreeze()`
+at shutdown are logged: the steady state, not the start-up or the shutdown. The freeze is
+noticed by wrapping `gc.freeze` rather than by asking `gc.get_freeze_count()`, which walks
+every frozen object: called from the hook, it made each young collection take 65 ms and
+was itself the pause being measured.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import gc
+import json
+import sys
+import time
+from typing import Any
+
+_started: list[float] = [0.0]
+_frozen: list[bool] = [False]
+_fulls: list[int] = [0]
+_log: list[tuple[float, int, float, int]] = []  # (monotonic, generation, pause s, collected)
+_census: dict[str, Any] = {}
+
+
+def _take_census() -> None:
+    objects = gc.get_objects(2)  # the old generation, frozen objects not included
+    types = collections.Counter(
+        f"{type(o).__module__}.{type(o).__qualname__}" for o in objects
+    )
+    coroutines = collections.Counter(
+        getattr(o, "__qualname__", "?") for o in objects if type(o).__name__ == "coroutine"
+    )
+    _census.update(
+        objects=len(objects),
+        types=types.most_common(40),
+        coroutines=coroutines.most_common(15),
+    )
+
+
+def _hook_for(census_at: int) -> Any:
+    def hook(phase: str, info: dict[str, Any]) -> None:
+        if not _frozen[0]:
+            return
+        if phase == "start":
+            if info["generation"] == 2:
+                _fulls[0] += 1
+                if _fulls[0] == census_at:
+                    _take_census()
+            _started[0] = time.perf_counter()
+        else:
+            _log.append((time.monotonic(), info["generation"],
+                         time.perf_counter() - _started[0], info["collected"]))
+
+    return hook
+
+
+def _summary() -> dict[str, Any]:
+    out: dict[str, Any] = {"generations": {}, "long_pauses": [], "census": _census}
+    for gen in (0, 1, 2):
+        pauses = sorted(p for _, g, p, _ in _log if g == gen)
+        if pauses:
+            out["generations"][gen] = {
+                "count": len(pauses),
+                "p50_ms": 1000 * pauses[len(pauses) // 2],
+                "p99_ms": 1000 * pauses[min(len(pauses) - 1, int(0.99 * len(pauses)))],
+                "max_ms": 1000 * pauses[-1],
+                "total_ms": 1000 * sum(pauses),
+            }
+    if _log:
+        out["logged_s"] = _log[-1][0] - _log[0][0]
+        out["long_pauses"] = [
+            {"t": round(t - _log[0][0], 3), "gen": g, "ms": round(1000 * p, 2), "collected": c}
+            for t, g, p, c in _log if p > 0.005
+        ]
+    return out
+
+
+def install(path: str, census_at: int) -> None:
+    """Log every collection after the freeze; write the summary to `path` at exit."""
+    gc.callbacks.append(_hook_for(census_at))
+    real_freeze = gc.freeze
+
+    def freeze() -> None:
+        real_freeze()
+        _frozen[0] = True
+
+    gc.freeze = freeze
+    real_unfreeze = gc.unfreeze
+
+    def unfreeze() -> None:  # the runner's shutdown: what follows is not the steady state
+        _frozen[0] = False
+        real_unfreeze()
+
+    gc.unfreeze = unfreeze
+
+    def write() -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(_summary(), f, indent=1)
+
+    atexit.register(write)
+
+
+if __name__ == "__main__":  # python _gclog.py FILE CENSUS_AT -- skewprobe args...
+    install(sys.argv[1], int(sys.argv[2]))
+    from probes.cli import main
+
+    sys.exit(main(sys.argv[4:]))

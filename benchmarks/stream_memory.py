@@ -1,0 +1,132 @@
+"""Stream memory: what N held grpc.aio streams cost a process, one channel per endpoint.
+
+The probe holds one gRPC channel per (stream path, endpoint), as a real caller would, so
+its memory at 2,400 endpoints is mostly per-channel. This measures that floor without the
+probe around it: the fleet (`python -m targets.fleet`, one core) serves `Subscribe`; a
+child process (the other core) opens one channel and one server stream per pod with
+grpc.aio directly, reads the messages, and after a settle time reports its RSS, the
+Python objects the GC tracks and the CPU it used. Each variant of channel options (and
+of glibc's malloc arenas) runs in a fresh child, so the figures are comparable.
+
+    .venv/bin/python benchmarks/stream_memory.py                 # 2,400 streams, all variants
+    .venv/bin/python benchmarks/stream_memory.py --pods 600 --variants default
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _harness as h
+
+from probes._spec import GrpcSpec
+from probes.clients._grpc import _channel_options
+
+# The probe's own channel options, then variants that might shrink a channel's buffers.
+_BASE = _channel_options(GrpcSpec())
+_SMALL_READS = [("grpc.experimental.tcp_read_chunk_size", 1024),
+                ("grpc.experimental.tcp_min_read_chunk_size", 256),
+                ("grpc.experimental.tcp_max_read_chunk_size", 8192)]
+_SMALL_WINDOW = [("grpc.http2.lookahead_bytes", 4096), ("grpc.http2.bdp_probe", 0)]
+_NO_HPACK = [("grpc.http2.hpack_table_size.decoder", 0),
+             ("grpc.http2.hpack_table_size.encoder", 0)]
+VARIANTS: dict[str, tuple[list[tuple[str, str | int]], dict[str, str]]] = {
+    "default": (_BASE, {}),
+    "small read chunks": ([*_BASE, *_SMALL_READS], {}),
+    "small flow-control window": ([*_BASE, *_SMALL_WINDOW], {}),
+    "no HPACK tables": ([*_BASE, *_NO_HPACK], {}),
+    "MALLOC_ARENA_MAX=2": (_BASE, {"MALLOC_ARENA_MAX": "2"}),
+}
+
+# The child: hold one stream per endpoint, then report (stdout, one JSON line).
+_HOLDER = """
+import asyncio, gc, json, os, sys, time
+import grpc.aio
+from targets.proto import target_pb2
+endpoints, options, settle = json.loads(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3])
+request = target_pb2.SubscribeRequest(interval_ms=10000).SerializeToString()
+opened = []
+async def hold(address):
+    channel = grpc.aio.insecure_channel(address, options=[tuple(o) for o in options])
+    call = channel.unary_stream("/skewprobe.target.v1.Target/Subscribe")(request)
+    await call.initial_metadata()
+    opened.append(address)
+    async for _ in call:
+        pass
+async def main():
+    tasks = [asyncio.create_task(hold(a)) for a in endpoints]
+    await asyncio.sleep(settle)
+    rss = int(open(f"/proc/{os.getpid()}/status").read().split("VmRSS:")[1].split()[0])
+    print(json.dumps({"opened": len(opened), "rss_kib": rss, "tracked": len(gc.get_objects()),
+                      "cpu_s": time.process_time()}), flush=True)
+    os._exit(0)
+asyncio.run(main())
+"""
+
+
+def _grpc_addresses(endpoints_file: Path) -> list[str]:
+    doc = json.loads(endpoints_file.read_text(encoding="utf-8"))
+    return [f"{e['address'].rpartition(':')[0]}:{e['ports']['grpc']}" for e in doc["endpoints"]]
+
+
+def _hold(addresses: list[str], variant: str, args: argparse.Namespace) -> dict[str, float]:
+    options, env = VARIANTS[variant]
+    cmd = h.pinned(args.probe_core, [h.PYTHON, "-c", _HOLDER, json.dumps(addresses),
+                                     json.dumps(options), str(args.settle)])
+    done = subprocess.run(cmd, cwd=h.REPO, env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=args.settle + 120, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"holder ({variant}) exited {done.returncode}: {done.stderr[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pods", type=int, default=2400)
+    ap.add_argument("--settle", type=float, default=15.0, help="seconds before reading (15)")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help="comma-separated, of: " + ", ".join(VARIANTS))
+    ap.add_argument("--probe-core", type=int, default=0)
+    ap.add_argument("--fleet-core", type=int, default=1)
+    ap.add_argument("--base-host", default="127.77.0.1")
+    args = ap.parse_args()
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variants: {', '.join(unknown)}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="skewprobe-streammem-") as tmp:
+        endpoints = Path(tmp) / "endpoints.json"
+        with h.children() as kids:
+            fleet = h.Child("fleet", h.pinned(args.fleet_core, [
+                h.PYTHON, "-m", "targets.fleet", "--pods", str(args.pods), "--from", "1.20.3",
+                "--endpoints-file", str(endpoints), "--base-host", args.base_host,
+                "--http-port", "0", "--quiet", "--drain", "0", "--drain-notice", "0",
+            ]), log=Path(tmp) / "fleet.err")
+            kids.append(fleet)
+            fleet.wait_line(r"^fleet: ", timeout_s=max(60.0, args.pods / 10))
+            addresses = _grpc_addresses(endpoints)
+            one = _hold(addresses[:1], "default", args)
+            for variant in variants:
+                r = _hold(addresses, variant, args)
+                per_stream = (r["rss_kib"] - one["rss_kib"]) / max(1, len(addresses) - 1)
+                rows.append([variant, f"{r['opened']:,}", f"{r['rss_kib'] / 1024:.0f}",
+                             f"{per_stream:.1f}",
+                             f"{(r['tracked'] - one['tracked']) / max(1, len(addresses) - 1):.0f}",
+                             f"{r['cpu_s']:.1f}"])
+    print(f"## stream memory: {len(addresses):,} grpc.aio streams, one channel each "
+          f"(1 stream: {one['rss_kib'] / 1024:.0f} MiB, {one['tracked']:,} tracked objects)\n")
+    print(h.md_table(["variant", "streams open", "RSS MiB", "KiB per stream",
+                      "GC-tracked objects per stream", "CPU s (start-up included)"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
