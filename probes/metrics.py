@@ -78,6 +78,11 @@ LIFETIME_BUCKETS: Final = (
 GAP_BUCKETS: Final = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
+# Garbage-collection pauses: a young collection is well under a millisecond, a full one at
+# thousands of endpoints hundreds of milliseconds (BENCHMARKS.md).
+GC_PAUSE_BUCKETS: Final = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)
 # The probe's own sending delay: the issue's budget is p99 <= 10 ms.
 LAG_BUCKETS: Final = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -249,6 +254,40 @@ class _CallCollector(Collector):
         yield lag
 
 
+class _GcPauseCollector(Collector):
+    """`skewprobe_gc_pause_seconds{generation}`: how long each garbage collection stopped
+    the probe (every send due meanwhile goes out late; the schedule lag says how late, this
+    says why).
+
+    Fed from a `gc.callbacks` hook (`probes.measure.gc_pauses`), which may run inside any
+    allocation, including one made while a prometheus_client metric holds its lock: so the
+    counts are plain numbers (no lock, no allocation but a float), built into a family only
+    when scraped.
+    """
+
+    def __init__(self) -> None:
+        self.pauses = [_Hist(len(GC_PAUSE_BUCKETS)) for _ in range(3)]
+        self._les = [*map(floatToGoString, GC_PAUSE_BUCKETS), "+Inf"]
+
+    def paused(self, generation: int, seconds: float) -> None:
+        hist = self.pauses[generation]
+        hist.counts[bisect_left(GC_PAUSE_BUCKETS, seconds)] += 1
+        hist.total += seconds
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "skewprobe_gc_pause_seconds",
+            "Pauses of the probe's garbage collector, by generation (2 = full collection).",
+            labels=["generation"],
+        )
+        for generation, hist in enumerate(self.pauses):
+            hist.add_to(family, [str(generation)], self._les)
+        yield family
+
+
 class ProbeMetrics:
     """The probe's series on `registry` (never the global default registry)."""
 
@@ -305,6 +344,8 @@ class ProbeMetrics:
         )
         self._inventory = _InventoryCollector()
         r.register(self._inventory)
+        self._gc = _GcPauseCollector()
+        r.register(self._gc)
 
     def observe(self, result: CallResult) -> None:
         """Count one finished call (requests, duration, attempts, churn, schedule lag)."""
@@ -374,3 +415,8 @@ class ProbeMetrics:
 
     def windows_written(self, n: int) -> None:
         self._windows_written.inc(n)
+
+    def gc_paused(self, generation: int, seconds: float) -> None:
+        """One garbage collection of `generation` (0-2) took `seconds`; safe to call from a
+        `gc.callbacks` hook (no lock, see `_GcPauseCollector`)."""
+        self._gc.paused(generation, seconds)

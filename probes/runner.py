@@ -10,6 +10,7 @@ does not skip the final flush.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -38,6 +39,7 @@ from probes.discovery.shard import ShardSource
 from probes.engine import Engine, EngineLimits, Prober
 from probes.inventory import SkewMetrics, inventory_rows, report_from_pods
 from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.measure.gc_pauses import watch_gc_pauses
 from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import Taken, WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
@@ -255,13 +257,16 @@ class ProbeRunner:
 
     # -- garbage collection ----------------------------------------------------------------
 
-    @staticmethod
-    def _save_gc() -> Callable[[], None]:
+    def _save_gc(self) -> Callable[[], None]:
         """The collector's state now, to be put back when the run ends (tests run the
-        runner in their own process)."""
+        runner in their own process); meanwhile every collection's pause is exported
+        (`skewprobe_gc_pause_seconds`)."""
         threshold = gc.get_threshold()
+        watching = contextlib.ExitStack()
+        watching.enter_context(watch_gc_pauses(self.metrics.gc_paused))
 
         def restore() -> None:
+            watching.close()
             gc.unfreeze()
             gc.set_threshold(*threshold)
 

@@ -47,6 +47,9 @@ def exercised(reg: CollectorRegistry) -> ProbeMetrics:
     m.stream_message_gap("watch", "1.21.0", 0.2)
     m.store_error()
     m.windows_written(100)
+    m.gc_paused(0, 0.0002)
+    m.gc_paused(0, 0.0003)
+    m.gc_paused(2, 0.3)
     return m
 
 
@@ -72,6 +75,7 @@ def test_promtool_accepts_the_exposition(reg: CollectorRegistry) -> None:
         "skewprobe_verdict", "skewprobe_schedule_lag_seconds", "skewprobe_calls_in_flight",
         "skewprobe_calls_dropped_total", "skewprobe_store_errors_total",
         "skewprobe_windows_written_total", "skewprobe_probe_overloaded",
+        "skewprobe_gc_pause_seconds",
     ):
         assert f"# HELP {family} ".encode() in text
 
@@ -98,6 +102,12 @@ def test_values_after_observing_results(reg: CollectorRegistry) -> None:
     assert v("skewprobe_calls_in_flight") == 7
     assert v("skewprobe_calls_dropped_total", {"path": "checkout", "reason": "overloaded"}) == 3
     assert v("skewprobe_store_errors_total") == 1
+    assert v("skewprobe_gc_pause_seconds_count", {"generation": "0"}) == 2
+    assert v("skewprobe_gc_pause_seconds_bucket", {"generation": "0", "le": "0.00025"}) == 1
+    assert v("skewprobe_gc_pause_seconds_bucket", {"generation": "2", "le": "0.25"}) == 0
+    assert v("skewprobe_gc_pause_seconds_bucket", {"generation": "2", "le": "0.5"}) == 1
+    assert v("skewprobe_gc_pause_seconds_sum", {"generation": "2"}) == pytest.approx(0.3)
+    assert v("skewprobe_gc_pause_seconds_count", {"generation": "1"}) == 0  # present at 0
     assert v("skewprobe_windows_written_total") == 100
     watch = {"path": "watch", "cohort": "1.21.0"}
     assert v("skewprobe_streams_open", watch) == 1

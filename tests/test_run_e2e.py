@@ -7,6 +7,7 @@ fleet's endpoints file, exactly as the demo and a file-discovery deployment run 
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import signal
 import sys
@@ -116,6 +117,11 @@ async def test_run_follows_a_rollout_and_flushes_on_sigterm(fleet: Fleet, tmp_pa
     assert last_window is not None and last_window[1] > time.time() - 3.0
 
     assert 'skewprobe_requests_total{cohort="1.21.0",outcome="ok",path="catalog"}' in exposition
+    # The probe's own collector pauses, from its gc.callbacks hook (young ones happen in any
+    # run of seconds; a broken or missing hook leaves the count at 0).
+    young = re.search(r'^skewprobe_gc_pause_seconds_count\{generation="0"\} (\S+)$', exposition,
+                      re.MULTILINE)
+    assert young is not None and float(young.group(1)) > 0
     promtool = shutil.which("promtool")
     if promtool is not None:
         check = await asyncio.create_subprocess_exec(

@@ -78,13 +78,16 @@ def test_recorder_counts_late_sends_and_drops_for_the_overload_rule() -> None:
     assert (recorder.calls, recorder.lagged, recorder.dropped_total) == (5, 2, 3)
 
 
-def test_gc_state_is_restored() -> None:
-    before = gc.get_threshold()
-    restore = ProbeRunner._save_gc()
+def test_gc_state_is_restored(tmp_path: Path) -> None:
+    before, callbacks = gc.get_threshold(), list(gc.callbacks)
+    runner = ProbeRunner(parse_config(CONFIG), RunOptions(store_path=str(tmp_path / "p.db")))
+    restore = runner._save_gc()
+    assert len(gc.callbacks) == len(callbacks) + 1  # the pause hook, while the run lasts
     gc.freeze()
     gc.set_threshold(700, 10, 100)
     restore()
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    assert gc.callbacks == callbacks
 
 
 async def test_a_short_run_writes_windows_from_the_worker_thread(tmp_path: Path) -> None:
