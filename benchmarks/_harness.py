@@ -250,6 +250,11 @@ def gauge(text: str, name: str) -> float:
     return float("nan")
 
 
+def by_label(text: str, sample_name: str, label: str) -> dict[str, float]:
+    """Every series of one sample name (e.g. a histogram's `_count`) by one label's value."""
+    return {labels.get(label, ""): v for s, labels, v in samples(text) if s == sample_name}
+
+
 def gauge_sum(text: str, name: str) -> float:
     """The sum of every series of gauge `name` (0 when absent)."""
     return sum(v for s, _, v in samples(text) if s == name)

@@ -63,6 +63,7 @@ from targets.proto import target_pb2
 
 SUBSCRIBE = "/skewprobe.target.v1.Target/Subscribe"
 LAG = "skewprobe_schedule_lag_seconds"
+GC_PAUSE = "skewprobe_gc_pause_seconds"
 BUDGET_S = 0.010
 
 
@@ -260,6 +261,11 @@ def _figures(
     resets_a = h.counter_by(a.metrics, "skewprobe_stream_resets", "reason")
     resets_b = h.counter_by(b.metrics, "skewprobe_stream_resets", "reason")
     lat, lag_max = _store_latency(store, a.wall, b.wall)
+    # The probe's own collector pauses over the interval (skewprobe_gc_pause_seconds).
+    gc_n = {g: n - h.by_label(a.metrics, GC_PAUSE + "_count", "generation").get(g, 0.0)
+            for g, n in h.by_label(b.metrics, GC_PAUSE + "_count", "generation").items()}
+    gc_s = {g: t - h.by_label(a.metrics, GC_PAUSE + "_sum", "generation").get(g, 0.0)
+            for g, t in h.by_label(b.metrics, GC_PAUSE + "_sum", "generation").items()}
     return {
         "pods": args.pods, "http": args.http, "rate_per_endpoint": args.rate,
         "target": args.target, "machine_speed_s": args.machine_speed_s,
@@ -280,6 +286,7 @@ def _figures(
         "cpu_s_per_1000_calls": 1000 * probe_cpu / calls if calls else float("nan"),
         "probe_cpu_total_s": probe_cpu_total,
         "peak_rss_mib": mem.get("VmHWM", 0) / 1024, "rss_end_mib": mem.get("VmRSS", 0) / 1024,
+        "gc_collections": gc_n, "gc_pause_s": gc_s,
         "fleet_core_share": fleet_cpu / wall,
         "irq_softirq_share": (sys_delta["irq"] + sys_delta["softirq"]) / wall,
         "steal_share": sys_delta["steal"] / wall, "others_cpu_share": others_cpu / wall,
@@ -313,6 +320,11 @@ def _lag(q: tuple[float, float, float]) -> str:
     return f"{est * 1000:.2f} ({lo * 1000:g}–{hi * 1000:g}]"
 
 
+def _gc(r: dict[str, Any]) -> str:
+    n, s = r["gc_collections"], r["gc_pause_s"]
+    return " / ".join(f"{n.get(g, 0):.0f}, {s.get(g, 0.0):.2f}" for g in ("0", "1", "2"))
+
+
 def report(runs: list[dict[str, Any]]) -> str:
     header = [
         "run", "endpoints", "target", "HTTP", "streams held (first → last scrape)", "stream resets",
@@ -320,6 +332,7 @@ def report(runs: list[dict[str, Any]]) -> str:
         "lag p50 ms (bucket]", "lag p99 ms (bucket]", "lag ≤10 ms", "lag max ms (store)",
         "latency p50/p99 ms (store)", "probe CPU s/1k calls", "probe core share",
         "peak RSS MiB", "RSS first → last scrape MiB", "store MiB per hour",
+        "gc: collections, pause s (young / middle / full)",
         "overloaded at end", "fleet core share", "other processes (cores)",
         "irq+softirq (cores)", "steal (cores)", "/metrics scrape s",
         "loadavg before → after",
@@ -338,7 +351,8 @@ def report(runs: list[dict[str, Any]]) -> str:
             f"{r['cpu_s_per_1000_calls']:.3f}", f"{r['probe_core_share']:.2f}",
             f"{r['peak_rss_mib']:.0f}",
             f"{r['rss_at_first_scrape_mib']:.0f} → {r['rss_end_mib']:.0f}",
-            f"{r['store_mib_per_hour']:.0f}", f"{r['overloaded_at_end']:g}",
+            f"{r['store_mib_per_hour']:.0f}", _gc(r),
+            f"{r['overloaded_at_end']:g}",
             f"{r['fleet_core_share']:.2f}",
             f"{r['others_cpu_share']:.2f}", f"{r['irq_softirq_share']:.2f}",
             f"{r['steal_share']:.2f}", f"{r['scrape_s']:.2f}",
