@@ -40,7 +40,7 @@ from probes.engine import Engine, EngineLimits, Prober
 from probes.inventory import SkewMetrics, inventory_rows, report_from_pods
 from probes.inventory_cli import CONTROL_PLANE_EVENT
 from probes.measure.gc_pauses import watch_gc_pauses
-from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT, OverloadWatch
+from probes.measure.overload import OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import Taken, WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
 from probes.store import Event, Store
@@ -62,14 +62,18 @@ GC_FULL_EVERY = 100
 class Recorder:
     """The engine's sink: each result goes to the window aggregator and to /metrics."""
 
-    def __init__(self, aggregator: WindowAggregator, metrics: ProbeMetrics) -> None:
+    def __init__(
+        self, aggregator: WindowAggregator, metrics: ProbeMetrics, overload: OverloadWatch
+    ) -> None:
         self.aggregator = aggregator
         self.metrics = metrics
+        # Read at every call, so a budget changed on the watch counts from then on.
+        self.overload = overload
         self.calls = 0
         self.errors_by_cohort: dict[str, int] = {}
         self.calls_by_cohort: dict[str, int] = {}
         self.dropped_total = 0
-        # Sends later than LAG_BUDGET_S (the overload rule reads it).
+        # Sends later than the overload watch's budget (the rule reads it).
         self.lagged = 0
 
     def record(self, result: CallResult, endpoint: Endpoint) -> None:
@@ -78,7 +82,7 @@ class Recorder:
             self.dropped(result.path, "late")
         self.metrics.observe(result)
         self.calls += 1
-        if result.lag_s > LAG_BUDGET_S:
+        if result.lag_s > self.overload.budget_s:
             self.lagged += 1
         self.calls_by_cohort[result.cohort] = self.calls_by_cohort.get(result.cohort, 0) + 1
         if not result.ok:
@@ -131,8 +135,8 @@ class ProbeRunner:
         self.metrics = ProbeMetrics(self.registry)
         grace = max((p.timeout_s for p in config.paths), default=1.0) + 0.5
         self.aggregator = WindowAggregator(length_s=config.window_s, grace_s=grace)
-        self.recorder = Recorder(self.aggregator, self.metrics)
         self.overload = OverloadWatch()
+        self.recorder = Recorder(self.aggregator, self.metrics, self.overload)
         self._writing: asyncio.Task[tuple[list[PathWindow], str | None]] | None = None
         self.store: Store | None = None
         self.engine: Engine | None = None

@@ -14,7 +14,7 @@ from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.api import VerdictQuery
 from probes.config import parse_config
 from probes.discovery.changes import RESTART
-from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT
+from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.runner import ProbeRunner, Recorder, RunOptions
@@ -67,7 +67,8 @@ async def test_an_overloaded_probe_turns_a_fail_into_inconclusive(tmp_path: Path
 def test_recorder_counts_late_sends_and_drops_for_the_overload_rule() -> None:
     metrics = ProbeMetrics(CollectorRegistry())
     agg = WindowAggregator(length_s=10.0, grace_s=0.0, retain_s=0.0)
-    recorder = Recorder(agg, metrics)
+    watch = OverloadWatch()
+    recorder = Recorder(agg, metrics, watch)
     ep = Endpoint("pod-0", "127.0.0.1", 1, {"proxy_version": "v"})
     ok = CallOutcome(Outcome.OK, 200)
     for lag in (0.0, LAG_BUDGET_S / 2, LAG_BUDGET_S * 1.5, 0.3):
@@ -76,6 +77,12 @@ def test_recorder_counts_late_sends_and_drops_for_the_overload_rule() -> None:
     agg.flush(now=2000.0)  # the window is written and forgotten (no retention)
     recorder.record(CallResult("p", "pod-0", "v", 1000.0, 0.01, 0.0, ok), ep)  # too late
     assert (recorder.calls, recorder.lagged, recorder.dropped_total) == (5, 2, 3)
+    # Late is judged against the watch's budget, the one its reason names: at 100 ms only
+    # the 0.3 s send counts.
+    watch.budget_s = 0.1
+    for lag in (LAG_BUDGET_S * 1.5, 0.3):
+        recorder.record(CallResult("p", "pod-0", "v", 2000.0, 0.01, lag, ok), ep)
+    assert recorder.lagged == 3
 
 
 def test_gc_state_is_restored(tmp_path: Path) -> None:
