@@ -20,7 +20,7 @@ from pathlib import Path
 
 from probes._spec import GrpcSpec, HttpSpec, PathSpec, StreamSpec, TlsSpec
 from probes._types import CallResult, Endpoint, Outcome
-from probes.clients import EndReason, StreamProber, build_prober
+from probes.clients import EndReason, OpenStream, StreamEnd, StreamProber, build_prober
 from probes.engine import Engine
 from targets.profile import parse_profiles
 from targets.server import TargetServer
@@ -75,6 +75,38 @@ class Sink(ListSink):
         for result in self.results:
             out.setdefault(result.path, Counter())[result.outcome.outcome] += 1
         return out
+
+
+class StreamSink(StreamListSink):
+    """Also follows the one stream open at a time (one slot on one endpoint), so that its
+    server resets it only once the probe has read every message it sent: grpc.aio drops the
+    messages a client has not read yet when the call's status arrives, so a reset a fixed
+    time after the messages would cut how many the probe counts whenever it reads late."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gaps_of_open: int | None = None  # None between streams
+
+    def stream_opened(self, stream: OpenStream, endpoint: Endpoint) -> None:
+        self.gaps_of_open = 0
+        super().stream_opened(stream, endpoint)
+
+    def stream_message(self, path: str, cohort: str, gap_s: float) -> None:
+        if self.gaps_of_open is not None:
+            self.gaps_of_open += 1
+        super().stream_message(path, cohort, gap_s)
+
+    def stream_ended(self, end: StreamEnd, endpoint: Endpoint) -> None:
+        self.gaps_of_open = None
+        super().stream_ended(end, endpoint)
+
+    async def read(self, count: int, within_s: float) -> None:
+        """Until the open stream's `count` messages are read (a stream's first message has
+        no gap before it: `count - 1` gaps), or `within_s` passes: then the server resets
+        anyway, and the count the probe reports shows what it missed."""
+        with contextlib.suppress(TimeoutError):
+            await self.wait(lambda s: s.gaps_of_open is not None and s.gaps_of_open >= count - 1,
+                            within=within_s)
 
 
 def _http(
@@ -169,11 +201,15 @@ async def test_hostile_targets_are_classified_and_do_not_slow_the_healthy_one(tm
             HostileServer(ssl_context=cert.server_context())
         )
         raw = await stack.enter_async_context(RawH2Server(after_s=0.1))
+        sink, stream_sink = Sink(), StreamSink()
+        # Resets each stream once the probe has read its three messages (at most 2 s on).
+        stream_server = await stack.enter_async_context(
+            RawH2Server(hold=lambda: stream_sink.read(3, within_s=2.0)))
         flap = await stack.enter_async_context(flapping(0.2))
         refused_port = stack.enter_context(closed_port())
 
         ports = {"healthy": target.http_port, "refused": refused_port, "flapping": flap.port,
-                 "plaintext_on_tls": tls_server.port}
+                 "plaintext_on_tls": tls_server.port, "stream_reset": stream_server.port}
         endpoints = [_ep("dns", 80, UNRESOLVABLE)]
         for p in [*paths, stream]:
             if p.name != "dns":
@@ -181,7 +217,6 @@ async def test_hostile_targets_are_classified_and_do_not_slow_the_healthy_one(tm
                 default = raw.port if raw_kind else hostile.port
                 endpoints.append(_ep(p.name, ports.get(p.name, default)))
         probers = {p.name: build_prober(p) for p in paths}
-        sink, stream_sink = Sink(), StreamListSink()
         streams = StreamProber([stream], stream_sink, policy=FAST)
         engine = Engine([*paths, stream], probers, sink, streams=streams)
         sink.engine = engine

@@ -14,7 +14,6 @@ import json
 import os
 import random
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,6 +38,7 @@ from targets.haproxy_config import HaproxyVersion, parse_haproxy_versions
 from targets.profile import VersionProfile
 from targets.proto import target_pb2, target_pb2_grpc
 from targets.server import hostport
+from tests.servers.fleet_cli import read_until, start_fleet
 from tests.servers.haproxy_procs import haproxy_pids, kill_leftovers, needs_haproxy
 
 pytestmark = needs_haproxy
@@ -331,22 +331,11 @@ async def test_a_sidecar_that_cannot_start_fails_fast_and_leaves_nothing(
 
 
 async def start_fleet_cli(workdir: Path, *extra: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "targets.fleet", "--sidecar", "haproxy", "--pods", "2",
-        "--from", "1.20.3", "--base-host", base_host(), "--http-port", "0", "--grpc-port", "0",
-        "--haproxy-dir", str(workdir), "--drain", "0.5s", "--drain-notice", "0.1s", *extra,
-        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    return await start_fleet(
+        "--sidecar", "haproxy", "--pods", "2", "--from", "1.20.3", "--base-host", base_host(),
+        "--http-port", "0", "--grpc-port", "0", "--haproxy-dir", str(workdir), "--drain", "0.5s",
+        "--drain-notice", "0.1s", *extra,
     )
-
-
-async def read_until(proc: asyncio.subprocess.Process, marker: str) -> list[str]:
-    assert proc.stdout is not None
-    seen: list[str] = []
-    async with asyncio.timeout(20):
-        while marker not in (line := (await proc.stdout.readline()).decode()):
-            assert line, f"fleet ended before {marker!r}: {seen}"
-            seen.append(line)
-    return [*seen, line]
 
 
 async def wait_gone(pids: set[int], timeout_s: float) -> None:

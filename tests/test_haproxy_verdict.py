@@ -20,7 +20,9 @@ two canary pods at 100 calls/s each get there in about 6 s of 1 s windows.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +30,9 @@ import pytest
 
 from probes.api import VerdictQuery
 from probes.store import Store
-from targets.fleet import Fleet
-from targets.haproxy import HaproxySidecars, default_versions_file
+from targets.haproxy import default_versions_file
 from targets.haproxy_config import load_haproxy_versions
+from tests.servers.fleet_cli import fleet_process, read_until
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
 from tests.servers.probe_run import http_config, probe_runner, running
 
@@ -43,7 +45,8 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
     tmp_path: Path,
 ) -> None:
     endpoints = tmp_path / "endpoints.json"
-    versions = load_haproxy_versions(default_versions_file())
+    versions_file = default_versions_file()
+    versions = load_haproxy_versions(versions_file)
     assert versions.app_routes["/api/checkout"].error_rate == 0.1  # the docstring's premise
     assert versions.app_routes["/api/checkout"].transient_error_rate == 0.0
     haproxy_dir = tmp_path / "haproxy"
@@ -53,16 +56,27 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
     window_done = asyncio.Event()
     runner = probe_runner(config, store, on_window=lambda _windows: window_done.set())
     verdict: dict[str, Any] = {}
+    # The fleet (its apps; each pod's HAProxy is a process anyway) runs in a process of its
+    # own, so this test's event loop carries only the probe, as `skewprobe run`'s does: the
+    # apps' work would otherwise make the probe's sends late. It rolls two pods out at once.
     # A notice longer than the file source's 1 s refresh: the probe drops a restarting pod
     # before its HAProxy stops listening, so no baseline call is refused.
+    fleet_args = (
+        "--sidecar", "haproxy", "--haproxy-profiles", str(versions_file),
+        "--haproxy-dir", str(haproxy_dir), "--pods", "4",
+        "--from", BASELINE, "--to", CANARY, "--rollout-after", "0s", "--interval", "0s",
+        "--batch", "2", "--restarts", "2", "--endpoints-file", str(endpoints),
+        "--base-host", f"127.{random.randint(64, 250)}.7.1", "--http-port", "0", "--no-grpc",
+        "--drain", "1s", "--drain-notice", "1.5s",
+    )
     try:
-        async with HaproxySidecars(versions, workdir=haproxy_dir) as sidecars, Fleet(
-            pods=4, version=BASELINE, sidecar=sidecars, endpoints_file=endpoints,
-            base_host=f"127.{random.randint(64, 250)}.7.1", grpc_port=None, drain_s=1.0,
-            notice_s=1.5,
-        ) as fleet, running(runner, stop_within_s=15):
-            await fleet.rollout(CANARY, interval_s=0.0, batch_size=2, limit=2)
-            assert fleet.version_counts() == {BASELINE: 2, CANARY: 2}
+        async with fleet_process(*fleet_args, log=tmp_path / "fleet.err") as fleet, running(
+            runner, stop_within_s=15,
+        ):
+            await read_until(fleet, "rollout_finished", timeout_s=30)
+            published = json.loads(endpoints.read_text())["endpoints"]
+            assert Counter(e["labels"]["proxy_version"] for e in published) == {
+                BASELINE: 2, CANARY: 2}
             # Judge after every window the probe writes (no polling), for at most 45 s
             # (about 6 s on a quiet machine; the margin is for a loaded CI runner).
             try:

@@ -7,7 +7,8 @@ the answer carries after its headers, all written at once. Every answer starts w
 `:status 200` and `content-type: application/grpc`, so the HTTP/2 prober sees a body cut the
 same ways.
 
-Ending a stream, `after_s` after its messages:
+Ending a stream, `after_s` after its messages (or, with `hold` set, once `hold()` returns:
+a test can end a stream only when the client has read what it carried):
 
     status<code>   trailers with grpc-status <code> (an orderly end)
     idleclose      trailers with grpc-status 0 at once; `after_s` later the connection is
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import h2.config
@@ -104,6 +106,7 @@ class RawH2Server(LoopbackServer):
     after_s: float = 0.2
     drip_s: float = 0.05
     fallback: str = "status0"
+    hold: Callable[[], Awaitable[None]] | None = None
     connections: int = 0
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -167,7 +170,7 @@ class RawH2Server(LoopbackServer):
                 h2conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
             conn.flush()
             await writer.drain()
-            await asyncio.sleep(self.after_s)
+            await (asyncio.sleep(self.after_s) if self.hold is None else self.hold())
             if name == "idleclose":
                 writer.close()
                 return
