@@ -69,14 +69,15 @@ class TargetService(target_pb2_grpc.TargetServicer):
         # responses), so the stream can end with a status after a timeout.
         faults = self.sidecar.faults(SUBSCRIBE)
         _, trailers = await self._through_sidecar(faults, context)
-        await context.send_initial_metadata(trailers)
         interval = request.interval_ms / 1000.0 if request.interval_ms else DEFAULT_INTERVAL_S
         payload = b"x" * min(request.payload_bytes, MAX_EVENT_PAYLOAD)
         pod, version = self.sidecar.pod, self.sidecar.version
         seq = 0
         cut = False
+        # Counted before the headers go out: a client that has them sees the stream counted.
         self.open_streams += 1
         try:
+            await context.send_initial_metadata(trailers)
             async with asyncio.timeout(faults.max_stream_duration_s):
                 start = self._clock()
                 while True:
