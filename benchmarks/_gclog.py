@@ -1,4 +1,5 @@
-"""A gc log for a benchmarked `skewprobe run`: every collection's generation and pause.
+"""A gc log for a benchmarked `skewprobe run`: every collection's generation and pause,
+and every event-loop callback that ran longer than 5 ms.
 
 Run by `capacity.py --gc-log FILE` in front of the real CLI, so the product runs
 unchanged; only a `gc.callbacks` hook is added. At exit it writes FILE (JSON): per
@@ -7,6 +8,10 @@ collection longer than 5 ms with its time (so periodic stalls can be matched to 
 schedule lag), and a census of the old generation taken at the start of the
 `--gc-census`-th full collection: what the pauses walk, by type, with the coroutines and
 their counts.
+
+The long callbacks (`asyncio.Handle._run` timed; a task's step is named by its coroutine)
+say what else stops the loop besides the collector: a pause that is neither shows up as a
+late send with no entry here. A callback's time includes any collection that ran inside it.
 
 Only collections between the runner's post-warm-up `gc.freeze()` and its `gc.unfreeze()`
 at shutdown are logged: the steady state, not the start-up or the shutdown. The freeze is
@@ -17,6 +22,7 @@ was itself the pause being measured.
 
 from __future__ import annotations
 
+import asyncio.events
 import atexit
 import collections
 import gc
@@ -30,6 +36,29 @@ _frozen: list[bool] = [False]
 _fulls: list[int] = [0]
 _log: list[tuple[float, int, float, int]] = []  # (monotonic, generation, pause s, collected)
 _census: dict[str, Any] = {}
+_slow: list[tuple[float, float, str]] = []  # (monotonic, seconds, what ran)
+SLOW_CALLBACK_S = 0.005
+
+
+def _describe(handle: asyncio.events.Handle) -> str:
+    callback = getattr(handle, "_callback", None)
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, asyncio.Task):
+        return f"task step: {owner.get_coro().__qualname__}"  # type: ignore[union-attr]
+    return getattr(callback, "__qualname__", repr(callback))
+
+
+def _time_callbacks() -> None:
+    real_run = asyncio.events.Handle._run
+
+    def run(handle: asyncio.events.Handle) -> None:
+        started = time.perf_counter()
+        real_run(handle)
+        took = time.perf_counter() - started
+        if took > SLOW_CALLBACK_S and _frozen[0]:
+            _slow.append((time.monotonic(), took, _describe(handle)))
+
+    asyncio.events.Handle._run = run  # type: ignore[method-assign]
 
 
 def _take_census() -> None:
@@ -82,12 +111,21 @@ def _summary() -> dict[str, Any]:
             {"t": round(t - _log[0][0], 3), "gen": g, "ms": round(1000 * p, 2), "collected": c}
             for t, g, p, c in _log if p > 0.005
         ]
+    start = _log[0][0] if _log else 0.0
+    out["slow_callbacks"] = {
+        "count": len(_slow),
+        "total_ms": round(1000 * sum(s for _, s, _ in _slow), 1),
+        "by_kind": collections.Counter(w for _, _, w in _slow).most_common(20),
+        "list": [{"t": round(t - start, 3), "ms": round(1000 * s, 2), "what": w}
+                 for t, s, w in _slow[:500]],
+    }
     return out
 
 
 def install(path: str, census_at: int) -> None:
     """Log every collection after the freeze; write the summary to `path` at exit."""
     gc.callbacks.append(_hook_for(census_at))
+    _time_callbacks()
     real_freeze = gc.freeze
 
     def freeze() -> None:

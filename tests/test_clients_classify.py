@@ -11,14 +11,21 @@ import itertools
 import socket
 import ssl
 
-import aiohttp
 import httpcore
+import httptools
 import httpx
 import pytest
 
 from probes._types import Outcome
 from probes.clients import classify_exception, classify_grpc_code, classify_status
 from probes.clients._classify import parse_count
+from probes.clients._h1 import (
+    ConnectFailed,
+    ConnectTimedOut,
+    Disconnected,
+    MalformedAnswer,
+    ReadTimedOut,
+)
 from probes.clients._h2 import FrameScanner
 
 
@@ -67,18 +74,25 @@ def chained(*excs: BaseException) -> BaseException:
 @pytest.mark.parametrize(
     ("exc", "outcome"),
     [
-        # httpx-aiohttp re-raises every aiohttp connection error as httpx.ConnectTimeout:
-        # what it wraps decides.
-        (chained(aiohttp.ServerDisconnectedError(), httpx.ConnectTimeout("x")), Outcome.RESET),
+        # A wrapper that names a symptom loses to what it wraps.
+        (chained(Disconnected("x"), httpx.ConnectTimeout("x")), Outcome.RESET),
         (
             chained(ConnectionRefusedError(111, "refused"), httpx.ConnectTimeout("x")),
             Outcome.CONNECT_REFUSED,
         ),
-        (
-            chained(TimeoutError(), aiohttp.ConnectionTimeoutError("x"), httpx.ConnectTimeout("x")),
-            Outcome.CONNECT_TIMEOUT,
-        ),
-        (chained(aiohttp.SocketTimeoutError("x"), httpx.ReadTimeout("x")), Outcome.TIMEOUT),
+        # The HTTP/1.1 transport's own errors (probes.clients._h1).
+        (chained(TimeoutError(), ConnectTimedOut("x")), Outcome.CONNECT_TIMEOUT),
+        (ReadTimedOut("x"), Outcome.TIMEOUT),
+        (chained(ConnectionRefusedError(111, "refused"), ConnectFailed("x")),
+         Outcome.CONNECT_REFUSED),
+        (chained(OSError(113, "no route to host"), ConnectFailed("x")), Outcome.CONNECT_REFUSED),
+        (chained(socket.gaierror(-2, "Name or service not known"), ConnectFailed("x")),
+         Outcome.DNS_ERROR),
+        (chained(ssl.SSLEOFError("eof"), ConnectFailed("x")), Outcome.TLS_ERROR),
+        (chained(ConnectionResetError(104, "reset"), Disconnected("x")), Outcome.RESET),
+        (Disconnected("server disconnected before answering"), Outcome.RESET),
+        (chained(httptools.HttpParserInvalidStatusError("bad"), MalformedAnswer("x")),
+         Outcome.PROTOCOL_ERROR),
         (chained(TimeoutError(), httpcore.ConnectTimeout()), Outcome.CONNECT_TIMEOUT),
         (chained(ConnectionResetError(104, "reset"), httpcore.ReadError()), Outcome.RESET),
         (httpcore.RemoteProtocolError("Server disconnected"), Outcome.RESET),
@@ -91,13 +105,10 @@ def chained(*excs: BaseException) -> BaseException:
         (chained(ssl.SSLEOFError("eof"), httpcore.ReadError()), Outcome.RESET),
         (chained(ssl.SSLEOFError("eof"), httpcore.ConnectError()), Outcome.TLS_ERROR),
         (httpx.ReadTimeout("x"), Outcome.TIMEOUT),
-        # aiohttp's own "Connection lost" (HTTP/1.1 is called on aiohttp directly): a reset,
-        # unless its cause says more.
-        (aiohttp.ClientConnectionError("Connection lost: x"), Outcome.RESET),
-        (
-            chained(ConnectionRefusedError(111, "refused"), aiohttp.ClientConnectionError("x")),
-            Outcome.CONNECT_REFUSED,
-        ),
+        # httpcore's "connection went away": a reset, unless its cause says more.
+        (httpcore.ReadError("x"), Outcome.RESET),
+        (chained(ConnectionRefusedError(111, "refused"), httpcore.ReadError("x")),
+         Outcome.CONNECT_REFUSED),
         (ValueError("a bug"), Outcome.PROBE_ERROR),
     ],
 )
@@ -174,11 +185,6 @@ def from_none(wrapped: BaseException, outer: BaseException) -> BaseException:
         (
             from_none(err := socket.gaierror(-2, "Name or service not known"),
                       httpcore.ConnectError(err)),
-            Outcome.DNS_ERROR,
-        ),
-        (
-            chained(socket.gaierror(-2, "Name or service not known"),
-                    aiohttp.ClientConnectionError("x")),
             Outcome.DNS_ERROR,
         ),
         (httpcore.ConnectError("[Errno 113] No route to host"), Outcome.CONNECT_REFUSED),

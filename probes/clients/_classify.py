@@ -1,13 +1,14 @@
 """Outcome classes from what the wire said: HTTP statuses, gRPC codes and library errors.
 
-This is the one place that knows the exception types of aiohttp, httpcore, h2, ssl and the
-OS. A prober catches whatever its library raised and asks `classify_exception` for the
-outcome class and a one-line detail, so library errors stop at this edge.
+This is the one place that knows the exception types of the HTTP/1.1 transport (`_h1`),
+httpcore, h2, httptools, ssl and the OS. A prober catches whatever its library raised and
+asks `classify_exception` for the outcome class and a one-line detail, so library errors
+stop at this edge.
 
-Library wrappers are not trusted on their own: `httpx-aiohttp` re-raises every
-`aiohttp.ClientConnectionError` as `httpx.ConnectTimeout`, for instance, so a server that
-closed the connection would read as a connect timeout. The rules below therefore look at
-the whole `__cause__`/`__context__` chain and let the most specific fact win (a
+Library wrappers are not trusted on their own: httpx re-raises httpcore's errors as its
+own, and a wrapper may name a symptom (a connect error) where what it wraps names the cause
+(a refused connection, a TLS alert). The rules below therefore look at the whole
+`__cause__`/`__context__` chain and let the most specific fact win (a
 `ConnectionResetError` anywhere in the chain is a reset, whatever wraps it), in a fixed
 priority order.
 """
@@ -18,14 +19,14 @@ import socket
 import ssl
 from collections.abc import Collection, Iterator
 
-import aiohttp
 import h2.events
 import h2.exceptions
 import httpcore
+import httptools
 import httpx
-from aiohttp import http_exceptions
 
 from probes._types import Outcome
+from probes.clients import _h1
 
 # HTTP/2 error codes (RFC 9113 §7) that say the peer found the exchange malformed; any other
 # code on a GOAWAY or RST_STREAM means the connection or stream was torn down: a reset.
@@ -136,16 +137,16 @@ def _rule(exc: BaseException) -> tuple[int, str] | None:
         # The peer closed under TLS: a failed handshake if we were still connecting (see
         # classify_exception), otherwise an established connection that went away.
         return 4, Outcome.RESET
-    if isinstance(exc, ssl.SSLError | ssl.CertificateError | aiohttp.ClientSSLError):
+    if isinstance(exc, ssl.SSLError | ssl.CertificateError):
         return 0, Outcome.TLS_ERROR
-    if isinstance(exc, aiohttp.ConnectionTimeoutError | httpcore.ConnectTimeout):
+    if isinstance(exc, _h1.ConnectTimedOut | httpcore.ConnectTimeout):
         return 1, Outcome.CONNECT_TIMEOUT
     if isinstance(exc, ConnectionRefusedError):
         return 2, Outcome.CONNECT_REFUSED
     if isinstance(exc, socket.gaierror):
-        # The lookup failed (aiohttp and httpcore both keep the gaierror in the chain).
+        # The lookup failed (`_h1` and httpcore both keep the gaierror in the chain).
         return 2, Outcome.DNS_ERROR
-    if isinstance(exc, aiohttp.ServerTimeoutError | httpcore.TimeoutException):
+    if isinstance(exc, _h1.ReadTimedOut | httpcore.TimeoutException):
         return 3, Outcome.TIMEOUT
     event = _h2_event(exc)
     if event is not None:
@@ -156,26 +157,24 @@ def _rule(exc: BaseException) -> tuple[int, str] | None:
         ConnectionResetError
         | BrokenPipeError
         | ConnectionAbortedError
-        | aiohttp.ServerDisconnectedError
-        | aiohttp.ClientPayloadError,
+        | _h1.Disconnected,
     ):
         return 4, Outcome.RESET
     if isinstance(exc, httpcore.RemoteProtocolError) and str(exc).startswith(_CLOSED_MESSAGES):
         return 4, Outcome.RESET
-    if isinstance(exc, aiohttp.ClientConnectorError | httpcore.ConnectError):
+    if isinstance(exc, _h1.ConnectFailed | httpcore.ConnectError):
         # Unreachable host or network: the endpoint could not be connected to at all.
         return 5, Outcome.CONNECT_REFUSED
     if isinstance(
         exc,
-        aiohttp.ClientResponseError
-        | http_exceptions.HttpProcessingError
+        _h1.MalformedAnswer
+        | httptools.HttpParserError
         | httpcore.ProtocolError
         | h2.exceptions.ProtocolError,
     ):
         return 6, Outcome.PROTOCOL_ERROR
-    if isinstance(exc, httpcore.NetworkError | aiohttp.ClientConnectionError):
-        # aiohttp's own "Connection lost" / "failed to send" errors (and ClientOSError):
-        # an established connection went away; a cause in the chain may say more.
+    if isinstance(exc, httpcore.NetworkError):
+        # An established connection went away; a cause in the chain may say more.
         return 7, Outcome.RESET
     # Wrapper types last: only trusted when nothing underneath says more.
     if isinstance(exc, httpx.ConnectTimeout):
@@ -207,7 +206,7 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         return Outcome.PROBE_ERROR, describe(exc)
     outcome, decider = best[1], best[2]
     if isinstance(decider, ssl.SSLEOFError | ssl.SSLZeroReturnError) and any(
-        isinstance(link, aiohttp.ClientConnectorError | httpcore.ConnectError) for link in chain
+        isinstance(link, _h1.ConnectFailed | httpcore.ConnectError) for link in chain
     ):
         outcome = Outcome.TLS_ERROR
     return outcome, describe(decider)

@@ -4,9 +4,9 @@ HTTP/2 uses the httpx API (`httpx.Request` in, `httpx.Response` out, a transport
 endpoint), calling the transport directly instead of going through `httpx.AsyncClient`: the
 client's per-request machinery (cookies, auth, redirects, event hooks, header merging) is
 unused here and cost about 40 % of the CPU per request in measurement. It runs on httpcore
-with a GOAWAY observer (`_h2`). HTTP/1.1 calls an aiohttp session directly (`_h1`): the
-probe's hot path at scale, where even the httpx request and response objects cost more than
-the rest of the prober.
+with a GOAWAY observer (`_h2`). HTTP/1.1 runs on the probe's own lean protocol over
+httptools' parser (`_h1`): the probe's hot path at scale, where a general client's request
+and response objects cost more than the rest of the prober.
 
 The body is read and discarded in chunks up to `body_limit` (1 MiB), so a 50 MB or endless
 body costs bounded memory and time; the outcome still follows the status and the detail
@@ -20,7 +20,6 @@ import dataclasses
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, cast
 
-import aiohttp
 import httpx
 
 from probes._exceptions import BadInput
@@ -87,10 +86,23 @@ class HttpProber:
             self._extensions["sni_hostname"] = spec.tls.server_name
         self._headers = [("user-agent", USER_AGENT), *spec.headers.items()]
         self._body = spec.body or None
-        self._budget_s = budget
-        self._attempt_headers = tuple(dict.fromkeys((path.attempts_header, APP_ATTEMPTS_HEADER)))
-        self._cohort_header = path.cohort_header
+        # Lower-case: HTTP/1.1 answers are looked up by lower-case name (HTTP/2's always are).
+        self._attempt_headers = tuple(
+            dict.fromkeys((path.attempts_header.lower(), APP_ATTEMPTS_HEADER))
+        )
+        self._cohort_header = path.cohort_header.lower() if path.cohort_header else None
         self._replay_reason: _ReplayReason = _h2.replay_reason if self._http2 else _h1.replay_reason
+        self._h1 = _h1.H1Settings(
+            connect_budget_s=budget,
+            read_budget_s=budget,
+            keepalive_s=self._keepalive_s,
+            body_limit=body_limit,
+            wanted=frozenset(
+                h.encode("latin-1", "replace")
+                for h in (*self._attempt_headers, self._cohort_header) if h
+            ),
+        )
+        self._h1_request("localhost")  # a header that cannot be sent is bad input, now
         self._pool: EndpointPool[_Client] = EndpointPool(self._connect, self._disconnect)
 
     @property
@@ -134,9 +146,18 @@ class HttpProber:
             transport = _h2.H2Transport(ssl_context=self._ssl, keepalive_s=self._keepalive_s)
             return transport, url
         return _h1.H1Client(
-            str(url), ssl_context=self._ssl, keepalive_s=self._keepalive_s,
-            budget_s=self._budget_s, server_name=self._extensions.get("sni_hostname"),
+            endpoint.host, port, self._h1_request(url.netloc.decode("ascii")), self._h1,
+            ssl_context=self._ssl if self._spec.scheme == "https" else None,
+            server_name=self._extensions.get("sni_hostname"),
         )
+
+    def _h1_request(self, host: str) -> tuple[bytes, bytes]:
+        try:
+            return _h1.frame_request(
+                self._method, self._spec.path, host, self._headers, self._body
+            )
+        except ValueError as exc:
+            raise BadInput(f"path {self._path.name}: http: {exc}") from exc
 
     @staticmethod
     async def _disconnect(client: _Client) -> None:
@@ -210,23 +231,8 @@ class HttpProber:
         return self._answer(status, headers.get, received)
 
     async def _exchange_h1(self, client: _h1.H1Client, request_id: str) -> CallOutcome:
-        async with client.session.request(
-            self._method,
-            client.url,
-            headers=[*self._headers, ("x-request-id", request_id)],
-            data=self._body,
-            allow_redirects=False,
-            auto_decompress=False,
-            timeout=client.timeout,
-            server_hostname=client.server_name,
-        ) as response:
-            # Leaving the block releases the connection, or closes it when the body was cut.
-            status = response.status
-            try:
-                received: int | BaseException = await self._discard_h1_body(response)
-            except Exception as exc:
-                received = exc
-            return self._answer(status, response.headers.get, received)
+        answer = await client.request(request_id, head_only=self._method == "HEAD")
+        return self._answer(answer.status, answer.headers.get, answer.received)
 
     def _answer(
         self, status: int, header: Callable[[str], str | None], received: int | BaseException
@@ -260,16 +266,6 @@ class HttpProber:
                 received += len(part)
                 if received >= self._body_limit:
                     break
-        return received
-
-    async def _discard_h1_body(self, response: aiohttp.ClientResponse) -> int:
-        received = 0
-        content = response.content
-        while received < self._body_limit:
-            part = await content.readany()
-            if not part:
-                break
-            received += len(part)
         return received
 
 

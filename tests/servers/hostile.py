@@ -12,6 +12,15 @@ answers 200 with that header):
     /reset           read the request, then RST (SO_LINGER 0)
     /close           read the request, then close without answering (FIN)
     /garbage         answer bytes that are not HTTP
+    /eof/<n>         200 with no Content-Length, <n> bytes of body, then close (FIN)
+    /eofreset/<n>    the same, then RST instead of FIN
+    /early           103 Early Hints, then 200
+    /chunked/<n>     200 with a chunked body of <n> bytes in 1,000-byte chunks (keep-alive)
+    /extra           200 and then bytes nobody asked for, on a kept-alive connection
+    /sleep/<ms>      200 after <ms> milliseconds (keep-alive)
+
+A HEAD request is answered with the head the GET would have (Content-Length included) and
+no body.
 
 Give it an `ssl.SSLContext` to serve the same over TLS. `request_ids` lists the
 `x-request-id` of every request read, so a test can tell a retried request from a single
@@ -102,7 +111,7 @@ class HostileServer(LoopbackServer):
                     writer.write(_BAD_REQUEST)
                     await writer.drain()
                     return
-                target = request_line[1]
+                method, target = request_line[0], request_line[1]
                 length = 0
                 request_id = ""
                 for line in lines[1:]:
@@ -118,6 +127,10 @@ class HostileServer(LoopbackServer):
                 if self.drop_after is not None and served >= self.drop_after:
                     return
                 served += 1
+                if method == "HEAD":
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\n")
+                    await writer.drain()
+                    continue
                 if not await self._respond(target, reader, writer):
                     return
         except (ConnectionError, ssl.SSLError):
@@ -176,6 +189,28 @@ class HostileServer(LoopbackServer):
             return False
         elif kind == "close":
             return False
+        elif kind in ("eof", "eofreset"):
+            writer.write(f"HTTP/1.1 200 OK\r\n{extra}\r\n".encode() + b"x" * int(parts[1]))
+            await writer.drain()
+            if kind == "eofreset":
+                abort_with_rst(writer)
+            return False
+        elif kind == "early":
+            writer.write(b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n")
+            writer.write(f"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n{extra}\r\nok".encode())
+        elif kind == "chunked":
+            writer.write(f"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n{extra}\r\n".encode())
+            left = int(parts[1])
+            while left > 0:
+                part = min(left, 1000)
+                writer.write(b"%x\r\n%s\r\n" % (part, b"x" * part))
+                left -= part
+            writer.write(b"0\r\n\r\n")
+        elif kind == "sleep":
+            await asyncio.sleep(int(parts[1]) / 1000)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        elif kind == "extra":
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n")
         elif kind == "garbage":
             writer.write(b"\x00\x01\x02 this is not http \xff\xfe\r\n\r\n")
             await writer.drain()
