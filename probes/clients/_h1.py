@@ -151,7 +151,9 @@ class _Connection(asyncio.Protocol):
         self._loop = loop
         self._settings = settings
         self._transport: asyncio.Transport | None = None
-        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        # Made once connected: the parser and this object refer to each other, a cycle
+        # that `connection_lost` breaks (a connection that never came up gets none).
+        self._parser: httptools.HttpResponseParser | None = None
         self._waiter: asyncio.Future[H1Answer] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._last_read = 0.0
@@ -195,6 +197,9 @@ class _Connection(asyncio.Protocol):
             self._waiter = None
             if waiter.cancelled():  # the caller's deadline: the connection's state is unknown
                 self.abort()
+            # A raised error's traceback holds this frame: without this, frame → future →
+            # error → traceback → frame is a cycle only the garbage collector would free.
+            del waiter
 
     def abort(self) -> None:
         self.reusable = False
@@ -206,6 +211,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._parser = httptools.HttpResponseParser(self)
 
     def data_received(self, data: bytes) -> None:
         waiter = self._waiter
@@ -222,7 +228,7 @@ class _Connection(asyncio.Protocol):
             self._finish()
         except httptools.HttpParserError as exc:
             error = MalformedAnswer(f"not an HTTP/1.1 answer: {exc}")
-            error.__cause__ = exc
+            error.__cause__ = exc.with_traceback(None)  # its traceback would hold `error`
             if self._headers_done:
                 self._finish(received=error)
             else:
