@@ -45,6 +45,13 @@ async def test_a_head_answer_ends_at_its_headers_and_keeps_the_connection(hostil
     assert hostile.request_ids == ["r0", "r1"]
 
 
+async def test_a_head_answer_with_connection_close_is_not_kept(hostile):
+    first, second = await calls(
+        http_path("/status/200?connection=close", method="HEAD"), hostile.port)
+    assert first.outcome == second.outcome == Outcome.OK
+    assert hostile.connections == 2
+
+
 async def test_a_body_that_runs_to_the_close_is_complete_on_a_clean_close(hostile):
     first, second = await calls(http_path("/eof/5000?x-proxy-version=1.21.0"), hostile.port)
     assert (first.outcome, first.detail, first.cohort_hint) == (Outcome.OK, "", "1.21.0")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -94,6 +95,20 @@ def test_rewriting_a_key_replaces_it(store: Store) -> None:
     store.write([], [e])
     store.write([], [EndpointWindow(10.0, "checkout", "pod-0", "1.20.3", 5, 2, {"pod": "pod-0"})])
     assert [(x.requests, x.errors) for x in store.read_endpoint_windows()] == [(5, 2)]
+
+
+def test_an_endpoints_labels_are_stored_as_they_are_in_each_window(store: Store) -> None:
+    # Endpoint ids are cached by labels object; a pod back with new labels (a new object)
+    # must not get the old ones, and an equal new object must not make a second endpoint.
+    before = MappingProxyType({"pod": "pod-0", "proxy_version": "1.20.3"})
+    after = MappingProxyType({"pod": "pod-0", "proxy_version": "1.21.0"})
+    store.write([], [EndpointWindow(10.0, "checkout", "pod-0", "1.20.3", 1, 0, before)])
+    store.write([], [EndpointWindow(20.0, "checkout", "pod-0", "1.21.0", 1, 0, after)])
+    store.write([], [EndpointWindow(30.0, "checkout", "pod-0", "1.21.0", 1, 0, dict(after))])
+    got = store.read_endpoint_windows()
+    assert [w.labels["proxy_version"] for w in got] == ["1.20.3", "1.21.0", "1.21.0"]
+    totals = store.read_endpoint_totals()
+    assert sorted(t.requests for t in totals) == [1, 2]
 
 
 def test_filters_and_order(store: Store) -> None:

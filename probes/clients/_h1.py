@@ -225,6 +225,7 @@ class _Connection(asyncio.Protocol):
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             # A 101 (or CONNECT answer): the rest is another protocol; the answer is its head.
+            self.reusable = False
             self._finish()
         except httptools.HttpParserError as exc:
             error = MalformedAnswer(f"not an HTTP/1.1 answer: {exc}")
@@ -293,6 +294,8 @@ class _Connection(asyncio.Protocol):
         if self._head_only:
             # llhttp cannot know the request was HEAD and would wait for Content-Length
             # bytes; the answer ends here, and the next one needs a fresh parser.
+            if not self._parser.should_keep_alive():
+                self.reusable = False
             self._parser = httptools.HttpResponseParser(self)
             self._finish()
 
@@ -307,8 +310,9 @@ class _Connection(asyncio.Protocol):
             self._finish()
 
     def on_message_complete(self) -> None:
-        if not self._headers_done:
-            return  # an informational answer ended
+        waiter = self._waiter
+        if not self._headers_done or waiter is None or waiter.done():
+            return  # an informational answer ended, or this one was already taken
         if self._parser is not None and not self._parser.should_keep_alive():
             self.reusable = False
         self._finish()

@@ -51,6 +51,8 @@ __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store"]
 DEFAULT_PATH = "skewprobe.db"
 _CHUNK = 4096  # small fetches keep buffers in the allocator: 20 % faster than 64k rows
 _FAR = 1e300
+# Endpoint ids cached by labels object; cleared when it holds this many (label churn).
+_OBJECT_CACHE_MAX = 50_000
 
 
 def _time_filter(since: float | None, until: float | None) -> tuple[float, float]:
@@ -71,6 +73,7 @@ class Store:
         self._lock = threading.Lock()
         self._names: dict[tuple[str, str], int] = {}
         self._endpoints: dict[tuple[str, str], int] = {}
+        self._endpoints_by_object: dict[tuple[str, int], tuple[Any, int]] = {}
 
     # -- opening -------------------------------------------------------------------------
 
@@ -152,6 +155,7 @@ class Store:
                 # Ids interned inside the failed transaction are gone with it.
                 self._names.clear()
                 self._endpoints.clear()
+                self._endpoints_by_object.clear()
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
@@ -208,6 +212,19 @@ class Store:
         return n
 
     def _endpoint_id(self, conn: sqlite3.Connection, name: str, labels: Any) -> int:
+        # By the labels object first: an endpoint's windows share its labels mapping, and
+        # encoding them as JSON for every row was most of a window write at 2,400
+        # endpoints. The entry holds the mapping, so its id cannot be reused meanwhile.
+        seen = self._endpoints_by_object.get((name, id(labels)))
+        if seen is not None and seen[0] is labels:
+            return seen[1]
+        found = self._endpoint_id_by_value(conn, name, labels)
+        if len(self._endpoints_by_object) >= _OBJECT_CACHE_MAX:
+            self._endpoints_by_object.clear()  # discovery made new label objects: start over
+        self._endpoints_by_object[(name, id(labels))] = (labels, found)
+        return found
+
+    def _endpoint_id_by_value(self, conn: sqlite3.Connection, name: str, labels: Any) -> int:
         key = (name, json.dumps(dict(labels), sort_keys=True, separators=(",", ":")))
         found = self._endpoints.get(key)
         if found is None:

@@ -19,8 +19,7 @@ answers 200 with that header):
     /extra           200 and then bytes nobody asked for, on a kept-alive connection
     /sleep/<ms>      200 after <ms> milliseconds (keep-alive)
 
-A HEAD request is answered with the head the GET would have (Content-Length included) and
-no body.
+A HEAD request is answered 200 with Content-Length: 6, the query's headers and no body.
 
 Give it an `ssl.SSLContext` to serve the same over TLS. `request_ids` lists the
 `x-request-id` of every request read, so a test can tell a retried request from a single
@@ -128,7 +127,8 @@ class HostileServer(LoopbackServer):
                     return
                 served += 1
                 if method == "HEAD":
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\n")
+                    extra = "".join(f"{k}: {v}\r\n" for k, v in parse_qsl(urlsplit(target).query))
+                    writer.write(f"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n{extra}\r\n".encode())
                     await writer.drain()
                     continue
                 if not await self._respond(target, reader, writer):
