@@ -14,7 +14,7 @@ from probes._exceptions import BadInput
 from probes._spec import HttpSpec, PathSpec
 from probes._types import Outcome
 from probes.clients import HttpProber
-from probes.clients._h1 import H1Client, H1Settings, frame_request
+from probes.clients._h1 import H1Client, H1Settings, _Connection, frame_request
 from tests.servers.engine import endpoint_at, engine_call
 
 
@@ -144,3 +144,52 @@ async def test_an_idle_connection_past_its_keepalive_is_not_reused(hostile):
     finally:
         await client.aclose()
     await asyncio.wait_for(hostile.wait_open_connections(0), 2.0)
+
+
+async def test_connections_opened_by_overlapping_calls_are_not_kept(hostile):
+    # Three calls at once need three connections; afterwards one is kept, so slow spells
+    # do not pile up idle connections on the callee.
+    settings = H1Settings(connect_budget_s=1.0, read_budget_s=1.0, keepalive_s=15.0,
+                          body_limit=1 << 20, wanted=frozenset())
+    request = frame_request("GET", "/sleep/100", "x", [], None)
+    client = H1Client("127.0.0.1", hostile.port, request, settings, ssl_context=None)
+    try:
+        answers = await asyncio.gather(*(client.request(f"r{i}") for i in range(3)))
+        assert [a.status for a in answers] == [200] * 3
+        assert hostile.connections == 3
+        await asyncio.wait_for(hostile.wait_open_connections(1), 2.0)
+        assert (await client.request("again")).status == 200
+        assert hostile.connections == 3  # the kept one was reused
+    finally:
+        await client.aclose()
+
+
+async def test_a_call_cancelled_after_its_answer_arrived_closes_its_connection(
+    hostile, monkeypatch
+):
+    # The deadline can cancel a call whose answer is in but whose task has not resumed
+    # yet; its connection must be closed, not left open outside the pool (found at 2,400
+    # endpoints: thousands of such connections filled the callee's maxconn).
+    settings = H1Settings(connect_budget_s=1.0, read_budget_s=1.0, keepalive_s=15.0,
+                          body_limit=1 << 20, wanted=frozenset())
+    request = frame_request("GET", "/status/200", "x", [], None)
+    client = H1Client("127.0.0.1", hostile.port, request, settings, ssl_context=None)
+    finish = _Connection._finish
+    task: asyncio.Task | None = None
+
+    def finish_then_cancel(self, **kwargs):
+        finish(self, **kwargs)
+        assert task is not None
+        task.cancel()
+
+    monkeypatch.setattr(_Connection, "_finish", finish_then_cancel)
+    try:
+        task = asyncio.create_task(client.request("cut"))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        monkeypatch.undo()
+        await asyncio.wait_for(hostile.wait_open_connections(0), 2.0)
+        assert (await client.request("next")).status == 200
+        assert hostile.connections == 2
+    finally:
+        await client.aclose()

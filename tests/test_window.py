@@ -134,6 +134,13 @@ def test_stream_events_and_time_split_across_windows() -> None:
     assert dict(endpoints[1].labels) == labels
 
 
+def test_a_group_of_streams_held_over_one_span_counts_each() -> None:
+    agg = WindowAggregator(length_s=10.0, grace_s=0.0)
+    assert agg.add_stream_time("watch", "v", "", 5.0, 12.0, streams=3)
+    paths, _ = agg.flush(now=100.0)
+    assert [(w.start, w.stream_seconds) for w in paths] == [(0.0, 15.0), (10.0, 6.0)]
+
+
 def test_random_stream_of_calls_matches_a_brute_force_reference() -> None:
     rng = np.random.default_rng(42)
     n = 5000

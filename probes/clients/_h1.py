@@ -83,7 +83,12 @@ class H1Settings:
     body_limit: int
     # Answer headers the prober reads, lower-case; the rest are skipped unread.
     wanted: frozenset[bytes]
-    max_idle: int = 8
+    # Idle connections kept per endpoint. One serves a probe (a call per period, answered
+    # well inside it); calls that overlapped while a callee was slow each opened their own
+    # connection, and keeping those would pile up connections on the callee with every
+    # slow spell (seen: 2,400 endpoints grew to 11,000 connections and filled HAProxy's
+    # maxconn).
+    max_idle: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +361,7 @@ class _Connection(asyncio.Protocol):
 
 
 class H1Client:
-    """One endpoint: its framed request and a few kept-alive connections (newest first)."""
+    """One endpoint: its framed request and its kept-alive connection(s), newest last."""
 
     __slots__ = ("_closed", "_host", "_idle", "_in_use", "_port", "_request",
                  "_server_name", "_settings", "_ssl")
@@ -390,14 +395,20 @@ class H1Client:
         head, tail = self._request
         try:
             answer = await conn.exchange(head + request_id.encode() + tail, head_only=head_only)
+        except BaseException:
+            # Failed, or cancelled by the caller's deadline, possibly after its answer had
+            # arrived: either way the connection is not kept, and it must not stay open
+            # (seen: ~2,600 connections left open by one start-up's timeouts).
+            conn.abort()
+            raise
         finally:
             self._in_use.discard(conn)
-        if conn.reusable and not conn.closed and not self._closed:
-            if len(self._idle) < self._settings.max_idle:
-                conn.idle_since = asyncio.get_running_loop().time()
-                self._idle.append(conn)
-            else:
-                conn.abort()
+        if (conn.reusable and not conn.closed and not self._closed
+                and len(self._idle) < self._settings.max_idle):
+            conn.idle_since = asyncio.get_running_loop().time()
+            self._idle.append(conn)
+        else:
+            conn.abort()  # a no-op when it is closed already
         return answer
 
     async def aclose(self) -> None:

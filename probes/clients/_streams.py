@@ -210,11 +210,16 @@ class StreamProber:
         """Report the held time of every open stream up to `now` (call before flushing
         windows, so each window gets its stream-seconds while streams are still open)."""
         now = self._wall() if now is None else now
+        # Grouped: every stream reported at the last checkpoint shares its start, and one
+        # report per stream (2,400 of them) held the event loop for ~15 ms every window.
+        groups: dict[tuple[str, str, float], int] = {}
         for stream in self._live:
             if stream.opened is not None and now > stream.accounted_to:
-                self._sink.stream_held(stream.conf.name, stream.cohort, stream.endpoint.name,
-                                       stream.accounted_to, now)
+                key = (stream.conf.name, stream.cohort, stream.accounted_to)
+                groups[key] = groups.get(key, 0) + 1
                 stream.accounted_to = now
+        for (path, cohort, start), count in groups.items():
+            self._sink.streams_held(path, cohort, start, now, count)
 
     def open_streams(self) -> tuple[OpenStream, ...]:
         """Every established stream now, with its age."""

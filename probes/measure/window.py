@@ -282,7 +282,8 @@ class WindowAggregator:
         return True
 
     def add_stream_time(
-        self, path: str, cohort: str, endpoint: str, start: float, end: float
+        self, path: str, cohort: str, endpoint: str, start: float, end: float,
+        *, streams: int = 1,
     ) -> bool:
         """Stream-seconds held over [start, end), split exactly across the windows it spans.
 
@@ -290,7 +291,8 @@ class WindowAggregator:
         report each held stream at least once per window (and at its end), not only when it
         closes hours later: time falling in forgotten windows is dropped (returns False).
         `endpoint` is accepted for symmetry with the other stream calls; per-endpoint stream
-        time is not part of `EndpointWindow`.
+        time is not part of `EndpointWindow`. `streams` counts that many streams held over
+        the same span.
         """
         del endpoint
         if not end > start:
@@ -304,7 +306,7 @@ class WindowAggregator:
             if w is None:
                 complete = False
             else:
-                self._path_acc(w, path, cohort).stream_seconds += upto - t
+                self._path_acc(w, path, cohort).stream_seconds += (upto - t) * streams
             if upto <= t:  # float guard: never loop on a boundary that does not advance
                 break
             t = upto

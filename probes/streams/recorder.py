@@ -74,6 +74,11 @@ class StreamRecorder:
             self._late(path)
         self.metrics.stream_time(path, cohort, end - start)
 
+    def streams_held(self, path: str, cohort: str, start: float, end: float, count: int) -> None:
+        if not self.aggregator.add_stream_time(path, cohort, "", start, end, streams=count):
+            self._late(path)
+        self.metrics.stream_time(path, cohort, (end - start) * count)
+
     def stream_message(self, path: str, cohort: str, gap_s: float) -> None:
         self.metrics.stream_message_gap(path, cohort, gap_s)
 
