@@ -1,0 +1,89 @@
+"""Window flush cost: what the runner's worker thread spends per 10 s window at N endpoints.
+
+Each window the runner builds the taken windows (`Taken.build()`: one `EndpointWindow` per
+endpoint per path) and writes them to SQLite in a worker thread. That thread holds the GIL
+while it runs Python, so every millisecond here is a millisecond the event loop waits for
+it at the switch interval: at 2,400 endpoints with a stream path beside the unary one,
+tens of milliseconds per window showed as the schedule lag's per-window maximum.
+
+Real code, no probe process: a `WindowAggregator` fed one ok call per endpoint and path per
+window, `take()`, then `build()` and `Store.write()` timed with `time.thread_time()` (CPU of
+this thread). The first window is reported apart (it interns every endpoint's labels).
+
+    .venv/bin/python benchmarks/window_write.py                 # 2,400 endpoints, 2 paths
+    .venv/bin/python benchmarks/window_write.py --endpoints 600 --windows 20
+    .venv/bin/python benchmarks/window_write.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from probes._types import CallOutcome, CallResult, Endpoint, Outcome
+from probes.measure.window import WindowAggregator
+from probes.store import Store
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--endpoints", type=int, default=2400)
+    ap.add_argument("--paths", type=int, default=2, help="paths per endpoint (2)")
+    ap.add_argument("--windows", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="5 windows (for run_all.py)")
+    args = ap.parse_args(argv)
+    if args.endpoints < 1 or args.paths < 1 or args.windows < 2:
+        print("window_write: need endpoints >= 1, paths >= 1, windows >= 2", file=sys.stderr)
+        return 2
+    windows = 5 if args.quick else args.windows
+    endpoints = [
+        Endpoint(f"pod-{i}", f"127.77.{i // 250}.{i % 250 + 1}", 8080, {
+            "pod": f"pod-{i}", "namespace": "shop", "service": "checkout",
+            "proxy_version": "1.21.0" if i % 2 else "1.20.3",
+        })
+        for i in range(args.endpoints)
+    ]
+    paths = [f"path-{p}" for p in range(args.paths)]
+    build_ms: list[float] = []
+    write_ms: list[float] = []
+    rows = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp) / "bench.db")
+        agg = WindowAggregator(length_s=10.0, grace_s=1.0)
+        start = 1_800_000_000.0
+        for w in range(windows):
+            t = start + 10.0 * w
+            for e in endpoints:
+                cohort = e.labels["proxy_version"]
+                for path in paths:
+                    agg.add(CallResult(path, e.name, cohort, t + 1.0, 0.001, 0.0,
+                                       CallOutcome(Outcome.OK)), e.labels)
+            taken = agg.take(t + 12.0)
+            c0 = time.thread_time()
+            path_windows, endpoint_windows = taken.build()
+            c1 = time.thread_time()
+            store.write(path_windows, endpoint_windows)
+            c2 = time.thread_time()
+            rows = len(endpoint_windows)
+            build_ms.append(1000 * (c1 - c0))
+            write_ms.append(1000 * (c2 - c1))
+        store.close()
+    cmd = "benchmarks/window_write.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    print(f"## window flush: {cmd.strip()}\n")
+    print("| endpoint rows per window | windows | first: build / write ms | "
+          "later, median: build / write ms | later, max: build / write ms |")
+    print("|---|---|---|---|---|")
+    print(f"| {rows:,} | {windows} | {build_ms[0]:.1f} / {write_ms[0]:.1f} | "
+          f"{statistics.median(build_ms[1:]):.1f} / {statistics.median(write_ms[1:]):.1f} | "
+          f"{max(build_ms[1:]):.1f} / {max(write_ms[1:]):.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
