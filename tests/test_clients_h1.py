@@ -26,6 +26,14 @@ def http_path(target: str, *, method: str = "GET", timeout_s: float = 2.0, **spe
     )
 
 
+def h1_client(port: int, target: str, *, keepalive_s: float = 15.0) -> H1Client:
+    """The transport alone, GET `target`, 1 s budgets."""
+    settings = H1Settings(connect_budget_s=1.0, read_budget_s=1.0, keepalive_s=keepalive_s,
+                          body_limit=1 << 20, wanted=frozenset())
+    request = frame_request("GET", target, "x", [], None)
+    return H1Client("127.0.0.1", port, request, settings, ssl_context=None)
+
+
 async def calls(path: PathSpec, port: int, targets: int = 2):
     prober = HttpProber(path)
     try:
@@ -130,10 +138,7 @@ def test_the_request_is_framed_once_with_its_host_and_body():
 
 
 async def test_an_idle_connection_past_its_keepalive_is_not_reused(hostile):
-    settings = H1Settings(connect_budget_s=1.0, read_budget_s=1.0, keepalive_s=0.1,
-                          body_limit=1 << 20, wanted=frozenset())
-    request = frame_request("GET", "/status/200", "x", [], None)
-    client = H1Client("127.0.0.1", hostile.port, request, settings, ssl_context=None)
+    client = h1_client(hostile.port, "/status/200", keepalive_s=0.1)
     try:
         assert (await client.request("a")).status == 200
         assert (await client.request("b")).status == 200
@@ -149,10 +154,7 @@ async def test_an_idle_connection_past_its_keepalive_is_not_reused(hostile):
 async def test_connections_opened_by_overlapping_calls_are_not_kept(hostile):
     # Three calls at once need three connections; afterwards one is kept, so slow spells
     # do not pile up idle connections on the callee.
-    settings = H1Settings(connect_budget_s=1.0, read_budget_s=1.0, keepalive_s=15.0,
-                          body_limit=1 << 20, wanted=frozenset())
-    request = frame_request("GET", "/sleep/100", "x", [], None)
-    client = H1Client("127.0.0.1", hostile.port, request, settings, ssl_context=None)
+    client = h1_client(hostile.port, "/sleep/100")
     try:
         answers = await asyncio.gather(*(client.request(f"r{i}") for i in range(3)))
         assert [a.status for a in answers] == [200] * 3
@@ -170,10 +172,7 @@ async def test_a_call_cancelled_after_its_answer_arrived_closes_its_connection(
     # The deadline can cancel a call whose answer is in but whose task has not resumed
     # yet; its connection must be closed, not left open outside the pool (found at 2,400
     # endpoints: thousands of such connections filled the callee's maxconn).
-    settings = H1Settings(connect_budget_s=1.0, read_budget_s=1.0, keepalive_s=15.0,
-                          body_limit=1 << 20, wanted=frozenset())
-    request = frame_request("GET", "/status/200", "x", [], None)
-    client = H1Client("127.0.0.1", hostile.port, request, settings, ssl_context=None)
+    client = h1_client(hostile.port, "/status/200")
     finish = _Connection._finish
     task: asyncio.Task | None = None
 
