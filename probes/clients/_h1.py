@@ -195,13 +195,17 @@ class _Connection(asyncio.Protocol):
         )
         try:
             return await waiter
+        except BaseException:
+            # Failed, or cancelled by the caller's deadline, possibly after its answer had
+            # arrived: either way the connection is not kept, and it must not stay open
+            # (seen: ~2,600 connections left open by one start-up's timeouts).
+            self.abort()
+            raise
         finally:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
             self._waiter = None
-            if waiter.cancelled():  # the caller's deadline: the connection's state is unknown
-                self.abort()
             # A raised error's traceback holds this frame: without this, frame → future →
             # error → traceback → frame is a cycle only the garbage collector would free.
             del waiter
@@ -235,10 +239,7 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             error = MalformedAnswer(f"not an HTTP/1.1 answer: {exc}")
             error.__cause__ = exc.with_traceback(None)  # its traceback would hold `error`
-            if self._headers_done:
-                self._finish(received=error)
-            else:
-                self._fail(error)
+            self._cut(error)
         if not self.reusable:
             self.abort()
 
@@ -264,10 +265,7 @@ class _Connection(asyncio.Protocol):
             message = f"{message} ({type(exc).__name__}: {exc})"
         error = Disconnected(message)
         error.__cause__ = exc
-        if self._headers_done:
-            self._finish(received=error)
-        else:
-            self._fail(error)
+        self._cut(error)
 
     # -- httptools callbacks ---------------------------------------------------------------
 
@@ -332,6 +330,14 @@ class _Connection(asyncio.Protocol):
             self.reusable = False
         waiter.set_result(H1Answer(self._status, self._headers, received or self._received))
 
+    def _cut(self, error: H1Error) -> None:
+        """The exchange ends in `error`: after the status it cut the body (the answer
+        stands, its body broken), before it there is no answer."""
+        if self._headers_done:
+            self._finish(received=error)
+        else:
+            self._fail(error)
+
     def _fail(self, error: H1Error) -> None:
         self.reusable = False
         waiter = self._waiter
@@ -352,11 +358,7 @@ class _Connection(asyncio.Protocol):
         if self._loop.time() < due:  # bytes came in since: wait for the rest of the budget
             self._timer = self._loop.call_at(due, self._check_read)
             return
-        error = ReadTimedOut(f"no byte from the server for {self._settings.read_budget_s:g}s")
-        if self._headers_done:
-            self._finish(received=error)
-        else:
-            self._fail(error)
+        self._cut(ReadTimedOut(f"no byte from the server for {self._settings.read_budget_s:g}s"))
         self.abort()
 
 
@@ -395,12 +397,6 @@ class H1Client:
         head, tail = self._request
         try:
             answer = await conn.exchange(head + request_id.encode() + tail, head_only=head_only)
-        except BaseException:
-            # Failed, or cancelled by the caller's deadline, possibly after its answer had
-            # arrived: either way the connection is not kept, and it must not stay open
-            # (seen: ~2,600 connections left open by one start-up's timeouts).
-            conn.abort()
-            raise
         finally:
             self._in_use.discard(conn)
         if (conn.reusable and not conn.closed and not self._closed

@@ -70,9 +70,8 @@ class StreamRecorder:
     def stream_held(
         self, path: str, cohort: str, endpoint: str, start: float, end: float
     ) -> None:
-        if not self.aggregator.add_stream_time(path, cohort, endpoint, start, end):
-            self._late(path)
-        self.metrics.stream_time(path, cohort, end - start)
+        del endpoint  # stream time is kept per path and cohort, not per endpoint
+        self.streams_held(path, cohort, start, end, 1)
 
     def streams_held(self, path: str, cohort: str, start: float, end: float, count: int) -> None:
         if not self.aggregator.add_stream_time(path, cohort, "", start, end, streams=count):
