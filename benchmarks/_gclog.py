@@ -7,7 +7,8 @@ generation the number of collections and their pauses (p50, p99, max, total), ev
 collection longer than 5 ms with its time (so periodic stalls can be matched to the
 schedule lag), and a census of the old generation taken at the start of the
 `--gc-census`-th full collection: what the pauses walk, by type, with the coroutines and
-their counts.
+their counts. `--gc-young-census` adds the same for every young collection (how the
+~21 objects of grpc.aio's pending read per held stream were found).
 
 The long callbacks (`asyncio.Handle._run` timed; a task's step is named by its coroutine)
 say what else stops the loop besides the collector: a pause that is neither shows up as a
@@ -76,6 +77,25 @@ def _take_census() -> None:
     )
 
 
+_young_census: list[bool] = [False]
+_young: list[dict[str, Any]] = []
+
+
+def _census_young() -> None:
+    # What a young collection walks: the objects and the references it follows. Costly
+    # (the whole young generation is listed), so only with --gc-young-census.
+    objects = gc.get_objects(0)
+    _young.append({
+        "t": time.monotonic(),
+        "objects": len(objects),
+        "references": sum(len(gc.get_referents(o)) for o in objects),
+        "types": collections.Counter(type(o).__qualname__ for o in objects).most_common(20),
+        "coroutines": collections.Counter(
+            o.__qualname__ for o in objects if type(o).__name__ == "coroutine"
+        ).most_common(10),
+    })
+
+
 def _hook_for(census_at: int) -> Any:
     def hook(phase: str, info: dict[str, Any]) -> None:
         if not _frozen[0]:
@@ -85,6 +105,8 @@ def _hook_for(census_at: int) -> Any:
                 _fulls[0] += 1
                 if _fulls[0] == census_at:
                     _take_census()
+            elif info["generation"] == 0 and _young_census[0]:
+                _census_young()
             _started[0] = time.perf_counter()
         else:
             _log.append((time.monotonic(), info["generation"],
@@ -119,11 +141,15 @@ def _summary() -> dict[str, Any]:
         "list": [{"t": round(t - start, 3), "ms": round(1000 * s, 2), "what": w}
                  for t, s, w in _slow[:500]],
     }
+    out["young_census"] = [dict(y, t=round(y["t"] - start, 3)) for y in _young[:200]]
     return out
 
 
-def install(path: str, census_at: int) -> None:
-    """Log every collection after the freeze; write the summary to `path` at exit."""
+def install(path: str, census_at: int, young_census: bool = False) -> None:
+    """Log every collection after the freeze; write the summary to `path` at exit.
+
+    `young_census` also lists what each young collection walks (the first 200)."""
+    _young_census[0] = young_census
     gc.callbacks.append(_hook_for(census_at))
     _time_callbacks()
     real_freeze = gc.freeze
@@ -148,8 +174,8 @@ def install(path: str, census_at: int) -> None:
     atexit.register(write)
 
 
-if __name__ == "__main__":  # python _gclog.py FILE CENSUS_AT -- skewprobe args...
-    install(sys.argv[1], int(sys.argv[2]))
+if __name__ == "__main__":  # python _gclog.py FILE CENSUS_AT young|- -- skewprobe args...
+    install(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "young")
     from probes.cli import main
 
-    sys.exit(main(sys.argv[4:]))
+    sys.exit(main(sys.argv[5:]))

@@ -110,7 +110,8 @@ def _probe_launcher(args: argparse.Namespace) -> list[str]:
         # The product unchanged, with a gc.callbacks hook (benchmarks/_gclog.py) that logs
         # every collection after the warm-up's freeze.
         gclog = Path(__file__).with_name("_gclog.py")
-        return [h.PYTHON, str(gclog), args.gc_log, str(args.gc_census), "--"]
+        young = "young" if args.gc_young_census else "-"
+        return [h.PYTHON, str(gclog), args.gc_log, str(args.gc_census), young, "--"]
     if not args.gc_experiment:
         return h.skewprobe_cmd()
     t0, t1, t2 = (int(x) for x in args.gc_experiment.split(","))
@@ -406,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gc-census", type=int, default=2, metavar="N",
                     help="with --gc-log: count the old generation's objects by type at the"
                          " start of the N-th full collection after the freeze (2)")
+    ap.add_argument("--gc-young-census", action="store_true",
+                    help="with --gc-log: also list what each young collection walks, by type"
+                         " (costly: for finding what fills the young generation)")
     ap.add_argument("--profile", metavar="FILE",
                     help="sample the probe with py-spy over the measured interval; write its"
                          " collapsed stacks to FILE and print the top costs (the sampler"

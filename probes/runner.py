@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from probes._exceptions import BadInput, SkewprobeError, SourceUnavailable, StoreError
 from probes._spec import ApiTlsSpec, Config
-from probes._types import CallResult, Endpoint, EndpointWindow, PathWindow
+from probes._types import CallResult, Endpoint, PathWindow
 from probes.api import ApiApp, VerdictQuery
 from probes.api_access import apply_tls
 from probes.clients import OpenStream, StreamProber, build_prober
@@ -161,7 +161,7 @@ class ProbeRunner:
         self.stream_prober: StreamProber | None = None
         self.open_at_stop: tuple[OpenStream, ...] = ()
         # Windows the store refused (full disk): retried every window, oldest dropped last.
-        self._pending: deque[tuple[list[PathWindow], list[EndpointWindow], list[Event]]] = deque(
+        self._pending: deque[tuple[list[PathWindow], Taken, list[Event]]] = deque(
             maxlen=PENDING_WINDOWS
         )
         self.last_verdict: Mapping[str, Any] | None = None
@@ -375,15 +375,17 @@ class ProbeRunner:
         Returns the path windows written and the store's error, if any. Touches only the
         pending queue (one writer at a time, see `_write`) and the thread-safe store.
         """
-        path_windows, endpoint_windows = taken.build()
-        if path_windows or endpoint_windows or events:
-            self._pending.append((path_windows, endpoint_windows, events))
+        path_windows = taken.path_windows()
+        if taken or events:
+            # The endpoint windows stay in `taken` until written, and are made one at a
+            # time as the store writes them (see `Taken`).
+            self._pending.append((path_windows, taken, events))
         assert self.store is not None
         written: list[PathWindow] = []
         try:
             while self._pending:
-                pws, ews, evs = self._pending[0]
-                self.store.write(pws, ews)
+                pws, unwritten, evs = self._pending[0]
+                self.store.write(pws, unwritten.endpoint_windows())
                 if evs:
                     self.store.write_events(evs)
                 written += pws

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import selectors
@@ -419,3 +420,32 @@ def test_write_is_all_or_nothing(store: Store) -> None:
     assert store.paths() == ["y"] and store.read_windows()[0].path == "y"
     assert os.path.exists(store.path)
     assert len(store.read_windows()[0].latency) == BUCKET_COUNT
+
+
+def test_endpoint_windows_are_written_as_they_are_made(store: Store) -> None:
+    # The runner hands the store a generator (`Taken.endpoint_windows`): a write that made
+    # a list of every row first would hold thousands of objects at once, which is what
+    # set off a young collection at every window (BENCHMARKS.md).
+    agg = WindowAggregator(length_s=10.0, grace_s=1.0)
+    for i in range(4_800):
+        labels = MappingProxyType({"pod": f"pod-{i}"})  # as every Endpoint's are
+        agg.add(CallResult("checkout", f"pod-{i}", "1.20.3", 1.0, 0.002, 0.0,
+                           CallOutcome(Outcome.OK)), labels)
+    taken = agg.take(now=11.0)
+    store.write(taken.path_windows(), taken.endpoint_windows())  # names and ids interned
+    young: list[int] = []
+
+    def watched():
+        for n, e in enumerate(taken.endpoint_windows()):
+            if n % 100 == 0:
+                young.append(gc.get_count()[0])
+            yield e
+
+    gc.disable()
+    try:
+        store.write([], watched())
+    finally:
+        gc.enable()
+    assert len(young) == 48
+    assert max(young) - min(young) < 100  # a list of rows would be ~4,800 (or 9,600)
+    assert len(store.read_endpoint_windows()) == 4_800

@@ -26,7 +26,7 @@ the aggregator still owns and so may run in a worker thread, next to the store w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -114,27 +114,45 @@ _PathRow = tuple[
     float, float, str, str, dict[str, int], dict[int, int], int, int, int, float, int, float,
     dict[str, int],
 ]
-# (start, (path, endpoint, cohort), requests, errors, labels)
-_EndpointRow = tuple[float, tuple[str, str, str], int, int, Mapping[str, str] | None]
+_EndpointKey = tuple[str, str, str]  # (path, endpoint, cohort)
+
+
+@dataclass(slots=True)
+class _EndpointColumns:
+    """One window's changed endpoints, as parallel columns.
+
+    Columns, not a tuple per endpoint: the key tuples already exist (the aggregator's),
+    and ints are not tracked by the garbage collector, so taking 4,800 endpoints allocates
+    a handful of lists instead of 4,800 tracked objects that would push the young
+    generation over its threshold at every window (a ~36 ms collection with 2,400 streams
+    held, BENCHMARKS.md).
+    """
+
+    start: float
+    keys: list[_EndpointKey]
+    requests: list[int]
+    errors: list[int]
+    labels: list[Mapping[str, str] | None]
 
 
 @dataclass(slots=True)
 class Taken:
     """Window contents copied out of the aggregator by `take`, not yet built.
 
-    Owns its data (the counters were copied), so `build()` may run in another thread while
-    the aggregator keeps counting.
+    Owns its data (the counters were copied), so `build()` or `endpoint_windows()` may run
+    in another thread while the aggregator keeps counting, and as often as needed (a
+    failed store write is retried from the same `Taken`).
     """
 
     path_rows: list[_PathRow] = field(default_factory=list)
-    endpoint_rows: list[_EndpointRow] = field(default_factory=list)
+    endpoint_columns: list[_EndpointColumns] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.path_rows or self.endpoint_rows)
+        return bool(self.path_rows or self.endpoint_columns)
 
-    def build(self) -> tuple[list[PathWindow], list[EndpointWindow]]:
-        """The windows, ordered by start, then path, cohort (and endpoint)."""
-        paths = [
+    def path_windows(self) -> list[PathWindow]:
+        """The path windows, ordered by start, path and cohort."""
+        return [
             PathWindow(
                 start=r[0], length=r[1], path=r[2], cohort=r[3], outcomes=r[4],
                 latency=tuple_from_sparse(r[5]), attempts_sum=r[6], attempts_count=r[7],
@@ -143,16 +161,24 @@ class Taken:
             )
             for r in sorted(self.path_rows, key=lambda r: (r[0], r[2], r[3]))
         ]
-        endpoints = [
-            EndpointWindow(
-                start=start, path=key[0], endpoint=key[1], cohort=key[2], requests=requests,
-                errors=errors, labels=labels if labels is not None else _NO_LABELS,
-            )
-            for start, key, requests, errors, labels in sorted(
-                self.endpoint_rows, key=lambda r: (r[0], r[1])
-            )
-        ]
-        return paths, endpoints
+
+    def endpoint_windows(self) -> Iterator[EndpointWindow]:
+        """The endpoint windows, ordered by start, path, endpoint and cohort, made one at a
+        time: a consumer that drops each (the store's write) never holds them all."""
+        for cols in sorted(self.endpoint_columns, key=lambda c: c.start):
+            keys = cols.keys
+            for i in sorted(range(len(keys)), key=keys.__getitem__):
+                path, endpoint, cohort = keys[i]
+                labels = cols.labels[i]
+                yield EndpointWindow(
+                    start=cols.start, path=path, endpoint=endpoint, cohort=cohort,
+                    requests=cols.requests[i], errors=cols.errors[i],
+                    labels=labels if labels is not None else _NO_LABELS,
+                )
+
+    def build(self) -> tuple[list[PathWindow], list[EndpointWindow]]:
+        """Both kinds of windows, in order, as lists."""
+        return self.path_windows(), list(self.endpoint_windows())
 
 
 class WindowAggregator:
@@ -177,6 +203,12 @@ class WindowAggregator:
         # Windows below this index were forgotten; data for them is late and dropped.
         self._forgotten_below = -math.inf
         self.late_dropped = 0
+        # One key tuple per endpoint for every window, not a new one per window: 4,800 new
+        # tuples kept at each window's first calls were a burst of objects for the young
+        # generation. Two generations of the map, rotated as windows are forgotten, so
+        # the keys of endpoints that went away are dropped in time.
+        self._keys: dict[_EndpointKey, _EndpointKey] = {}
+        self._keys_before: dict[_EndpointKey, _EndpointKey] = {}
 
     @property
     def length_s(self) -> float:
@@ -200,6 +232,13 @@ class WindowAggregator:
             w = self._windows[idx] = _Window()
         w.dirty = True
         return w
+
+    def _canonical(self, key: _EndpointKey) -> _EndpointKey:
+        kept = self._keys.get(key)
+        if kept is None:
+            kept = self._keys_before.get(key, key)
+            self._keys[kept] = kept  # `kept` as the dict's key too, or `key` would be kept
+        return kept
 
     @staticmethod
     def _path_acc(w: _Window, path: str, cohort: str) -> _PathAcc:
@@ -232,7 +271,7 @@ class WindowAggregator:
         acc.churn += call.churn
         if result.lag_s > acc.lag_max:
             acc.lag_max = result.lag_s
-        key = (result.path, result.endpoint, result.cohort)
+        key = self._canonical((result.path, result.endpoint, result.cohort))
         w.endpoint(key, labels)
         w.requests[key] = w.requests.get(key, 0) + 1
         if name != Outcome.OK:
@@ -252,7 +291,7 @@ class WindowAggregator:
         if w is None:
             return False
         self._path_acc(w, path, cohort).streams_opened += 1
-        key = (path, endpoint, cohort)
+        key = self._canonical((path, endpoint, cohort))
         w.endpoint(key, labels)
         w.requests[key] = w.requests.get(key, 0) + 1
         return True
@@ -276,7 +315,7 @@ class WindowAggregator:
             return False
         acc = self._path_acc(w, path, cohort)
         acc.stream_resets[reason] = acc.stream_resets.get(reason, 0) + 1
-        key = (path, endpoint, cohort)
+        key = self._canonical((path, endpoint, cohort))
         w.endpoint(key, labels)
         w.errors[key] = w.errors.get(key, 0) + 1
         return True
@@ -338,6 +377,7 @@ class WindowAggregator:
             if end + self._grace + self._retain <= now:
                 del self._windows[idx]
                 self._forgotten_below = max(self._forgotten_below, idx + 1)
+                self._keys_before, self._keys = self._keys, {}
         return taken
 
     def _copy_out(self, idx: int, w: _Window, taken: Taken) -> None:
@@ -353,12 +393,14 @@ class WindowAggregator:
                 acc.attempts_sum, acc.attempts_count, acc.churn, acc.lag_max,
                 acc.streams_opened, acc.stream_seconds, dict(acc.stream_resets),
             ))
-        requests, errors, labels = w.requests, w.errors, w.labels
-        taken.endpoint_rows.extend(
-            (start, key, requests.get(key, 0), errors.get(key, 0), labels[key])
-            for key in w.dirty_endpoints
-        )
-        w.dirty_endpoints = set()
+        if w.dirty_endpoints:
+            requests, errors, labels = w.requests, w.errors, w.labels
+            keys = list(w.dirty_endpoints)
+            taken.endpoint_columns.append(_EndpointColumns(
+                start, keys, [requests.get(k, 0) for k in keys],
+                [errors.get(k, 0) for k in keys], [labels[k] for k in keys],
+            ))
+            w.dirty_endpoints = set()
         w.dirty = False
 
     @property

@@ -200,14 +200,16 @@ class Store:
                 ))
             conn.executemany(UPSERT_WINDOW, rows)
             n = len(rows)
+            # A generator, not a list: each row is bound and dropped before the next is
+            # made, so thousands of rows never live at once (see `Taken.endpoint_windows`).
             conn.executemany(
                 "INSERT OR REPLACE INTO endpoint_windows VALUES (?, ?, ?, ?, ?, ?)",
-                [
+                (
                     (e.start, self._intern(conn, "path", e.path),
                      self._endpoint_id(conn, e.endpoint, e.labels),
                      self._intern(conn, "cohort", e.cohort), e.requests, e.errors)
                     for e in endpoint_windows
-                ],
+                ),
             )
         return n
 
