@@ -7,8 +7,10 @@ generation the number of collections and their pauses (p50, p99, max, total), ev
 collection longer than 5 ms with its time (so periodic stalls can be matched to the
 schedule lag), and a census of the old generation taken at the start of the
 `--gc-census`-th full collection: what the pauses walk, by type, with the coroutines and
-their counts. `--gc-young-census` adds the same for every young collection (how the
-~21 objects of grpc.aio's pending read per held stream were found).
+their counts. Every 30 s it samples the memory: RSS, Python's heap (blocks in use) and
+malloc's (in use, and free but kept), to tell a leak from fragmentation.
+`--gc-young-census` adds a census of every young collection (how the ~21 objects of
+grpc.aio's pending read per held stream were found).
 
 The long callbacks (`asyncio.Handle._run` timed; a task's step is named by its coroutine)
 say what else stops the loop besides the collector: a pause that is neither shows up as a
@@ -26,10 +28,13 @@ from __future__ import annotations
 import asyncio.events
 import atexit
 import collections
+import ctypes
 import gc
 import json
 import sys
+import threading
 import time
+import tracemalloc
 from typing import Any
 
 _started: list[float] = [0.0]
@@ -115,6 +120,46 @@ def _hook_for(census_at: int) -> Any:
     return hook
 
 
+_memory: list[dict[str, float]] = []
+_traced: list[tracemalloc.Snapshot] = []  # the first after the freeze, and the latest
+MEMORY_EVERY_S = 30.0
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _sample_memory() -> None:
+    # Where RSS growth is: Python's own heap (pymalloc blocks in use), or malloc's heap
+    # (in use vs. free but kept: fragmentation), e.g. grpc core's or SQLite's.
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+        mallinfo2.restype = _MallInfo2
+    except (OSError, AttributeError):
+        mallinfo2 = None
+    mib = 1024 * 1024
+    while True:
+        with open("/proc/self/status", encoding="ascii") as f:
+            status = dict(line.split(":", 1) for line in f)
+        row = {"t": time.monotonic(), "python_blocks": float(sys.getallocatedblocks())}
+        for key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+            row[f"{key}_mib"] = int(status[key].split()[0]) / 1024
+        if mallinfo2 is not None:
+            m = mallinfo2()
+            row.update(malloc_in_use_mib=(m.uordblks + m.hblkhd) / mib,
+                       malloc_free_kept_mib=m.fordblks / mib)
+        _memory.append(row)
+        if tracemalloc.is_tracing() and _frozen[0]:  # PYTHONTRACEMALLOC=N in the probe's env
+            snapshot = tracemalloc.take_snapshot()
+            if not _traced:
+                _traced.append(snapshot)
+            else:
+                _traced[1:] = [snapshot]
+        time.sleep(MEMORY_EVERY_S)
+
+
 def _summary() -> dict[str, Any]:
     out: dict[str, Any] = {"generations": {}, "long_pauses": [], "census": _census}
     for gen in (0, 1, 2):
@@ -141,6 +186,10 @@ def _summary() -> dict[str, Any]:
         "list": [{"t": round(t - start, 3), "ms": round(1000 * s, 2), "what": w}
                  for t, s, w in _slow[:500]],
     }
+    if len(_traced) == 2:
+        out["python_heap_growth"] = [
+            str(d) for d in _traced[1].compare_to(_traced[0], "traceback")[:15]]
+    out["memory"] = [dict(m, t=round(m["t"] - start, 1)) for m in _memory]
     out["young_census"] = [dict(y, t=round(y["t"] - start, 3)) for y in _young[:200]]
     return out
 
@@ -150,6 +199,7 @@ def install(path: str, census_at: int, young_census: bool = False) -> None:
 
     `young_census` also lists what each young collection walks (the first 200)."""
     _young_census[0] = young_census
+    threading.Thread(target=_sample_memory, name="gclog-memory", daemon=True).start()
     gc.callbacks.append(_hook_for(census_at))
     _time_callbacks()
     real_freeze = gc.freeze

@@ -290,7 +290,7 @@ class ProbeRunner:
         ms at 2,400 endpoints) after every 10 middle-generation ones, ~1.5 s apart; at 100
         it is every ~15 s, a pause that delays ~0.2 % of calls. (That was measured with
         aiohttp; the HTTP/1.1 transport now keeps nothing between calls.) The young
-        threshold follows the garbage the last young collection found: 5,000 while there
+        threshold follows the garbage the last young collection found: 50,000 while there
         is none, Python's 700 when failing calls make some.
 
         Frozen cyclic garbage is never collected: the one cycle seen (asyncio's socket

@@ -5,19 +5,20 @@ A young collection walks every tracked object born since the last one that is st
 alive, garbage or not. In a healthy steady state the probe makes no cyclic garbage
 (an answered HTTP/1.1 call leaves none; measured with `gc.DEBUG_SAVEALL`), so what a young
 collection walks is medium-lived state that is alive anyway: each held gRPC stream's
-pending read, renewed at every message. Python's default (a collection every 700 net
-allocations) then costs ~130 young and ~12 middle-generation collections per 30 s at
-2,400 endpoints × 1/s with 2,400 streams, 10–25 ms each, and that is the schedule lag's
-p99 (BENCHMARKS.md). At 5,000 the same load has ~6 young collections per 30 s and no
-middle ones.
+pending read (~19 objects of grpc.aio's, renewed at every message). At 2,400 streams with a
+message every 10 s that is ~45,000 objects whatever the threshold, 35–60 ms a collection
+(a census of the young generation, BENCHMARKS.md): the number of collections is what
+costs, not their size. Python's default (a collection every 700 net allocations) gave
+~130 young and ~12 middle-generation collections per 30 s; 5,000 gave one young
+collection per 10 s window; at 50,000 a 4-minute run had none after the warm-up.
 
 Failing calls do make garbage: each connection that ends in an error leaves asyncio's
 transport cycle (~14 objects) behind. At a large threshold a failure storm at 2,400
 endpoints would fill the young generation several times a second and every pause would
-walk 5,000 objects of it, exactly when the verdict matters. So the threshold follows what
+walk 50,000 objects of it, exactly when the verdict matters. So the threshold follows what
 the last young collection found: garbage in it (at least a quarter of the threshold) →
 `small`; none worth the name → `large`. The worst case is one large collection as a storm
-begins.
+begins (up to 50,000 objects of garbage beside the streams' ~45,000).
 
 The hook runs inside whatever allocation started the collection: it only reads the
 collection's numbers and sets the threshold, no lock and no allocation that matters.
@@ -33,7 +34,7 @@ from typing import Any
 __all__ = ["YOUNG_LARGE", "YOUNG_SMALL", "adaptive_young_threshold"]
 
 YOUNG_SMALL = 700  # Python's default
-YOUNG_LARGE = 5_000
+YOUNG_LARGE = 50_000
 
 
 @contextlib.contextmanager
