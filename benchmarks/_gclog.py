@@ -8,7 +8,9 @@ collection longer than 5 ms with its time (so periodic stalls can be matched to 
 schedule lag), and a census of the old generation taken at the start of the
 `--gc-census`-th full collection: what the pauses walk, by type, with the coroutines and
 their counts. Every 30 s it samples the memory: RSS, Python's heap (blocks in use) and
-malloc's (in use, and free but kept), to tell a leak from fragmentation.
+malloc's (in use, and free but kept), to tell a leak from fragmentation; with
+PYTHONTRACEMALLOC=N in the environment, also the Python heap's top growth by traceback
+(tracemalloc slows the probe several times over: a few hundred endpoints at most).
 `--gc-young-census` adds a census of every young collection (how the ~21 objects of
 grpc.aio's pending read per held stream were found).
 

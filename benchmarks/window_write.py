@@ -1,14 +1,16 @@
 """Window flush cost: what the runner's worker thread spends per 10 s window at N endpoints.
 
-Each window the runner builds the taken windows (`Taken.build()`: one `EndpointWindow` per
-endpoint per path) and writes them to SQLite in a worker thread. That thread holds the GIL
-while it runs Python, so every millisecond here is a millisecond the event loop waits for
-it at the switch interval: at 2,400 endpoints with a stream path beside the unary one,
-tens of milliseconds per window showed as the schedule lag's per-window maximum.
+Each window the runner takes the finished windows on the event loop (`take()`: counters
+copied into columns) and writes them to SQLite in a worker thread, the endpoint windows
+made one at a time as `Store.write()` binds them (`Taken.endpoint_windows()`). The thread
+holds the GIL while it runs Python, so every millisecond of the write is a millisecond the
+event loop may wait for it at the switch interval, and every millisecond of `take()` is
+the loop's own.
 
 Real code, no probe process: a `WindowAggregator` fed one ok call per endpoint and path per
-window, `take()`, then `build()` and `Store.write()` timed with `time.thread_time()` (CPU of
-this thread). The first window is reported apart (it interns every endpoint's labels).
+window; `take()`, then the path windows' build and the write, timed with
+`time.thread_time()` (CPU of this thread). The first window is reported apart (it interns
+every endpoint's labels).
 
     .venv/bin/python benchmarks/window_write.py                 # 2,400 endpoints, 2 paths
     .venv/bin/python benchmarks/window_write.py --endpoints 600 --windows 20
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.endpoints)
     ]
     paths = [f"path-{p}" for p in range(args.paths)]
-    build_ms: list[float] = []
+    take_ms: list[float] = []
     write_ms: list[float] = []
     rows = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,24 +66,23 @@ def main(argv: list[str] | None = None) -> int:
                 for path in paths:
                     agg.add(CallResult(path, e.name, cohort, t + 1.0, 0.001, 0.0,
                                        CallOutcome(Outcome.OK)), e.labels)
-            taken = agg.take(t + 12.0)
             c0 = time.thread_time()
-            path_windows, endpoint_windows = taken.build()
+            taken = agg.take(t + 12.0)
             c1 = time.thread_time()
-            store.write(path_windows, endpoint_windows)
+            store.write(taken.path_windows(), taken.endpoint_windows())
             c2 = time.thread_time()
-            rows = len(endpoint_windows)
-            build_ms.append(1000 * (c1 - c0))
+            rows = sum(len(c.keys) for c in taken.endpoint_columns)
+            take_ms.append(1000 * (c1 - c0))
             write_ms.append(1000 * (c2 - c1))
         store.close()
     cmd = "benchmarks/window_write.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"## window flush: {cmd.strip()}\n")
-    print("| endpoint rows per window | windows | first: build / write ms | "
-          "later, median: build / write ms | later, max: build / write ms |")
+    print("| endpoint rows per window | windows | first: take / write ms | "
+          "later, median: take / write ms | later, max: take / write ms |")
     print("|---|---|---|---|---|")
-    print(f"| {rows:,} | {windows} | {build_ms[0]:.1f} / {write_ms[0]:.1f} | "
-          f"{statistics.median(build_ms[1:]):.1f} / {statistics.median(write_ms[1:]):.1f} | "
-          f"{max(build_ms[1:]):.1f} / {max(write_ms[1:]):.1f} |")
+    print(f"| {rows:,} | {windows} | {take_ms[0]:.1f} / {write_ms[0]:.1f} | "
+          f"{statistics.median(take_ms[1:]):.1f} / {statistics.median(write_ms[1:]):.1f} | "
+          f"{max(take_ms[1:]):.1f} / {max(write_ms[1:]):.1f} |")
     return 0
 
 

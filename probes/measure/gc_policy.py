@@ -10,7 +10,7 @@ message every 10 s that is ~45,000 objects whatever the threshold, 35–60 ms a 
 (a census of the young generation, BENCHMARKS.md): the number of collections is what
 costs, not their size. Python's default (a collection every 700 net allocations) gave
 ~130 young and ~12 middle-generation collections per 30 s; 5,000 gave one young
-collection per 10 s window; at 50,000 a 4-minute run had none after the warm-up.
+collection per 10 s window; at 50,000 a 30-minute run had none after the warm-up.
 
 Failing calls do make garbage: each connection that ends in an error leaves asyncio's
 transport cycle (~14 objects) behind. At a large threshold a failure storm at 2,400
