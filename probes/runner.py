@@ -41,7 +41,6 @@ from probes.inventory import SkewMetrics, inventory_rows, report_from_pods
 from probes.inventory_cli import CONTROL_PLANE_EVENT
 from probes.measure.gc_pauses import watch_gc_pauses
 from probes.measure.gc_policy import adaptive_young_threshold
-from probes.measure.heap import release_free_heap
 from probes.measure.overload import OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import Taken, WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
@@ -391,7 +390,6 @@ class ProbeRunner:
                     self.store.write_events(evs)
                 written += pws
                 self._pending.popleft()
-            release_free_heap()  # once a window: see probes.measure.heap
         except StoreError as exc:
             log.error("store write failed, %d windows kept for retry: %s",
                       sum(len(p[0]) for p in self._pending), exc)
