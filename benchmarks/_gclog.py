@@ -11,7 +11,7 @@ their counts. Every 30 s it samples the memory: RSS, Python's heap (blocks in us
 malloc's (in use, and free but kept), to tell a leak from fragmentation; with
 PYTHONTRACEMALLOC=N in the environment, also the Python heap's top growth by traceback
 (tracemalloc slows the probe several times over: a few hundred endpoints at most).
-`--gc-young-census` adds a census of every young collection (how the ~21 objects of
+`--gc-young-census` adds a census of every young collection (how the ~19 objects of
 grpc.aio's pending read per held stream were found).
 
 The long callbacks (`asyncio.Handle._run` timed; a task's step is named by its coroutine)
