@@ -7,12 +7,13 @@ generation the number of collections and their pauses (p50, p99, max, total), ev
 collection longer than 5 ms with its time (so periodic stalls can be matched to the
 schedule lag), and a census of the old generation taken at the start of the
 `--gc-census`-th full collection: what the pauses walk, by type, with the coroutines and
-their counts. Every 30 s it samples the memory: RSS, Python's heap (blocks in use) and
-malloc's (in use, and free but kept), to tell a leak from fragmentation; with
-PYTHONTRACEMALLOC=N in the environment, also the Python heap's top growth by traceback
-(tracemalloc slows the probe several times over: a few hundred endpoints at most).
-`--gc-young-census` adds a census of every young collection (how the ~19 objects of
-grpc.aio's pending read per held stream were found).
+their counts. Every 30 s it samples the memory: RSS, Python's heap (blocks in use,
+pymalloc's arenas and the bytes live in them) and malloc's (in use, and free but kept), to
+tell a leak from fragmentation; with PYTHONTRACEMALLOC=N in the environment, also the
+Python heap's top growth by traceback (tracemalloc slows the probe several times over: a
+few hundred endpoints at most). `--gc-young-census` adds a census of every young
+collection (how the ~19 objects of grpc.aio's pending read per held stream were found);
+`--heap-census` one count of the whole Python heap by type and size, ~60 s in.
 
 The long callbacks (`asyncio.Handle._run` timed; a task's step is named by its coroutine)
 say what else stops the loop besides the collector: a pause that is neither shows up as a
@@ -27,13 +28,16 @@ was itself the pause being measured.
 
 from __future__ import annotations
 
+import asyncio
 import asyncio.events
 import atexit
 import collections
 import ctypes
 import gc
 import json
+import os
 import sys
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -122,6 +126,55 @@ def _hook_for(census_at: int) -> Any:
     return hook
 
 
+_heap_census: list[bool] = [False]
+_heap: dict[str, Any] = {}
+
+
+def _census_heap() -> None:
+    # The whole Python heap by type: every tracked object (frozen ones included, by
+    # unfreezing for the count) and the untracked ones they hold (str, bytes, int, float),
+    # with sys.getsizeof bytes, to say what the ~1 M blocks at 2,400 endpoints are.
+    # From the sampler thread: the loop is stopped for the seconds this takes, once.
+    real_freeze = getattr(gc.freeze, "__wrapped__", gc.freeze)
+    getattr(gc.unfreeze, "__wrapped__", gc.unfreeze)()  # not the runner's: stay "frozen"
+    try:
+        tracked = gc.get_objects()
+    finally:
+        real_freeze()
+    seen = {id(o) for o in tracked}
+    sizes: collections.Counter[str] = collections.Counter()
+    counts: collections.Counter[str] = collections.Counter()
+    for o in tracked:
+        name = f"{type(o).__module__}.{type(o).__qualname__}"
+        counts[name] += 1
+        sizes[name] += sys.getsizeof(o)
+    untracked = 0
+    for o in tracked:
+        for r in gc.get_referents(o):
+            if id(r) not in seen and not gc.is_tracked(r):
+                seen.add(id(r))
+                untracked += 1
+                name = f"untracked {type(r).__qualname__}"
+                counts[name] += 1
+                sizes[name] += sys.getsizeof(r)
+    coroutines = collections.Counter(
+        getattr(o, "__qualname__", "?") for o in tracked
+        if type(o).__name__ in ("coroutine", "async_generator"))
+    tasks = collections.Counter(
+        getattr(o.get_coro(), "__qualname__", "?") for o in tracked
+        if isinstance(o, asyncio.Task))
+    del tracked
+    _heap.update(
+        coroutines=coroutines.most_common(25),
+        tasks=tasks.most_common(15),
+        t=time.monotonic(),
+        tracked=len(seen) - untracked,
+        untracked=untracked,
+        mib=round(sum(sizes.values()) / 2**20, 1),
+        by_size=[(k, counts[k], round(v / 2**20, 2)) for k, v in sizes.most_common(40)],
+    )
+
+
 _memory: list[dict[str, float]] = []
 _traced: list[tracemalloc.Snapshot] = []  # the first after the freeze, and the latest
 MEMORY_EVERY_S = 30.0
@@ -131,6 +184,34 @@ class _MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
         "fordblks", "keepcost")]
+
+
+def _pymalloc_stats() -> dict[str, float]:
+    # Python's own allocator: arenas held vs. bytes in live blocks (fragmentation inside
+    # pymalloc, which neither mallinfo nor the block count shows). sys._debugmallocstats
+    # writes to C's stderr, so fd 2 is pointed at a file for the call (under a millisecond;
+    # a probe log line written in that instant would be lost with it).
+    with tempfile.TemporaryFile() as caught:
+        saved = os.dup(2)
+        os.dup2(caught.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        text = caught.read().decode("utf-8", "replace")
+    wanted = {"# arenas allocated current": "pymalloc_arenas",
+              "# bytes in allocated blocks": "pymalloc_live_mib",
+              "# bytes in available blocks": "pymalloc_free_blocks_mib"}
+    row: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        name = wanted.get(key.strip())
+        if name is not None:
+            number = float(value.strip().replace(",", ""))
+            row[name] = number if name == "pymalloc_arenas" else number / 2**20
+    return row
 
 
 def _sample_memory() -> None:
@@ -145,7 +226,8 @@ def _sample_memory() -> None:
     while True:
         with open("/proc/self/status", encoding="ascii") as f:
             status = dict(line.split(":", 1) for line in f)
-        row = {"t": time.monotonic(), "python_blocks": float(sys.getallocatedblocks())}
+        row = {"t": time.monotonic(), "python_blocks": float(sys.getallocatedblocks()),
+               **_pymalloc_stats()}
         for key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
             row[f"{key}_mib"] = int(status[key].split()[0]) / 1024
         if mallinfo2 is not None:
@@ -153,6 +235,8 @@ def _sample_memory() -> None:
             row.update(malloc_in_use_mib=(m.uordblks + m.hblkhd) / mib,
                        malloc_free_kept_mib=m.fordblks / mib)
         _memory.append(row)
+        if _heap_census[0] and not _heap and _frozen[0] and len(_memory) >= 3:
+            _census_heap()
         if tracemalloc.is_tracing() and _frozen[0]:  # PYTHONTRACEMALLOC=N in the probe's env
             snapshot = tracemalloc.take_snapshot()
             if not _traced:
@@ -192,15 +276,19 @@ def _summary() -> dict[str, Any]:
         out["python_heap_growth"] = [
             str(d) for d in _traced[1].compare_to(_traced[0], "traceback")[:15]]
     out["memory"] = [dict(m, t=round(m["t"] - start, 1)) for m in _memory]
+    if _heap:
+        out["heap_census"] = dict(_heap, t=round(_heap["t"] - start, 1))
     out["young_census"] = [dict(y, t=round(y["t"] - start, 3)) for y in _young[:200]]
     return out
 
 
-def install(path: str, census_at: int, young_census: bool = False) -> None:
+def install(path: str, census_at: int, extra: str = "-") -> None:
     """Log every collection after the freeze; write the summary to `path` at exit.
 
-    `young_census` also lists what each young collection walks (the first 200)."""
-    _young_census[0] = young_census
+    `extra` "young" also lists what each young collection walks (the first 200); "heap"
+    counts the whole Python heap by type once, at the third memory sample (~60 s in)."""
+    _young_census[0] = extra == "young"
+    _heap_census[0] = extra == "heap"
     threading.Thread(target=_sample_memory, name="gclog-memory", daemon=True).start()
     gc.callbacks.append(_hook_for(census_at))
     _time_callbacks()
@@ -210,6 +298,8 @@ def install(path: str, census_at: int, young_census: bool = False) -> None:
         real_freeze()
         _frozen[0] = True
 
+    freeze.__wrapped__ = real_freeze  # type: ignore[attr-defined]
+
     gc.freeze = freeze
     real_unfreeze = gc.unfreeze
 
@@ -217,6 +307,7 @@ def install(path: str, census_at: int, young_census: bool = False) -> None:
         _frozen[0] = False
         real_unfreeze()
 
+    unfreeze.__wrapped__ = real_unfreeze  # type: ignore[attr-defined]
     gc.unfreeze = unfreeze
 
     def write() -> None:
@@ -226,8 +317,8 @@ def install(path: str, census_at: int, young_census: bool = False) -> None:
     atexit.register(write)
 
 
-if __name__ == "__main__":  # python _gclog.py FILE CENSUS_AT young|- -- skewprobe args...
-    install(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "young")
+if __name__ == "__main__":  # python _gclog.py FILE CENSUS_AT young|heap|- -- skewprobe args...
+    install(sys.argv[1], int(sys.argv[2]), sys.argv[3])
     from probes.cli import main
 
     sys.exit(main(sys.argv[5:]))

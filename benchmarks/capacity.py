@@ -110,8 +110,8 @@ def _probe_launcher(args: argparse.Namespace) -> list[str]:
         # The product unchanged, with a gc.callbacks hook (benchmarks/_gclog.py) that logs
         # every collection after the warm-up's freeze.
         gclog = Path(__file__).with_name("_gclog.py")
-        young = "young" if args.gc_young_census else "-"
-        return [h.PYTHON, str(gclog), args.gc_log, str(args.gc_census), young, "--"]
+        extra = "young" if args.gc_young_census else "heap" if args.heap_census else "-"
+        return [h.PYTHON, str(gclog), args.gc_log, str(args.gc_census), extra, "--"]
     if not args.gc_experiment:
         return h.skewprobe_cmd()
     t0, t1, t2 = (int(x) for x in args.gc_experiment.split(","))
@@ -410,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gc-young-census", action="store_true",
                     help="with --gc-log: also list what each young collection walks, by type"
                          " (costly: for finding what fills the young generation)")
+    ap.add_argument("--heap-census", action="store_true",
+                    help="with --gc-log: count the whole Python heap by type and size once,"
+                         " ~60 s after the freeze (stops the probe for seconds, once)")
     ap.add_argument("--profile", metavar="FILE",
                     help="sample the probe with py-spy over the measured interval; write its"
                          " collapsed stacks to FILE and print the top costs (the sampler"

@@ -5,8 +5,10 @@ its memory at 2,400 endpoints is mostly per-channel. This measures that floor wi
 probe around it: the fleet (`python -m targets.fleet`, one core) serves `Subscribe`; a
 child process (the other core) opens one channel and one server stream per pod with
 grpc.aio directly, reads the messages, and after a settle time reports its RSS, the
-Python objects the GC tracks and the CPU it used. Each variant of channel options (and
-of glibc's malloc arenas) runs in a fresh child, so the figures are comparable.
+Python objects the GC tracks and the CPU it used; malloc's bytes in use (grpc core's share)
+and Python's allocated blocks (the Python side's) split the figure. Each variant of
+channel options (and of glibc's malloc arenas, the resolver and the target scheme) runs in
+a fresh child, so the figures are comparable.
 
     .venv/bin/python benchmarks/stream_memory.py                 # 2,400 streams, all variants
     .venv/bin/python benchmarks/stream_memory.py --pods 600 --variants default
@@ -43,18 +45,29 @@ VARIANTS: dict[str, tuple[list[tuple[str, str | int]], dict[str, str]]] = {
     "small flow-control window": ([*_BASE, *_SMALL_WINDOW], {}),
     "no HPACK tables": ([*_BASE, *_NO_HPACK], {}),
     "MALLOC_ARENA_MAX=2": (_BASE, {"MALLOC_ARENA_MAX": "2"}),
+    # The probe turns channelz off (probes/clients/_grpc.py); this is grpc's default.
+    "channelz on": ([o for o in _BASE if o[0] != "grpc.enable_channelz"], {}),
+    "small write buffer": ([*_BASE, ("grpc.http2.write_buffer_size", 4096)], {}),
+    "ipv4: target (no DNS resolver)": (_BASE, {"STREAM_MEMORY_SCHEME": "ipv4:"}),
+    "native DNS resolver": (_BASE, {"GRPC_DNS_RESOLVER": "native"}),
 }
 
 # The child: hold one stream per endpoint, then report (stdout, one JSON line).
 _HOLDER = """
-import asyncio, gc, json, os, sys, time
+import asyncio, ctypes, gc, json, os, sys, time
 import grpc.aio
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
+                "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = MallInfo2
 from targets.proto import target_pb2
 endpoints, options, settle = json.loads(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3])
 request = target_pb2.SubscribeRequest(interval_ms=10000).SerializeToString()
 opened = []
 async def hold(address):
-    channel = grpc.aio.insecure_channel(address, options=[tuple(o) for o in options])
+    target = os.environ.get("STREAM_MEMORY_SCHEME", "") + address
+    channel = grpc.aio.insecure_channel(target, options=[tuple(o) for o in options])
     call = channel.unary_stream("/skewprobe.target.v1.Target/Subscribe")(request)
     await call.initial_metadata()
     opened.append(address)
@@ -64,7 +77,10 @@ async def main():
     tasks = [asyncio.create_task(hold(a)) for a in endpoints]
     await asyncio.sleep(settle)
     rss = int(open(f"/proc/{os.getpid()}/status").read().split("VmRSS:")[1].split()[0])
+    m = mallinfo2()
     print(json.dumps({"opened": len(opened), "rss_kib": rss, "tracked": len(gc.get_objects()),
+                      "malloc_kib": (m.uordblks + m.hblkhd) // 1024,
+                      "blocks": sys.getallocatedblocks(),
                       "cpu_s": time.process_time()}), flush=True)
     os._exit(0)
 asyncio.run(main())
@@ -116,14 +132,18 @@ def main() -> int:
             one = _hold(addresses[:1], "default", args)
             for variant in variants:
                 r = _hold(addresses, variant, args)
-                per_stream = (r["rss_kib"] - one["rss_kib"]) / max(1, len(addresses) - 1)
+                others = max(1, len(addresses) - 1)
+                per_stream = (r["rss_kib"] - one["rss_kib"]) / others
                 rows.append([variant, f"{r['opened']:,}", f"{r['rss_kib'] / 1024:.0f}",
                              f"{per_stream:.1f}",
-                             f"{(r['tracked'] - one['tracked']) / max(1, len(addresses) - 1):.0f}",
+                             f"{(r['malloc_kib'] - one['malloc_kib']) / others:.1f}",
+                             f"{(r['blocks'] - one['blocks']) / others:.0f}",
+                             f"{(r['tracked'] - one['tracked']) / others:.0f}",
                              f"{r['cpu_s']:.1f}"])
     print(f"## stream memory: {len(addresses):,} grpc.aio streams, one channel each "
           f"(1 stream: {one['rss_kib'] / 1024:.0f} MiB, {one['tracked']:,} tracked objects)\n")
     print(h.md_table(["variant", "streams open", "RSS MiB", "KiB per stream",
+                      "malloc KiB per stream", "Python blocks per stream",
                       "GC-tracked objects per stream", "CPU s (start-up included)"], rows))
     return 0
 

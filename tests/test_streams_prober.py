@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -134,6 +135,27 @@ async def test_subscribe_streams_are_held_measured_and_closed_without_leaks():
     leftovers = [t for t in asyncio.all_tasks() if t is not current
                  and t.get_name().startswith(("stream ", "feed@"))]
     assert leftovers == []
+
+
+async def test_a_held_stream_keeps_one_task_of_the_probers_own_and_no_finished_ones():
+    """Slots run on callbacks and the open's headers task is dropped once read: at 2,400
+    held streams a waiting task per slot, and a finished task kept per stream, were
+    megabytes (BENCHMARKS.md, "Memory")."""
+    sink = ListSink()
+    prober = StreamProber([subscribe_path(3)], sink, policy=FAST)
+    async with (
+        TargetServer(VersionProfile("1.20.3"), pod="pod-0") as server,
+        holding(prober, subscribe_path(3), endpoint_of(server)) as hold,
+    ):
+        await sink.wait(lambda s: len(s.opened) == 3 and len(s.gaps) >= 6)
+        ours = [t.get_coro().__qualname__ for t in asyncio.all_tasks()
+                if t is not hold and t.get_coro().__qualname__.startswith("StreamProber.")]
+        assert sorted(ours) == ["StreamProber._run"] * 3
+        gc.collect()
+        kept = [o for o in gc.get_objects() if isinstance(o, asyncio.Task) and o.done()
+                and getattr(o.get_coro(), "__qualname__", "") == "Call.initial_metadata"]
+        assert kept == []
+        assert server.open_streams == 3
 
 
 @pytest.mark.parametrize(("code", "reason"), [

@@ -46,6 +46,16 @@ class EndpointPool(Generic[C]):
 
     @contextlib.asynccontextmanager
     async def use(self, endpoint: Endpoint) -> AsyncIterator[Lease[C]]:
+        lease = self.acquire(endpoint)
+        try:
+            yield lease
+        finally:
+            self.release(lease)
+
+    def acquire(self, endpoint: Endpoint) -> Lease[C]:
+        """The endpoint's client, counted as in use until `release`: `use` without the
+        context manager, for a holder that keeps a lease for hours (a held stream), where
+        the manager's generator and frame would be kept alive per stream."""
         if self._closed:
             raise RuntimeError("prober is closed")
         lease = self._leases.get(endpoint.key)
@@ -53,12 +63,12 @@ class EndpointPool(Generic[C]):
             lease = Lease(endpoint.key, self._create(endpoint))
             self._leases[endpoint.key] = lease
         lease.in_flight += 1
-        try:
-            yield lease
-        finally:
-            lease.in_flight -= 1
-            if lease.retired and lease.in_flight == 0:
-                self._close_soon(lease)
+        return lease
+
+    def release(self, lease: Lease[C]) -> None:
+        lease.in_flight -= 1
+        if lease.retired and lease.in_flight == 0:
+            self._close_soon(lease)
 
     def retire(self, lease: Lease[C]) -> None:
         """Stop handing this client out; close it once its calls are done."""

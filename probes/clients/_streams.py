@@ -152,6 +152,64 @@ class _Stream:
         raise AssertionError("unreachable: rank <= total")
 
 
+class _Slot:
+    """One of a (path, endpoint)'s K slots: open a stream, read it to the end, back off,
+    open the next. Driven by the stream task's done callback and a timer rather than a task
+    of its own: at 2,400 held streams a waiting task per slot (with its asyncio.wait) cost
+    more memory than the stream's Python side needs (BENCHMARKS.md, "Memory")."""
+
+    __slots__ = ("cohort", "conf", "endpoint", "failures", "index", "prober", "released",
+                 "stream", "timer")
+
+    def __init__(self, prober: StreamProber, conf: _PathConf, endpoint: Endpoint,
+                 cohort: str, index: int) -> None:
+        self.prober = prober
+        self.conf = conf
+        self.endpoint = endpoint
+        self.cohort = cohort
+        self.index = index
+        self.failures = 0
+        self.released = False
+        self.stream: _Stream | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def open_after(self, delay: float) -> None:
+        self.timer = asyncio.get_running_loop().call_later(delay, self._open)
+
+    def _open(self) -> None:
+        self.timer = None
+        if self.released or self.prober._closed:
+            return
+        stream = self.prober._start(self.conf, self.endpoint, self.cohort, self.index)
+        self.stream = stream
+        assert stream.task is not None
+        stream.task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[StreamEnd]) -> None:
+        self.stream = None
+        if self.released or self.prober._closed or task.cancelled():
+            return
+        end = task.result()
+        policy = self.prober._policy
+        healthy = end.established and (end.messages > 0 or end.lifetime_s >= policy.stable_s)
+        self.failures = 0 if healthy else self.failures + 1
+        self.open_after(policy.backoff(self.failures, self.prober._rng))
+
+    def release(self) -> None:
+        """The endpoint left (or the probe stops): open no more; an open stream lingers,
+        one still opening is stopped (never open a removed endpoint)."""
+        self.released = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        stream = self.stream
+        if stream is not None:
+            if stream.opened is None:
+                self.prober._stop(stream, EndReason.CLIENT_STOPPED)
+            else:
+                self.prober._linger(stream)
+
+
 class StreamProber:
     """Holds the long-lived streams of every stream path (the engine's `StreamHolder`)."""
 
@@ -172,6 +230,7 @@ class StreamProber:
         self._pools: dict[str, EndpointPool[_Client]] = {}
         self._live: set[_Stream] = set()
         self._tasks: set[asyncio.Task[StreamEnd]] = set()
+        self._holding: set[asyncio.Future[None]] = set()
         self._closed = False
         for path in paths:
             if path.stream is not None:
@@ -190,17 +249,19 @@ class StreamProber:
         except LookupError as exc:
             log.warning("stream path %s cannot run on %s: %s", conf.name, endpoint.name, exc)
             return
-        slots = [
-            asyncio.create_task(self._slot(conf, endpoint, cohort, i),
-                                name=f"{conf.name}@{endpoint.name}#{i}")
-            for i in range(max(1, conf.spec.per_endpoint))
-        ]
+        loop = asyncio.get_running_loop()
+        slots = [_Slot(self, conf, endpoint, cohort, i)
+                 for i in range(max(1, conf.spec.per_endpoint))]
+        for slot in slots:
+            slot.open_after(self._rng.uniform(0.0, self._policy.open_spread_s))
+        until_closed = loop.create_future()
+        self._holding.add(until_closed)
         try:
-            await asyncio.gather(*slots)
+            await until_closed
         finally:
-            for task in slots:
-                task.cancel()
-            await asyncio.gather(*slots, return_exceptions=True)
+            self._holding.discard(until_closed)
+            for slot in slots:
+                slot.release()
             # Closed once its lingering streams have ended.
             self._pools[conf.name].forget(endpoint)
 
@@ -240,43 +301,16 @@ class StreamProber:
     async def aclose(self) -> None:
         """Close every stream now (`client_stopped`) and every channel."""
         self._closed = True
+        for until_closed in self._holding:
+            if not until_closed.done():
+                until_closed.set_result(None)
         for stream in list(self._live):
             self._stop(stream, EndReason.CLIENT_STOPPED)
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(pool.aclose() for pool in self._pools.values()))
 
-    # -- one slot: open, read to the end, back off, again ----------------------------------
-
-    async def _slot(self, conf: _PathConf, endpoint: Endpoint, cohort: str, slot: int) -> None:
-        policy = self._policy
-        failures = 0
-        delay = self._rng.uniform(0.0, policy.open_spread_s)
-        stream: _Stream | None = None
-        try:
-            while not self._closed:
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                if self._closed:
-                    return
-                stream = self._start(conf, endpoint, cohort, slot)
-                assert stream.task is not None
-                # asyncio.wait, not await: cancelling this slot must not cut the stream.
-                await asyncio.wait({stream.task})
-                end = stream.task.result()
-                stream = None
-                healthy = end.established and (
-                    end.messages > 0 or end.lifetime_s >= policy.stable_s
-                )
-                failures = 0 if healthy else failures + 1
-                delay = policy.backoff(failures, self._rng)
-        except asyncio.CancelledError:
-            if stream is not None:
-                if stream.opened is None:
-                    self._stop(stream, EndReason.CLIENT_STOPPED)  # never open a removed one
-                else:
-                    self._linger(stream)
-            raise
+    # -- one stream ------------------------------------------------------------------------
 
     def _start(self, conf: _PathConf, endpoint: Endpoint, cohort: str, slot: int) -> _Stream:
         loop = asyncio.get_running_loop()
@@ -301,17 +335,19 @@ class StreamProber:
         stream.stop_reason = reason
         stream.task.cancel()
 
-    # -- one stream ------------------------------------------------------------------------
-
     async def _run(self, stream: _Stream) -> StreamEnd:
         conf = stream.conf
         call: grpc.aio.UnaryStreamCall | None = None
+        pool = self._pools[conf.name]
         try:
-            async with self._pools[conf.name].use(stream.endpoint) as lease:
+            lease = pool.acquire(stream.endpoint)
+            try:
                 channel, method = lease.client
                 metadata = (*conf.metadata, ("x-request-id", uuid.uuid4().hex))
                 call = method(conf.request, metadata=metadata, wait_for_ready=False)
                 return await self._drive(stream, channel, call)
+            finally:
+                pool.release(lease)
         except asyncio.CancelledError:
             if call is not None:
                 call.cancel()
@@ -330,26 +366,10 @@ class StreamProber:
     ) -> StreamEnd:
         conf = stream.conf
         loop = asyncio.get_running_loop()
-        headers = asyncio.ensure_future(call.initial_metadata())
-        headers.add_done_callback(_retrieve)
-        await asyncio.wait({headers}, timeout=conf.open_timeout_s)
-        if call.done():
-            code = await call.code()
-            if code is not grpc.StatusCode.OK:  # failed before it opened (trailers-only)
-                return await self._ended(stream, call, established=False)
-        elif not headers.done():
-            state = channel.get_state(try_to_connect=False)
-            if state is not grpc.ChannelConnectivity.READY:
-                call.cancel()
-                return self._finish(
-                    stream, EndReason.REFUSED, "",
-                    f"no connection within {conf.open_timeout_s:g}s (channel {state.name})",
-                )
-            # Connected and the server took the stream; it just sends no headers yet.
-        cohort = stream.cohort
-        if conf.cohort_key and headers.done() and not headers.cancelled():
-            cohort = _lookup(conf.cohort_key, headers.result()) or cohort
-        self._opened(stream, cohort, loop.time())
+        opened = await self._open(stream, channel, call)
+        if isinstance(opened, StreamEnd):
+            return opened
+        self._opened(stream, opened, loop.time())
         rotate_at = None
         if conf.spec.max_lifetime_s:
             rotate_at = loop.time() + conf.spec.max_lifetime_s * self._rng.uniform(0.9, 1.0)
@@ -367,6 +387,33 @@ class StreamProber:
         except grpc.aio.AioRpcError:
             pass  # the status is read below, as for an orderly end
         return await self._ended(stream, call, established=True)
+
+    async def _open(
+        self, stream: _Stream, channel: grpc.aio.Channel, call: grpc.aio.UnaryStreamCall
+    ) -> str | StreamEnd:
+        """Wait for the response headers (or the open timeout): the stream's cohort, or how
+        it ended before it opened. Its own frame, so the headers task is not kept for the
+        stream's hours-long life."""
+        conf = stream.conf
+        headers = asyncio.ensure_future(call.initial_metadata())
+        headers.add_done_callback(_retrieve)
+        await asyncio.wait({headers}, timeout=conf.open_timeout_s)
+        if call.done():
+            code = await call.code()
+            if code is not grpc.StatusCode.OK:  # failed before it opened (trailers-only)
+                return await self._ended(stream, call, established=False)
+        elif not headers.done():
+            state = channel.get_state(try_to_connect=False)
+            if state is not grpc.ChannelConnectivity.READY:
+                call.cancel()
+                return self._finish(
+                    stream, EndReason.REFUSED, "",
+                    f"no connection within {conf.open_timeout_s:g}s (channel {state.name})",
+                )
+            # Connected and the server took the stream; it just sends no headers yet.
+        if conf.cohort_key and headers.done() and not headers.cancelled():
+            return _lookup(conf.cohort_key, headers.result()) or stream.cohort
+        return stream.cohort
 
     def _opened(self, stream: _Stream, cohort: str, now: float) -> None:
         stream.cohort = cohort
