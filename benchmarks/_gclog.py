@@ -206,6 +206,8 @@ def _pymalloc_stats() -> dict[str, float]:
               "# bytes in available blocks": "pymalloc_free_blocks_mib"}
     row: dict[str, float] = {}
     for line in text.splitlines():
+        if "unused pools *" in line:  # pools free in held arenas (never used, or emptied)
+            row["pymalloc_unused_pools_mib"] = float(line.split()[0]) * 16384 / 2**20
         key, _, value = line.partition("=")
         name = wanted.get(key.strip())
         if name is not None:
