@@ -12,6 +12,11 @@ a fresh child, so the figures are comparable.
 
     .venv/bin/python benchmarks/stream_memory.py                 # 2,400 streams, all variants
     .venv/bin/python benchmarks/stream_memory.py --pods 600 --variants default
+    .venv/bin/python benchmarks/stream_memory.py --pods 300 --heaptrack   # who allocates
+
+`--heaptrack` runs the probe's variant under heaptrack with one stream and with all, and
+prints what each further stream keeps allocated in malloc, by owner and size
+(`_heaptrack.py`): grpc core's share, which no channel option above moved.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _harness as h
+import _heaptrack
 
 from probes._spec import GrpcSpec
 from probes.clients._grpc import _channel_options
@@ -39,6 +45,7 @@ _SMALL_READS = [("grpc.experimental.tcp_read_chunk_size", 1024),
 _SMALL_WINDOW = [("grpc.http2.lookahead_bytes", 4096), ("grpc.http2.bdp_probe", 0)]
 _NO_HPACK = [("grpc.http2.hpack_table_size.decoder", 0),
              ("grpc.http2.hpack_table_size.encoder", 0)]
+_CHANNELZ_ON = [o for o in _BASE if o[0] != "grpc.enable_channelz"]
 VARIANTS: dict[str, tuple[list[tuple[str, str | int]], dict[str, str]]] = {
     "default": (_BASE, {}),
     "small read chunks": ([*_BASE, *_SMALL_READS], {}),
@@ -46,7 +53,9 @@ VARIANTS: dict[str, tuple[list[tuple[str, str | int]], dict[str, str]]] = {
     "no HPACK tables": ([*_BASE, *_NO_HPACK], {}),
     "MALLOC_ARENA_MAX=2": (_BASE, {"MALLOC_ARENA_MAX": "2"}),
     # The probe turns channelz off (probes/clients/_grpc.py); this is grpc's default.
-    "channelz on": ([o for o in _BASE if o[0] != "grpc.enable_channelz"], {}),
+    "channelz on": (_CHANNELZ_ON, {}),
+    "channelz on + trace memory 0": (
+        [*_CHANNELZ_ON, ("grpc.max_channel_trace_event_memory_per_node", 0)], {}),
     "small write buffer": ([*_BASE, ("grpc.http2.write_buffer_size", 4096)], {}),
     "ipv4: target (no DNS resolver)": (_BASE, {"STREAM_MEMORY_SCHEME": "ipv4:"}),
     "native DNS resolver": (_BASE, {"GRPC_DNS_RESOLVER": "native"}),
@@ -62,7 +71,9 @@ class MallInfo2(ctypes.Structure):
 mallinfo2 = ctypes.CDLL(None).mallinfo2
 mallinfo2.restype = MallInfo2
 from targets.proto import target_pb2
-endpoints, options, settle = json.loads(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3])
+listed = sys.argv[1]
+endpoints = json.loads(open(listed[1:]).read() if listed.startswith("@") else listed)
+options, settle = json.loads(sys.argv[2]), float(sys.argv[3])
 request = target_pb2.SubscribeRequest(interval_ms=10000).SerializeToString()
 opened = []
 async def hold(address):
@@ -92,15 +103,48 @@ def _grpc_addresses(endpoints_file: Path) -> list[str]:
     return [f"{e['address'].rpartition(':')[0]}:{e['ports']['grpc']}" for e in doc["endpoints"]]
 
 
-def _hold(addresses: list[str], variant: str, args: argparse.Namespace) -> dict[str, float]:
+def _hold(addresses: list[str], variant: str, args: argparse.Namespace,
+          heaptrack: Path | None = None) -> dict[str, float]:
     options, env = VARIANTS[variant]
-    cmd = h.pinned(args.probe_core, [h.PYTHON, "-c", _HOLDER, json.dumps(addresses),
-                                     json.dumps(options), str(args.settle)])
+    holder, endpoints = ["-c", _HOLDER], json.dumps(addresses)
+    if heaptrack is not None:
+        # Files, not -c and a long argument: heaptrack keeps the command line as one line
+        # of its data, and a long one left the recording empty.
+        script, listed = heaptrack.with_suffix(".py"), heaptrack.with_suffix(".json")
+        script.write_text(_HOLDER, encoding="utf-8")
+        listed.write_text(endpoints, encoding="utf-8")
+        holder, endpoints = [str(script)], f"@{listed}"
+    cmd = [h.PYTHON, *holder, endpoints, json.dumps(options), str(args.settle)]
+    if heaptrack is not None:
+        cmd = ["heaptrack", "-o", str(heaptrack), *cmd]
+    cmd = h.pinned(args.probe_core, cmd)
     done = subprocess.run(cmd, cwd=h.REPO, env={**os.environ, **env}, capture_output=True,
                           text=True, timeout=args.settle + 120, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"holder ({variant}) exited {done.returncode}: {done.stderr[-500:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(next(line for line in reversed(done.stdout.splitlines())
+                           if line.startswith("{")))
+
+
+def _heaptrack_table(addresses: list[str], args: argparse.Namespace, tmp: Path) -> str:
+    one, many = tmp / "one", tmp / "many"
+    _hold(addresses[:1], "default", args, heaptrack=one)
+    _hold(addresses, "default", args, heaptrack=many)
+    added = _heaptrack.per_unit(
+        _heaptrack.live_allocations(Path(f"{many}.zst")),
+        _heaptrack.live_allocations(Path(f"{one}.zst")), max(1, len(addresses) - 1))
+    by_owner: dict[str, float] = {}
+    for (owner, _size), (nbytes, _n) in added.items():
+        by_owner[owner] = by_owner.get(owner, 0.0) + nbytes
+    total = sum(by_owner.values())
+    rows = [[owner, "all", "", f"{nbytes / 1024:.1f}"]
+            for owner, nbytes in sorted(by_owner.items(), key=lambda kv: -kv[1])[:4]]
+    top = sorted(added.items(), key=lambda kv: -kv[1][0])[:14]
+    rows += [[owner, f"{size:,}", f"{n:.1f}", f"{nbytes / 1024:.2f}"]
+             for (owner, size), (nbytes, n) in top]
+    return (f"## malloc per further stream (heaptrack, {len(addresses):,} streams vs 1): "
+            f"{total / 1024:.1f} KiB\n\n"
+            + h.md_table(["owner", "size B", "count per stream", "KiB per stream"], rows))
 
 
 def main() -> int:
@@ -112,6 +156,9 @@ def main() -> int:
     ap.add_argument("--probe-core", type=int, default=0)
     ap.add_argument("--fleet-core", type=int, default=1)
     ap.add_argument("--base-host", default="127.77.0.1")
+    ap.add_argument("--heaptrack", action="store_true",
+                    help="instead of the variants: who allocates a stream's malloc memory"
+                         " (needs heaptrack and zstd; use --pods 300, it is slow)")
     args = ap.parse_args()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -129,6 +176,9 @@ def main() -> int:
             kids.append(fleet)
             fleet.wait_line(r"^fleet: ", timeout_s=max(60.0, args.pods / 10))
             addresses = _grpc_addresses(endpoints)
+            if args.heaptrack:
+                print(_heaptrack_table(addresses, args, Path(tmp)))
+                return 0
             one = _hold(addresses[:1], "default", args)
             for variant in variants:
                 r = _hold(addresses, variant, args)
