@@ -73,18 +73,24 @@ def _time_callbacks() -> None:
     asyncio.events.Handle._run = run  # type: ignore[method-assign]
 
 
+def _type_name(o: object) -> str:
+    return f"{type(o).__module__}.{type(o).__qualname__}"
+
+
+def _coroutines(objects: list[Any], top: int,
+                kinds: tuple[str, ...] = ("coroutine",)) -> list[tuple[str, int]]:
+    """The commonest coroutines (or other `kinds` of frame holder) among `objects`."""
+    return collections.Counter(
+        getattr(o, "__qualname__", "?") for o in objects if type(o).__name__ in kinds
+    ).most_common(top)
+
+
 def _take_census() -> None:
     objects = gc.get_objects(2)  # the old generation, frozen objects not included
-    types = collections.Counter(
-        f"{type(o).__module__}.{type(o).__qualname__}" for o in objects
-    )
-    coroutines = collections.Counter(
-        getattr(o, "__qualname__", "?") for o in objects if type(o).__name__ == "coroutine"
-    )
     _census.update(
         objects=len(objects),
-        types=types.most_common(40),
-        coroutines=coroutines.most_common(15),
+        types=collections.Counter(_type_name(o) for o in objects).most_common(40),
+        coroutines=_coroutines(objects, 15),
     )
 
 
@@ -101,9 +107,7 @@ def _census_young() -> None:
         "objects": len(objects),
         "references": sum(len(gc.get_referents(o)) for o in objects),
         "types": collections.Counter(type(o).__qualname__ for o in objects).most_common(20),
-        "coroutines": collections.Counter(
-            o.__qualname__ for o in objects if type(o).__name__ == "coroutine"
-        ).most_common(10),
+        "coroutines": _coroutines(objects, 10),
     })
 
 
@@ -145,7 +149,7 @@ def _census_heap() -> None:
     sizes: collections.Counter[str] = collections.Counter()
     counts: collections.Counter[str] = collections.Counter()
     for o in tracked:
-        name = f"{type(o).__module__}.{type(o).__qualname__}"
+        name = _type_name(o)
         counts[name] += 1
         sizes[name] += sys.getsizeof(o)
     untracked = 0
@@ -157,15 +161,13 @@ def _census_heap() -> None:
                 name = f"untracked {type(r).__qualname__}"
                 counts[name] += 1
                 sizes[name] += sys.getsizeof(r)
-    coroutines = collections.Counter(
-        getattr(o, "__qualname__", "?") for o in tracked
-        if type(o).__name__ in ("coroutine", "async_generator"))
+    coroutines = _coroutines(tracked, 25, ("coroutine", "async_generator"))
     tasks = collections.Counter(
         getattr(o.get_coro(), "__qualname__", "?") for o in tracked
         if isinstance(o, asyncio.Task))
     del tracked
     _heap.update(
-        coroutines=coroutines.most_common(25),
+        coroutines=coroutines,
         tasks=tasks.most_common(15),
         t=time.monotonic(),
         tracked=len(seen) - untracked,
