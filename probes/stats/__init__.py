@@ -6,6 +6,7 @@
 - `rates`: Poisson rates with exposure (stream resets per stream-hour);
 - `metrics`: the four verdict metrics on top of those, many paths at once;
 - `series`: per-cohort totals over the comparison span, from windows or store columns;
+- `pods`: pods × windows, time-stratified and pod-clustered (the pod as the unit);
 - `sequential`: the same tests replayed at every look over time (when did each first cross);
 - `cohorts`: version-aware choice of baseline and canary.
 
@@ -14,6 +15,8 @@
 
 from __future__ import annotations
 
-from probes.stats import bounded, cohorts, metrics, quantile, rates, sequential, series
+from probes.stats import bounded, cohorts, metrics, pods, quantile, rates, sequential, series
 
-__all__ = ["bounded", "cohorts", "metrics", "quantile", "rates", "sequential", "series"]
+__all__ = [
+    "bounded", "cohorts", "metrics", "pods", "quantile", "rates", "sequential", "series",
+]

@@ -1,0 +1,240 @@
+"""The pod as the unit of evidence: a time-stratified, pod-clustered sequential comparison of
+two cohorts' [0, 1]-bounded means (error rates, scaled retry volume).
+
+Why. Cohorts are not randomised: which pods run the new proxy is decided by restart order, so
+pod age, node and neighbours travel with the version, and the calls of one pod share its
+fate. A test that treats every call as independent reads one sick pod as a sick version, and
+a dependency outage that hits both cohorts, pooled over windows in which the cohorts' shares
+of the calls differ, as a difference between them (Simpson's paradox).
+
+Data. A grid of cells, pods × windows, each with the calls `n` and the sum `s` of the
+per-call values x in [0, 1] (1 per error; (attempts − 1)/(attempts_max − 1) for retry
+volume). Cells the caller leaves out (a pod's warm-up, windows in which the probe was
+overloaded) are zero.
+
+The statistic, for H0 "canary within tolerance", μ_c ≤ r·μ_b + m, at a look after window T:
+
+    D = Σ_{t ≤ T} Σ_{i ∈ canary} (s_it − n_it·q_t),    q_t = r·p_t + m,
+
+with p_t the baseline's pooled mean in window t: each canary call is compared with the
+baseline *in the same window* (stratified by time), so an outage or a drift that hits both
+cohorts moves p_t and the canary alike and cancels; windows without both cohorts are left
+out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
+
+- sampling: Σ_t N_ct·v_t·(1 + r²·N_ct/N_bt), the canary's calls and p_t's own noise, with
+  v_t from a smoothed window mean, never below the boundary's, so that a window without
+  errors does not claim zero variance;
+- pods: τ²·(Σ_i N_i² + r²·Σ_j W_j²), where N_i is canary pod i's calls and W_j the weight
+  baseline pod j carries in the p_t's (Σ_t N_ct·n_jt/N_bt). τ² is the spread between pods
+  of one cohort beyond sampling noise, estimated from both cohorts' pods (each against its
+  own cohort's window means, so time effects do not count) by DerSimonian and Laird's
+  moment estimator. This term grows with the square of the calls: evidence saturates at
+  what the number of pods can say, which is the honest answer when pods differ.
+
+D/√V is tested with a one-sided normal-mixture e-process (Robbins' mixture, as in Johari,
+Pekelis & Walsh's always-valid p-values and Howard et al.'s asymptotic confidence
+sequences), averaged over a grid of mixing scales so that small and large effects both
+decide fast. It is anytime-valid asymptotically (a CLT per window and a consistent variance
+estimate); `benchmarks/verdict_sim.py` measures what that is worth on simulated estates with
+pods that differ, restart cold and share outages.
+
+Decisions (to be taken by the verdict when it reads pods × windows):
+- fail when E_fail ≥ 1/α *with the canary's worst pod left out*: one pod does not fail a
+  version, so with a single canary pod nothing fails and the finding names the pod;
+- pass when E_pass (the mirror image, against "canary beyond tolerance") ≥ 1/α;
+- the canary pod with the largest excess and its share of the canary's excess are reported
+  (`worst`, `worst_share`): "concentrated on shop-0" is a finding in its own right.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.special import log_ndtr, logsumexp
+
+__all__ = ["MIXING_SCALES", "PodTrack", "log_e_one_sided", "needs_factor", "pod_track"]
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+Bool = npt.NDArray[np.bool_]
+
+# Prior scales of the standardised drift θ (the effect per unit of per-call standard
+# deviation): 0.01 is a 0.03 pp shift at 0.1 % errors, 1 a shift as large as the noise.
+MIXING_SCALES = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+# Pseudo-calls at the running mean that smooth each window's mean for the variance.
+_SMOOTH_CALLS = 50.0
+
+
+def log_e_one_sided(d: npt.ArrayLike, v: npt.ArrayLike,
+                    scales: tuple[float, ...] = MIXING_SCALES) -> F64:
+    """log of the one-sided normal-mixture e-value for a positive drift of a sum `d` whose
+    variance is `v` (both in units of the per-call standard deviation), averaged over the
+    mixing `scales`. For one scale ρ (a half-normal prior on the drift):
+    E = 2 (1 + ρ²V)^(−½) exp(ρ²D² / (2(1 + ρ²V))) Φ(ρD / √(1 + ρ²V)).
+    """
+    d_ = np.asarray(d, dtype=np.float64)[..., None]
+    v_ = np.maximum(np.asarray(v, dtype=np.float64), 0.0)[..., None]
+    rho2 = np.asarray(scales, dtype=np.float64) ** 2
+    den = 1.0 + rho2 * v_
+    with np.errstate(invalid="ignore"):
+        parts = (math.log(2.0) - 0.5 * np.log(den) + rho2 * d_ * d_ / (2.0 * den)
+                 + log_ndtr(np.sqrt(rho2) * d_ / np.sqrt(den)))
+    out = logsumexp(parts, axis=-1) - math.log(len(scales))
+    return np.asarray(np.where(np.isfinite(d_[..., 0]), out, -np.inf), dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PodTrack:
+    """`pod_track`'s result: one entry per look (after each window of the grid).
+
+    `log_e_fail` leaves the canary's worst pod out (−inf while the canary has one pod);
+    `log_e_fail_all` keeps every pod; `log_e_pass` is against "canary beyond tolerance".
+    `d`, `v_sampling`, `v_pods` (all pods, fail direction, in standard-deviation units) and
+    their leave-worst-out twins `d_wo`, `v_sampling_wo`, `v_pods_wo` let `needs_factor` say how
+    far a decision is. `excess` is (canary pods, looks): each canary pod's excess over the
+    boundary; `worst` the index (into the canary pods) of the largest.
+    """
+
+    calls_baseline: F64
+    calls_canary: F64
+    sum_baseline: F64
+    sum_canary: F64
+    tau: F64
+    pods_baseline: I64
+    pods_canary: I64
+    excess: F64
+    worst: I64
+    log_e_fail: F64
+    log_e_fail_all: F64
+    log_e_pass: F64
+    d: F64
+    v_sampling: F64
+    v_pods: F64
+    d_wo: F64
+    v_sampling_wo: F64
+    v_pods_wo: F64
+
+
+def _cum(a: F64) -> F64:
+    return np.cumsum(a, axis=-1)
+
+
+def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
+              scales: tuple[float, ...] = MIXING_SCALES) -> PodTrack:
+    """The test of H0: μ_c ≤ ratio·μ_b + margin at every look (module docstring).
+
+    `n`, `s`: (pods, windows) calls and sums, windows in time order (a window where no pod
+    has calls may be left out or kept, it changes nothing); `canary`: (pods,) cohort flags.
+    """
+    n = np.asarray(n, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    canary = np.asarray(canary, dtype=bool)
+    base = ~canary
+    n_bt, n_ct = n[base].sum(axis=0), n[canary].sum(axis=0)
+    both = (n_bt > 0) & (n_ct > 0)
+    n = np.where(both, n, 0.0)
+    s = np.where(both, s, 0.0)
+    n_bt, n_ct = n[base].sum(axis=0), n[canary].sum(axis=0)
+    s_bt, s_ct = s[base].sum(axis=0), s[canary].sum(axis=0)
+    calls_b, calls_c = _cum(n_bt), _cum(n_ct)
+    sum_b, sum_c = _cum(s_bt), _cum(s_ct)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv_b = np.where(n_bt > 0, 1.0 / np.where(n_bt > 0, n_bt, 1.0), 0.0)
+        inv_c = np.where(n_ct > 0, 1.0 / np.where(n_ct > 0, n_ct, 1.0), 0.0)
+        all_calls = calls_b + calls_c
+        p_run = np.where(all_calls > 0, (sum_b + sum_c) / np.where(all_calls > 0, all_calls, 1),
+                         0.0)
+    p_t = s_bt * inv_b
+    q_t = np.clip(ratio * p_t + margin, 0.0, 1.0)
+    p_smooth = (s_bt + s_ct + _SMOOTH_CALLS * p_run) / (n_bt + n_ct + _SMOOTH_CALLS)
+    q_smooth = np.clip(ratio * p_smooth + margin, 0.0, 1.0)
+    v_t = np.maximum(p_smooth * (1.0 - p_smooth), q_smooth * (1.0 - q_smooth))
+    v_t = np.maximum(v_t, 1e-9)
+    # One scale for the whole track: the boundary's per-call variance at the running mean.
+    q_run = np.clip(ratio * p_run + margin, 0.0, 1.0)
+    sd2 = np.maximum(np.maximum(p_run * (1 - p_run), q_run * (1 - q_run)), 1e-9)
+
+    nc, sc = n[canary], s[canary]
+    nb, sb = n[base], s[base]
+    excess = _cum(sc - nc * q_t)
+    pod_calls_c = _cum(nc)
+    own = _cum(nc * v_t * (1.0 + ratio * ratio * n_ct * inv_b))
+    w_b = _cum(nb * (n_ct * inv_b))  # (baseline pods, looks): W_j
+
+    # τ²: each pod against its own cohort's window mean, DerSimonian–Laird per look.
+    resid_c = _cum(sc - nc * (s_ct * inv_c))
+    resid_b = _cum(sb - nb * p_t)
+    pod_calls_b = _cum(nb)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q_stat = (np.where(pod_calls_c > 0, resid_c ** 2 / pod_calls_c, 0.0).sum(axis=0)
+                  + np.where(pod_calls_b > 0, resid_b ** 2 / pod_calls_b, 0.0).sum(axis=0))
+    v_pool = np.maximum(p_run * (1.0 - p_run), 1e-12)
+    pods_c = (pod_calls_c > 0).sum(axis=0)
+    pods_b = (pod_calls_b > 0).sum(axis=0)
+    df = np.maximum(pods_c - 1, 0) + np.maximum(pods_b - 1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        denom = (np.where(pods_c > 1, calls_c - (pod_calls_c ** 2).sum(axis=0)
+                          / np.where(calls_c > 0, calls_c, 1.0), 0.0)
+                 + np.where(pods_b > 1, calls_b - (pod_calls_b ** 2).sum(axis=0)
+                            / np.where(calls_b > 0, calls_b, 1.0), 0.0))
+        tau2 = np.where((df > 0) & (denom > 0),
+                        np.maximum(0.0, (q_stat / v_pool - df) * v_pool
+                                   / np.where(denom > 0, denom, 1.0)), 0.0)
+
+    d_all = excess.sum(axis=0)
+    vs_all = own.sum(axis=0)
+    sq_calls = (pod_calls_c ** 2).sum(axis=0)
+    sq_w = (w_b ** 2).sum(axis=0)
+    vp_all = tau2 * (sq_calls + ratio * ratio * sq_w)
+
+    # The worst canary pod at each look, and the statistic without it. Its share of the
+    # baseline pods' weights is taken in proportion to its calls.
+    masked = np.where(pod_calls_c > 0, excess, -np.inf)
+    worst = (np.argmax(masked, axis=0) if masked.shape[0]
+             else np.zeros(excess.shape[1], dtype=np.int64))
+    cols = np.arange(excess.shape[1])
+    if masked.shape[0]:
+        e_w, n_w, own_w = excess[worst, cols], pod_calls_c[worst, cols], own[worst, cols]
+    else:
+        e_w = n_w = own_w = np.zeros(excess.shape[1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep_share = np.where(calls_c > 0, (calls_c - n_w) / np.where(calls_c > 0, calls_c, 1),
+                              0.0)
+    d_wo = d_all - e_w
+    vs_wo = vs_all - own_w
+    vp_wo = tau2 * (sq_calls - n_w ** 2 + ratio * ratio * sq_w * keep_share ** 2)
+    sd = np.sqrt(sd2)
+    log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
+    log_pass = log_e_one_sided(-d_all / sd, (vs_all + vp_all) / sd2, scales)
+    log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
+                        -np.inf)
+    empty = (calls_b <= 0) | (calls_c <= 0)
+    neg = np.full_like(d_all, -np.inf)
+    return PodTrack(
+        calls_baseline=calls_b, calls_canary=calls_c, sum_baseline=sum_b, sum_canary=sum_c,
+        tau=np.sqrt(tau2), pods_baseline=pods_b.astype(np.int64),
+        pods_canary=pods_c.astype(np.int64), excess=excess, worst=worst.astype(np.int64),
+        log_e_fail=np.where(empty, neg, log_fail),
+        log_e_fail_all=np.where(empty, neg, log_fail_all),
+        log_e_pass=np.where(empty, neg, log_pass),
+        d=d_all / sd, v_sampling=vs_all / sd2, v_pods=vp_all / sd2,
+        d_wo=d_wo / sd, v_sampling_wo=vs_wo / sd2, v_pods_wo=vp_wo / sd2,
+    )
+
+
+def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: float,
+                 scales: tuple[float, ...] = MIXING_SCALES, most: float = 1e4) -> float | None:
+    """By what factor the calls would have to grow for the e-value of a sum `d` with these
+    variance parts to reach `log_threshold`, if the present rates held: the sum and the
+    sampling variance grow with the calls, the pods' variance with their square. None when
+    `d` points the other way or no factor up to `most` gets there."""
+    if not d > 0:
+        return None
+    k = np.geomspace(1.0, most, 400)
+    log_e = log_e_one_sided(k * d, k * v_sampling + k * k * v_pods, scales)
+    hit = np.flatnonzero(log_e >= log_threshold)
+    return float(k[hit[0]]) if hit.size else None

@@ -1,0 +1,84 @@
+"""The pod-clustered, time-stratified test (`probes.stats.pods`) on seeded grids of pods ×
+windows. Bounds come from the method: a fail or pass is a crossing of log(1/α)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from probes.stats import bounded
+from probes.stats.pods import log_e_one_sided, needs_factor, pod_track
+
+LOG_THR = math.log(4 / 0.01)  # α = 1 % over four metric slots, as the verdict shares it
+TOL = 0.001
+
+
+def grid(rng: np.random.Generator, rates: list[float], canary: list[bool], windows: int,
+         calls: int = 50) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = rng.poisson(calls, (len(rates), windows)).astype(float)
+    s = rng.binomial(n.astype(int), np.array(rates)[:, None]).astype(float)
+    return n, s, np.array(canary)
+
+
+def test_the_e_value_grows_with_the_drift_and_is_one_sided() -> None:
+    v = np.array([100.0, 100.0, 100.0])
+    log_e = log_e_one_sided(np.array([-30.0, 0.0, 30.0]), v)
+    assert log_e[0] < log_e[1] < log_e[2]
+    assert log_e[0] < 0.0 < log_e[2]
+
+
+def test_a_regression_on_every_canary_pod_fails_and_a_healthy_one_passes() -> None:
+    rng = np.random.default_rng(1)
+    bad = grid(rng, [0.001] * 6 + [0.006] * 6, [False] * 6 + [True] * 6, 600)
+    track = pod_track(*bad, 1.0, TOL)
+    assert track.log_e_fail[-1] >= LOG_THR
+    assert track.log_e_pass[-1] < LOG_THR
+    good = grid(rng, [0.001] * 12, [False] * 6 + [True] * 6, 600)
+    track = pod_track(*good, 1.0, TOL)
+    assert track.log_e_pass[-1] >= LOG_THR
+    assert not (track.log_e_fail >= LOG_THR).any()
+
+
+def test_one_sick_canary_pod_does_not_fail_the_version_and_is_named() -> None:
+    rng = np.random.default_rng(2)
+    n, s, canary = grid(rng, [0.001] * 6 + [0.05, 0.001, 0.001], [False] * 6 + [True] * 3, 600)
+    track = pod_track(n, s, canary, 1.0, TOL)
+    # Every call independent (the pooled test) would fail it.
+    pooled = bounded.two_sample(s[:6].sum(), n[:6].sum(), s[6:].sum(), n[6:].sum(), 1.0, TOL)
+    assert float(pooled.log_e_fail) >= LOG_THR
+    assert not (track.log_e_fail >= LOG_THR).any()  # without its worst pod it does not
+    assert int(track.worst[-1]) == 0  # the first canary pod, the sick one
+    assert track.excess[0, -1] > 0.9 * np.clip(track.excess[:, -1], 0, None).sum()
+
+
+def test_an_outage_shared_by_both_cohorts_does_not_fail_the_canary() -> None:
+    rng = np.random.default_rng(3)
+    # The canary has 3 times the calls in the outage windows: pooled, it would look worse.
+    n, s, canary = grid(rng, [0.001] * 6 + [0.001] * 6, [False] * 6 + [True] * 6, 300)
+    n[6:, 100:103] *= 3
+    s[:, 100:103] = rng.binomial(n[:, 100:103].astype(int), 0.3)
+    track = pod_track(n, s, canary, 1.0, TOL)
+    assert not (track.log_e_fail >= LOG_THR).any()
+    pooled_c = s[6:].sum() / n[6:].sum()
+    pooled_b = s[:6].sum() / n[:6].sum()
+    assert pooled_c - pooled_b > TOL  # the pooled comparison would blame the canary
+
+
+def test_spread_between_pods_is_estimated_and_slows_the_pass() -> None:
+    rng = np.random.default_rng(4)
+    rates = list(0.001 * rng.lognormal(0, 1.0, 12))
+    n, s, canary = grid(rng, rates, [False] * 6 + [True] * 6, 600)
+    track = pod_track(n, s, canary, 1.0, TOL)
+    assert track.tau[-1] > 0.0
+    same = pod_track(*grid(rng, [0.001] * 12, [False] * 6 + [True] * 6, 600), 1.0, TOL)
+    assert same.tau[-1] < track.tau[-1]
+
+
+def test_needs_says_how_far_a_decision_is() -> None:
+    k = needs_factor(10.0, 100.0, 0.0, LOG_THR)
+    assert k is not None and k > 1.0
+    assert log_e_one_sided(k * 10.0, k * 100.0) >= LOG_THR
+    assert needs_factor(-1.0, 100.0, 0.0, LOG_THR) is None
+    # A pods' term that grows with the calls' square caps the evidence: never decided.
+    assert needs_factor(1.0, 100.0, 1.0, LOG_THR) is None
