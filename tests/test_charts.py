@@ -481,12 +481,29 @@ def _alert_tests() -> list[dict[str, Any]]:
              "values": "_x48 5x60"},
             {"series": f'{pods}{{job="fresh", namespace="shop", proxy_version="1.21.0"}}',
              "values": "_x48 5x60"},
+            # one version, plus pods without a sidecar and pods whose version is unreadable:
+            # `none` and `unknown` are not versions, so no skew window is open
+            {"series": f'{pods}{{job="one-version", namespace="shop", proxy_version="1.21.0"}}',
+             "values": "8x100"},
+            {"series": f'{pods}{{job="one-version", namespace="batch", proxy_version="none"}}',
+             "values": "3x100"},
+            {"series": f'{pods}{{job="one-version", namespace="shop", proxy_version="unknown"}}',
+             "values": "1x100"},
+            # two versions beside `none` pods: still stalled
+            {"series": f'{pods}{{job="flat-none", namespace="shop", proxy_version="1.20.3"}}',
+             "values": "6x100"},
+            {"series": f'{pods}{{job="flat-none", namespace="shop", proxy_version="1.21.0"}}',
+             "values": "4x100"},
+            {"series": f'{pods}{{job="flat-none", namespace="batch", proxy_version="none"}}',
+             "values": "2x100"},
         ], "alert_rule_test": [
             {"eval_time": "2d", "alertname": "SkewprobeRolloutStalled", "exp_alerts": []},
             {"eval_time": "3d2h", "alertname": "SkewprobeRolloutStalled", "exp_alerts": [
-                {"exp_labels": {"job": "flat", "severity": "warning"}}]},
+                {"exp_labels": {"job": "flat", "severity": "warning"}},
+                {"exp_labels": {"job": "flat-none", "severity": "warning"}}]},
             {"eval_time": "3d8h", "alertname": "SkewprobeRolloutStalled", "exp_alerts": [
                 {"exp_labels": {"job": "flat", "severity": "warning"}},
+                {"exp_labels": {"job": "flat-none", "severity": "warning"}},
                 {"exp_labels": {"job": "moving", "severity": "warning"}}]},
         ]},
     ]}
