@@ -649,6 +649,9 @@ async def test_analysis_template_reads_the_real_verdict(
     assert metric["failureCondition"] == 'result.verdict == "fail"'
     assert metric["inconclusiveLimit"] < metric["count"]  # all-inconclusive is never a pass
     assert metric["failureLimit"] == 0
+    # Argo's default, which the READMEs document: the fifth consecutive non-2xx answer is an
+    # Error that aborts the rollout.
+    assert metric["consecutiveErrorLimit"] == 4
     defaults = {a["name"]: a["value"] for a in template["spec"]["args"]}
     assert defaults == {"path": "", "baseline": "", "canary": "", "since": ""}
     url = urlsplit(web["url"])
