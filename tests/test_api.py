@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
@@ -14,7 +18,11 @@ from prometheus_client import CollectorRegistry, Counter
 
 from probes._exceptions import BadInput, StoreError
 from probes.api import ApiApp, VerdictQuery
+from probes.cli import main as skewprobe_main
+from probes.store import Store
+from probes.verdict_service import JudgingSettings, compute_verdict
 from tests.servers.ports import free_port
+from tests.test_verdict import NEW, OLD, _cohort_windows
 
 
 class Verdicts:
@@ -115,3 +123,99 @@ async def test_bearer_token_protects_everything_but_healthz() -> None:
         assert (await client.get("/healthz")).status_code == 200
         ok = await client.get("/verdict", headers={"authorization": "Bearer s3cret"})
         assert ok.status_code == 200
+
+
+# --- `since` as Argo Rollouts sends it ---------------------------------------------------------
+
+END = 1_700_000_000.0  # 2023-11-14T22:13:20Z: the newest window ends here
+START = END - 600.0  # 60 windows of 10 s, from 22:03:20Z
+SINCE_UTC = "2023-11-14T22:08:20Z"  # the 31st window's start
+SINCE_PLUS = "2023-11-14T23:08:20+01:00"  # the same instant with a + offset
+
+
+@pytest.fixture
+def since_store(tmp_path: Path) -> str:
+    """A SQLite store with both cohorts of `checkout` from START to END."""
+    rng = np.random.default_rng(5)
+    store = str(tmp_path / "skewprobe.db")
+    with Store.open(store) as writer:
+        writer.write(_cohort_windows(rng, "checkout", OLD, 60, start=START)
+                     + _cohort_windows(rng, "checkout", NEW, 60, start=START))
+    return store
+
+
+@pytest.fixture
+async def store_api(since_store: str) -> AsyncIterator[str]:
+    """The real ApiApp over the real verdict service and a SQLite store, on loopback."""
+    store = since_store
+
+    async def verdict(query: VerdictQuery) -> Mapping[str, Any]:
+        return await asyncio.to_thread(
+            compute_verdict, store, JudgingSettings(), path=query.path,
+            baseline=query.baseline, canary=query.canary, since=query.since, now=END + 1.0)
+
+    app = ApiApp(CollectorRegistry(), verdict=verdict, health=lambda: (True, ""))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)  # listening before hypercorn starts: the first request just waits
+    port = sock.getsockname()[1]
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = config.errorlog = None
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        await task
+
+
+async def test_since_with_an_offset_as_argo_sends_it(store_api: str) -> None:
+    """Argo Rollouts puts `{{args.since}}` into the URL unescaped: the `+` of `+01:00`
+    reaches the query raw and decodes as a space. That one space is read as the `+`."""
+    base = store_api
+    async with httpx.AsyncClient(base_url=base) as client:
+        # The raw URL keeps `+` unencoded, exactly as Argo's web provider sends it.
+        argo = await client.get(f"/verdict?path=checkout&since={SINCE_PLUS}")
+        escaped = await client.get("/verdict", params={"path": "checkout", "since": SINCE_PLUS})
+        utc = await client.get("/verdict", params={"path": "checkout", "since": SINCE_UTC})
+        whole = await client.get("/verdict", params={"path": "checkout"})
+        for response in (argo, escaped, utc, whole):
+            assert response.status_code == 200, response.text
+        assert argo.json()["window"]["from"] == SINCE_UTC
+        assert argo.json() == escaped.json() == utc.json()
+        assert whole.json()["window"]["from"] == "2023-11-14T22:03:20Z"
+        gate = await client.post("/gate", json={"metadata": {
+            "path": "checkout", "since": SINCE_PLUS.replace("+", " ")}})
+        assert gate.json()["window"] == argo.json()["window"]
+
+        # Only a single space where the sign belongs: anything else is still a bad query.
+        for raw in ("2023-11-14T23:08:20++01:00",   # two spaces
+                    "2023-11-14T23:08:20+-01:00",   # a space before a sign
+                    "2023-11-14T23:08:20+0100",     # no colon: not an RFC 3339 offset
+                    "2023-11-14T23:08+01:00",       # no seconds
+                    "2023-11-14+23:08:20+01:00",    # spaces for the T and the sign
+                    "2023-11-14T23:08:20Z+01:00",   # a zone and an offset
+                    "2023-11-14T23:08:20%0901:00"):  # a tab
+            response = await client.get(f"/verdict?path=checkout&since={raw}")
+            assert response.status_code == 400, raw
+            body = response.json()
+            assert body["verdict"] == "inconclusive" and "is not a time" in body["error"], raw
+            assert "\n" not in body["error"]
+
+
+def test_cli_since_with_a_space_for_the_offset_sign(
+    since_store: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = since_store
+    spaced = SINCE_PLUS.replace("+", " ")
+    code = skewprobe_main(["verdict", "--store", store, "--path", "checkout", "--json",
+                           "--since", spaced])
+    out = capsys.readouterr().out
+    # Asked now, the 2023 data is stale: never a pass, but the time itself parsed.
+    assert code == 3 and json.loads(out)["window"]["from"] == SINCE_UTC
+    code = skewprobe_main(["verdict", "--store", store, "--since", spaced.replace(" ", "  ")])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a time" in err
+    assert len(err.strip().splitlines()) == 1

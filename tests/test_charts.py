@@ -430,7 +430,8 @@ def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_rules_dashboard_and_metric_template_are_valid_promql(tmp_path: Path) -> None:
     docs = render(PROBE, PROBE_VALUES["all-on"])
     extra = [_grafana_to_promql(e) for e in _dashboard_exprs(_dashboard(docs))]
-    extra.append(one(docs, "MetricTemplate")["spec"]["query"])
+    extra.append(_flagger_query(one(docs, "MetricTemplate")["spec"]["query"],
+                                {"path": "checkout"}))
     groups = [*_rule_groups(docs), {"name": "queries", "rules": [
         {"record": f"check:query_{i}", "expr": e} for i, e in enumerate(extra)]}]
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
@@ -481,12 +482,29 @@ def _alert_tests() -> list[dict[str, Any]]:
              "values": "_x48 5x60"},
             {"series": f'{pods}{{job="fresh", namespace="shop", proxy_version="1.21.0"}}',
              "values": "_x48 5x60"},
+            # one version, plus pods without a sidecar and pods whose version is unreadable:
+            # `none` and `unknown` are not versions, so no skew window is open
+            {"series": f'{pods}{{job="one-version", namespace="shop", proxy_version="1.21.0"}}',
+             "values": "8x100"},
+            {"series": f'{pods}{{job="one-version", namespace="batch", proxy_version="none"}}',
+             "values": "3x100"},
+            {"series": f'{pods}{{job="one-version", namespace="shop", proxy_version="unknown"}}',
+             "values": "1x100"},
+            # two versions beside `none` pods: still stalled
+            {"series": f'{pods}{{job="flat-none", namespace="shop", proxy_version="1.20.3"}}',
+             "values": "6x100"},
+            {"series": f'{pods}{{job="flat-none", namespace="shop", proxy_version="1.21.0"}}',
+             "values": "4x100"},
+            {"series": f'{pods}{{job="flat-none", namespace="batch", proxy_version="none"}}',
+             "values": "2x100"},
         ], "alert_rule_test": [
             {"eval_time": "2d", "alertname": "SkewprobeRolloutStalled", "exp_alerts": []},
             {"eval_time": "3d2h", "alertname": "SkewprobeRolloutStalled", "exp_alerts": [
-                {"exp_labels": {"job": "flat", "severity": "warning"}}]},
+                {"exp_labels": {"job": "flat", "severity": "warning"}},
+                {"exp_labels": {"job": "flat-none", "severity": "warning"}}]},
             {"eval_time": "3d8h", "alertname": "SkewprobeRolloutStalled", "exp_alerts": [
                 {"exp_labels": {"job": "flat", "severity": "warning"}},
+                {"exp_labels": {"job": "flat-none", "severity": "warning"}},
                 {"exp_labels": {"job": "moving", "severity": "warning"}}]},
         ]},
     ]}
@@ -631,6 +649,9 @@ async def test_analysis_template_reads_the_real_verdict(
     assert metric["failureCondition"] == 'result.verdict == "fail"'
     assert metric["inconclusiveLimit"] < metric["count"]  # all-inconclusive is never a pass
     assert metric["failureLimit"] == 0
+    # Argo's default, which the READMEs document: the fifth consecutive non-2xx answer is an
+    # Error that aborts the rollout.
+    assert metric["consecutiveErrorLimit"] == 4
     defaults = {a["name"]: a["value"] for a in template["spec"]["args"]}
     assert defaults == {"path": "", "baseline": "", "canary": "", "since": ""}
     url = urlsplit(web["url"])
@@ -655,15 +676,19 @@ async def test_flagger_webhook_and_metric_template(
     docs = render(PROBE, PROBE_VALUES["all-on"])
     template = one(docs, "MetricTemplate")
     assert template["spec"]["provider"]["type"] == "prometheus"
-    query = template["spec"]["query"]
-    # `job` is the Service name (the ServiceMonitor's default job label).
-    assert f'job="{one(docs, "Service")["metadata"]["name"]}"' in query
-    assert 'path="_overall"' in query and 'verdict="pass"' in query
     example = yaml.safe_load((ROOT / PROBE / "examples/flagger-canary.yaml").read_text())
     analysis = example["spec"]["analysis"]
-    assert analysis["metrics"][0]["templateRef"] == {"name": template["metadata"]["name"],
-                                                     "namespace": NAMESPACE}
-    assert analysis["metrics"][0]["thresholdRange"] == {"min": 1}
+    metric = analysis["metrics"][0]
+    assert metric["templateRef"] == {"name": template["metadata"]["name"],
+                                     "namespace": NAMESPACE}
+    assert metric["thresholdRange"] == {"min": 1}
+    # The path is the Canary's (templateVariables), the same one its webhooks ask about.
+    assert {h["metadata"]["path"] for h in analysis["webhooks"]} == {
+        metric["templateVariables"]["path"]}
+    query = _flagger_query(template["spec"]["query"], metric["templateVariables"])
+    # `job` is the Service name (the ServiceMonitor's default job label).
+    assert f'job="{one(docs, "Service")["metadata"]["name"]}"' in query
+    assert 'path="checkout"' in query and 'verdict="pass"' in query
     statuses = []
     async with httpx.AsyncClient() as client:
         for hook in analysis["webhooks"]:
@@ -681,6 +706,45 @@ async def test_flagger_webhook_and_metric_template(
     assert statuses == [409, 200]
     fail = await _post_gate(base, {"path": "checkout", "canary": CANARY_FOR["fail"]})
     assert fail == 409
+
+
+def _flagger_query(query: str, variables: Mapping[str, str]) -> str:
+    """Flagger's RenderQuery (pkg/metrics/observers/render.go): a Go text/template with one
+    function per model field, `variables` returning the Canary metric's templateVariables,
+    executed with missingkey=error. This covers `{{ variables.NAME }}`, the only action the
+    chart's template uses, and raises KeyError where Flagger fails to render."""
+    rendered = re.sub(r"\{\{\s*variables\.(\w+)\s*\}\}", lambda m: variables[m.group(1)], query)
+    assert "{{" not in rendered, rendered
+    return rendered
+
+
+@needs_helm
+@needs_promtool
+def test_metric_template_takes_the_path_from_each_canary(tmp_path: Path) -> None:
+    """One MetricTemplate, many Canaries: each one's templateVariables.path picks its path's
+    verdict from the same gauge; a path with no verdict returns nothing (Flagger halts)."""
+    query = one(render(PROBE, {"flagger": {"enabled": True}}), "MetricTemplate")["spec"]["query"]
+    assert "{{ variables.path }}" in query
+    with pytest.raises(KeyError):  # no templateVariables.path: Flagger cannot render it
+        _flagger_query(query, {})
+    verdict = 'skewprobe_verdict{{job="{job}", path="{path}", verdict="{v}"}}'
+    series = [{"series": verdict.format(job=job, path=path, v=v), "values": f"{value}x5"}
+              for job, path, v, value in [
+                  (RELEASE, "checkout", "pass", 1), (RELEASE, "checkout", "fail", 0),
+                  (RELEASE, "search", "pass", 0), (RELEASE, "search", "fail", 1),
+                  (RELEASE, "_overall", "pass", 0), (RELEASE, "_overall", "fail", 1),
+                  ("another-probe", "search", "pass", 1)]]
+    want = {"checkout": [{"labels": "{}", "value": 1}], "search": [{"labels": "{}", "value": 0}],
+            "_overall": [{"labels": "{}", "value": 0}], "orders": []}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": []}))
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+            "interval": "1m", "input_series": series,
+            "promql_expr_test": [
+                {"expr": _flagger_query(query, {"path": path}), "eval_time": "2m",
+                 "exp_samples": samples} for path, samples in want.items()]}]}))
+    done = _promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 async def _post_gate(base: str, metadata: dict[str, str]) -> int:
@@ -837,6 +901,10 @@ def test_bad_values_fail_with_a_clear_message(tmp_path: Path) -> None:
     missing = _helm("template", "x", str(ROOT / TARGET), "--set-json",
                     'profiles={"versions":{"1.20.3":{}}}')
     assert missing.returncode != 0 and '"reference" is not in profiles.versions' in missing.stderr
+    # The one-path-per-release value is gone: say where the path goes now.
+    path = _helm("template", "x", str(ROOT / PROBE), "--set", "flagger.enabled=true",
+                 "--set", "flagger.path=checkout")
+    assert path.returncode != 0 and "templateVariables" in path.stderr
 
 
 # --- the target chart -------------------------------------------------------------------------
