@@ -49,7 +49,10 @@ def _duration(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from probes import __version__
+
     parser = _Parser(prog="skewprobe", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"skewprobe {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -102,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no live progress lines")
     demo.add_argument("--proxy", choices=("emulated", "haproxy"), default="emulated",
                       help="the fleet's sidecars: the Python emulation, or real HAProxy")
+    for command in sub.choices.values():
+        # `skewprobe run -v` as well as `skewprobe -v run`: unset unless given here, so the
+        # subcommand does not reset what was given before it.
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="log at debug level")
     return parser
 
 

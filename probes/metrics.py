@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import platform
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import pairwise
@@ -39,6 +40,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from probes import __version__
 from probes._types import CallResult
 
 __all__ = ["OVERALL", "VERDICTS", "InventoryLike", "ProbeMetrics"]
@@ -344,6 +346,12 @@ class ProbeMetrics:
         r.register(self._inventory)
         self._gc = _GcPauseCollector()
         r.register(self._gc)
+        # Which probe a series came from, as Prometheus' own `prometheus_build_info`: join
+        # on it (`* on(instance) group_left(version) skewprobe_build_info`) across upgrades.
+        Gauge(
+            "skewprobe_build_info", "The probe's version and Python's; the value is always 1.",
+            ["version", "python"], registry=r,
+        ).labels(__version__, platform.python_version()).set(1)
 
     def observe(self, result: CallResult) -> None:
         """Count one finished call (requests, duration, attempts, churn, schedule lag)."""

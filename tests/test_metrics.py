@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
+import probes
 from probes._types import CallOutcome, CallResult, Outcome
 from probes.metrics import OVERALL, ProbeMetrics
 from probes.store import InventoryRow
@@ -75,7 +77,7 @@ def test_promtool_accepts_the_exposition(reg: CollectorRegistry) -> None:
         "skewprobe_verdict", "skewprobe_schedule_lag_seconds", "skewprobe_calls_in_flight",
         "skewprobe_calls_dropped_total", "skewprobe_store_errors_total",
         "skewprobe_windows_written_total", "skewprobe_probe_overloaded",
-        "skewprobe_gc_pause_seconds",
+        "skewprobe_gc_pause_seconds", "skewprobe_build_info",
     ):
         assert f"# HELP {family} ".encode() in text
 
@@ -166,6 +168,15 @@ def test_no_global_registry() -> None:
     ProbeMetrics(a)
     ProbeMetrics(b)  # a second instance would clash on a shared registry
     assert REGISTRY.get_sample_value("skewprobe_calls_in_flight") is None
+
+
+def test_build_info_says_which_probe_version_is_running(reg: CollectorRegistry) -> None:
+    ProbeMetrics(reg)
+    assert reg.get_sample_value("skewprobe_build_info", {
+        "version": probes.__version__, "python": platform.python_version(),
+    }) == 1
+    build = next(f for f in reg.collect() if f.name == "skewprobe_build_info")
+    assert build.type == "gauge" and len(build.samples) == 1
 
 
 def test_probe_health_series(reg: CollectorRegistry) -> None:
