@@ -22,6 +22,7 @@ from probes._exceptions import (
     BadInput,
     SkewprobeError,
 )
+from probes._stdout import emit, quiet_stdout
 
 # Libraries that log what crosses the wire at debug level: hpack every header it encodes or
 # decodes (a path's `headers:` / gRPC `metadata:` credentials, in clear text or as an HPACK
@@ -30,6 +31,10 @@ from probes._exceptions import (
 _WIRE_LOGGERS = ("hpack", "kubernetes_asyncio.client.rest")
 
 _VERDICT_EXIT = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "inconclusive": EXIT_INCONCLUSIVE}
+
+# What a shell shows for a process that SIGPIPE ended (128 + 13), as 130 is for ^C: the exit
+# of a command whose reader went away before the command knew its own answer.
+EXIT_STDOUT_CLOSED = 141
 
 
 class _Parser(argparse.ArgumentParser):
@@ -128,6 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Output printed other than by `emit` (the demo's progress): stop quietly.
+        quiet_stdout()
+        return EXIT_STDOUT_CLOSED
+
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -159,12 +169,12 @@ def _validate(args: argparse.Namespace) -> int:
     if args.schema:
         from probes._schema import SCHEMA
 
-        print(json.dumps(SCHEMA, indent=2))
+        emit(json.dumps(SCHEMA, indent=2))
         return EXIT_PASS
     if args.openapi:
         from probes.api import openapi_json
 
-        print(openapi_json(indent=2))
+        emit(openapi_json(indent=2))
         return EXIT_PASS
     if not args.file:
         raise BadInput("validate needs a config FILE (or --schema, --openapi)")
@@ -172,7 +182,7 @@ def _validate(args: argparse.Namespace) -> int:
 
     config = load_config(args.file)
     kinds = ", ".join(f"{p.name} ({p.kind})" for p in config.paths)
-    print(f"{args.file}: ok: {len(config.paths)} paths: {kinds}")
+    emit(f"{args.file}: ok: {len(config.paths)} paths: {kinds}")
     return EXIT_PASS
 
 
@@ -221,10 +231,7 @@ def _verdict(args: argparse.Namespace) -> int:
         result = compute_prometheus_verdict(prom, config, **query)
     else:
         result = compute_verdict(args.store, config, **query)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(format_table(result))
+    emit(json.dumps(result, indent=2) if args.json else format_table(result))
     return _VERDICT_EXIT[result["verdict"]]
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from probes._exceptions import EXIT_FAIL, EXIT_PASS, BadInput, SourceUnavailable
 from probes._spec import KubernetesSpec, SkewPolicy
+from probes._stdout import emit
 from probes.discovery.meshes import NONE, ControlPlane
 from probes.inventory import report_from_pods, report_from_rows
 
@@ -64,10 +65,8 @@ def run_inventory(args: argparse.Namespace) -> int:
     if args.at and not args.store:
         raise BadInput("--at reads a recorded snapshot: give --store")
     report = _from_store(args) if args.store else _live(args)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(format_report(report, limit=max(1, args.limit)))
+    emit(json.dumps(report, indent=2) if args.json
+         else format_report(report, limit=max(1, args.limit)))
     outside = (report.get("skew") or {}).get("outside") or 0
     return EXIT_FAIL if args.fail_on_skew and outside else EXIT_PASS
 

@@ -17,6 +17,7 @@ import gc
 import logging
 import math
 import signal
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -112,6 +113,27 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def bind_api(listen: str) -> socket.socket:
+    """The API's listening socket, bound before anything else starts, so a port another
+    process holds is bad input (exit 2) before the store is created. Options as hypercorn
+    sets them on the sockets it binds itself."""
+    host, port = parse_listen(listen)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        sock.close()
+        problem = (exc.strerror or str(exc)).lower()
+        raise BadInput(
+            f"cannot listen on {listen}: {problem} (set another address with --listen or the"
+            " config's listen:, or --listen none)"
+        ) from None
+    return sock
+
+
 @dataclass
 class RunOptions:
     store_path: str
@@ -143,8 +165,9 @@ class ProbeRunner:
         self.engine: Engine | None = None
         self.probers: dict[str, Prober] = {}
         self.stopping = asyncio.Event()
+        # The API's address once bound (with port 0 in `listen`, the port the system chose).
         self.bound: tuple[str, int] | None = None
-        self._api_ready = asyncio.Event()
+        self._api_socket: socket.socket | None = None
         self._store_error: str | None = None
         self.windows_written = 0
         # The gc hooks of a run (pause metrics, the young threshold's policy), removed at its end.
@@ -173,11 +196,20 @@ class ProbeRunner:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        self.store = Store.open(self.options.store_path)
+        # Everything that can refuse the run comes before anything is created.
+        if self.options.listen:
+            self._api_socket = bind_api(self.options.listen)
+            self.bound = self._api_socket.getsockname()[:2]
         try:
-            await self._main()
+            self.store = Store.open(self.options.store_path)
+            try:
+                await self._main()
+            finally:
+                self.store.close()
         finally:
-            self.store.close()
+            if self._api_socket is not None:  # not handed to the server
+                self._api_socket.close()
+                self._api_socket = None
 
     async def _main(self) -> None:
         self.probers = {p.name: build_prober(p) for p in self.config.paths if p.stream is None}
@@ -498,8 +530,7 @@ class ProbeRunner:
         ))
 
     async def _serve_api(self) -> None:
-        assert self.options.listen is not None
-        host, port = parse_listen(self.options.listen)
+        assert self._api_socket is not None
         app = ApiApp(
             self.registry,
             verdict=self.verdict_json,
@@ -508,7 +539,9 @@ class ProbeRunner:
             token=self.options.token,
         )
         hconfig = HypercornConfig()
-        hconfig.bind = [f"{host}:{port}"]
+        # The socket `run` bound: hypercorn takes it over (and closes it) by its descriptor.
+        hconfig.bind = [f"fd://{self._api_socket.detach()}"]
+        self._api_socket = None
         hconfig.accesslog = None
         hconfig.errorlog = None
         hconfig.graceful_timeout = 1.0

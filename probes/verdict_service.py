@@ -258,7 +258,9 @@ _METRIC_LABELS = {
 
 def format_table(result: Mapping[str, Any]) -> str:
     """A plain-text table: one row per path and metric, then the reasons."""
-    rows = [("path", "metric", str(result.get("baseline")), str(result.get("canary")), "verdict")]
+    # Each cohort column says its role and version, or that there is none (an empty store).
+    cohorts = [f"{role} {result.get(role) or '(none)'}" for role in ("baseline", "canary")]
+    rows = [("path", "metric", *cohorts, "verdict")]
     for path in result.get("paths", []):
         rows.append((path["path"], "", "", "", path["verdict"].upper()))
         for name, metric in path.get("metrics", {}).items():

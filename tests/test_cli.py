@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import probes
 from probes.cli import build_parser
+from probes.store import InventoryRow, Store
+from probes.verdict_service import format_table
 
 SKEWPROBE = [sys.executable, "-m", "probes.cli"]
 
@@ -77,3 +82,66 @@ def test_run_logs_at_debug_with_v_on_either_side_of_the_subcommand(
     quiet = skewprobe(*run)
     assert quiet.returncode == 0, quiet.stderr
     assert "DEBUG" not in quiet.stderr
+
+
+# -- stdout closed early, and the table of an empty store ----------------------------------------
+
+
+@pytest.fixture
+def empty_store(tmp_path: Path) -> Path:
+    """A store `skewprobe run` created and never wrote a window to."""
+    path = tmp_path / "empty.db"
+    Store.open(path).close()
+    return path
+
+
+def _with_closed_stdout(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """Run skewprobe with a stdout whose reader is already gone: every write gets EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([*SKEWPROBE, *map(str, args)], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_a_closed_stdout_ends_quietly_with_the_verdicts_exit_code(
+    empty_store: Path, extra: list[str]
+) -> None:
+    done = _with_closed_stdout("verdict", "--store", empty_store, *extra)
+    assert done.stderr == ""
+    assert done.returncode == 3  # inconclusive, as with the whole output read
+
+
+def test_a_closed_stdout_ends_other_commands_quietly_too(tmp_path: Path) -> None:
+    store = tmp_path / "inventory.db"
+    with Store.open(store) as s:
+        s.write_inventory(time.time() - 60, [InventoryRow("shop", "checkout", "1.20.3", 3)])
+    for args in (["validate", "--schema"], ["inventory", "--store", store],
+                 ["inventory", "--store", store, "--json"]):
+        done = _with_closed_stdout(*args)
+        assert (done.returncode, done.stderr) == (0, ""), args
+
+
+def test_verdict_piped_to_head(empty_store: Path) -> None:
+    line = f"{shlex.join([*SKEWPROBE, 'verdict', '--store', str(empty_store)])} | head -1"
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", line], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.stderr == ""
+    assert done.returncode == 3
+    assert done.stdout.splitlines() == [
+        "path  metric  baseline (none)  canary (none)  verdict"
+    ]
+
+
+def test_the_table_names_missing_cohorts_instead_of_printing_none(empty_store: Path) -> None:
+    done = skewprobe("verdict", "--store", empty_store)
+    assert done.returncode == 3, done.stderr
+    assert "None" not in done.stdout
+    header = done.stdout.splitlines()[0].split("  ")
+    assert header == ["path", "metric", "baseline (none)", "canary (none)", "verdict"]
+    one = format_table({"verdict": "inconclusive", "baseline": "1.20.3", "canary": None,
+                        "paths": [], "reasons": ["one cohort"]})
+    assert one.splitlines()[0] == "path  metric  baseline 1.20.3  canary (none)  verdict"

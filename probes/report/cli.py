@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from probes._exceptions import EXIT_PASS, BadInput
+from probes._stdout import emit
 from probes._timeparse import parse_time, rfc3339
 from probes.report._settings import Settings
 
@@ -183,8 +184,8 @@ def run_report(args: argparse.Namespace) -> int:
         canary=args.canary or judging.cohort.canary, now=now,
     )
     diverged = ", ".join(files.diverged) or "none"
-    print(f"report: {files.html} ({files.paths} paths; diverged: {diverged}); "
-          f"also {files.markdown.name}, {files.json.name}")
+    emit(f"report: {files.html} ({files.paths} paths; diverged: {diverged}); "
+         f"also {files.markdown.name}, {files.json.name}")
     return EXIT_PASS
 
 
