@@ -27,7 +27,6 @@ within `Z` standard errors of the counts it was computed from.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import random
@@ -43,7 +42,7 @@ from targets.haproxy import default_versions_file
 from targets.haproxy_config import load_haproxy_versions
 from tests.servers.fleet_cli import fleet_process, read_until
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
-from tests.servers.probe_run import http_config, probe_runner, running
+from tests.servers.probe_run import Windows, http_config, probe_runner, running
 
 pytestmark = [needs_haproxy, pytest.mark.slow]
 
@@ -55,8 +54,6 @@ Z = 4.5
 # The attempts test needs ~1,200 canary calls on average (docstring); not failing after this
 # many times as many is a broken test, not a slow machine.
 EXPECTED_CANARY_CALLS, GIVE_UP_FACTOR = 1200, 5
-# Only a hang guard: the probe writes a window every second, however loaded the machine.
-NO_WINDOW_FOR_S = 60.0
 
 
 def _se_rate(n: int) -> float:
@@ -83,8 +80,8 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
     config = http_config(endpoints, rate="100/s", timeout="1s",
                          paths={"checkout": "/api/checkout"})
     store = str(tmp_path / "probe.db")
-    window_done = asyncio.Event()
-    runner = probe_runner(config, store, on_window=lambda _windows: window_done.set())
+    written = Windows()
+    runner = probe_runner(config, store, on_window=written.on_window)
     verdict: dict[str, Any] = {}
     # The fleet (its apps; each pod's HAProxy is a process anyway) runs in a process of its
     # own, so this test's event loop carries only the probe, as `skewprobe run`'s does: the
@@ -110,12 +107,7 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
             # Judge after every window the probe writes (no polling), until the attempts
             # test fails and both cohorts hold enough calls to check the success rates.
             while True:
-                try:
-                    async with asyncio.timeout(NO_WINDOW_FOR_S):
-                        await window_done.wait()
-                except TimeoutError:
-                    pytest.fail(f"no window written for {NO_WINDOW_FOR_S:.0f} s: {verdict}")
-                window_done.clear()
+                await written.next()
                 verdict = dict(await runner.verdict_json(VerdictQuery()))
                 paths = {p["path"]: p for p in verdict["paths"]}
                 checkout = paths.get("checkout", {})
