@@ -110,10 +110,12 @@ async def test_idle_keepalive_connection_is_closed_by_stop() -> None:
     length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
                       if line.lower().startswith(b"content-length")))
     await reader.readexactly(length)
+    drain_s = 30.0
     t0 = time.monotonic()
-    await server.stop(5.0)
-    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
-    assert time.monotonic() - t0 < 1.0  # idle connections do not wait for the drain
+    await server.stop(drain_s)
+    assert await asyncio.wait_for(reader.read(), drain_s) == b""  # closed by the server
+    # Idle connections do not wait for the drain: the stop took less than the drain time.
+    assert time.monotonic() - t0 < drain_s
     writer.close()
     with contextlib.suppress(ConnectionError):
         await writer.wait_closed()
