@@ -29,6 +29,10 @@ from targets._http import HttpApp
 _LOG = logging.getLogger("targets.hypercorn")
 # After a drain's deadline, how long aborted connections get to unwind.
 _UNWIND_S = 2.0
+# Loop iterations from an accepted socket to its transport's end, with one to spare:
+# asyncio's accept task makes the transport, connection_made starts `_on_connection`, which
+# aborts it (draining), and the abort's connection_lost closes the socket.
+_ACCEPT_STEPS = 5
 
 
 class HttpListener:
@@ -48,6 +52,7 @@ class HttpListener:
         self._state: dict[str, object] = {}
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], tuple[TCPServer, asyncio.StreamWriter]] = {}
+        self._draining = False
 
     @property
     def connections(self) -> int:
@@ -61,6 +66,12 @@ class HttpListener:
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        if self._draining:
+            # Accepted just before `drain()` stopped accepting, handed to us after it took
+            # its list of connections: nobody else would close it (and Python 3.11's
+            # Server.wait_closed does not wait for it). A closed listener refuses it.
+            writer.transport.abort()
+            return
         task = asyncio.current_task()
         assert task is not None
         connection = TCPServer(
@@ -75,7 +86,16 @@ class HttpListener:
 
     async def drain(self, drain_s: float) -> None:
         """Stop accepting; let busy connections finish up to `drain_s`; cut the rest."""
+        self._draining = True
         if self._server is not None:
+            # Stop accepting first, and close the server only once the sockets already
+            # accepted have become transports: Python 3.11's Server._attach asserts once the
+            # server is closed, so a transport made after close() fails half-built, is never
+            # closed, and its ResourceWarning surfaces in whichever later test the collector
+            # runs in. Those connections reach `_on_connection`, which aborts them.
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            for _ in range(_ACCEPT_STEPS):
+                await asyncio.sleep(0)
             self._server.close()
         for connection, writer in self._connections.values():
             _goaway(connection, writer)

@@ -12,7 +12,19 @@ import httpx
 import pytest
 
 from tests.servers.ports import free_port
-from tests.servers.probe_run import example_fleet, http_config, probe_runner, running
+from tests.servers.probe_run import (
+    Windows,
+    example_fleet,
+    http_config,
+    probe_runner,
+    running,
+)
+
+BASELINE, CANARY = "1.20.3", "1.21.0"
+MIN_SAMPLES = 100
+# Checkout's attempts test needs a few hundred canary calls on average at 2 × attempts; not
+# failing after this many is a broken probe, not a slow machine.
+GIVE_UP_CANARY_CALLS = 10_000
 
 
 @pytest.mark.slow
@@ -20,34 +32,40 @@ async def test_regressed_path_fails_the_gate(tmp_path: Path) -> None:
     endpoints = tmp_path / "endpoints.json"
     port = free_port()
     store = str(tmp_path / "gate.db")
-    runner = probe_runner(http_config(endpoints, rate="40/s"), store,
-                          listen=f"127.0.0.1:{port}")
+    written = Windows()
+    runner = probe_runner(http_config(endpoints, rate="40/s", min_samples=MIN_SAMPLES), store,
+                          listen=f"127.0.0.1:{port}", on_window=written.on_window)
     base = f"http://127.0.0.1:{port}"
     async with (
         example_fleet(endpoints, base_host="127.0.0.60", seed=5, notice_s=1.2) as fleet,
         running(runner, stop_within_s=10),
         httpx.AsyncClient(base_url=base, timeout=5) as client,
     ):
-        # Before any canary exists the gate must not pass: one cohort is inconclusive.
-        await asyncio.sleep(2.5)
+        # Before any canary exists the gate must not pass, however much baseline data there
+        # is: one cohort is inconclusive.
+        await written.until([("checkout", BASELINE), ("catalog", BASELINE)], MIN_SAMPLES)
         early = await client.get("/verdict")
         assert early.status_code == 200 and early.json()["verdict"] == "inconclusive"
         held = await client.post("/gate", json={"name": "x", "namespace": "y"})
         assert held.status_code == 409
 
-        await fleet.rollout("1.21.0", interval_s=0.2, limit=2)
+        await fleet.rollout(CANARY, interval_s=0.2, limit=2)
+        # Judge after every window written, until checkout fails (bounded by the canary's
+        # calls, not the clock: a loaded machine makes them more slowly).
         verdict: dict = {}
-        for _ in range(40):  # bounded: 40 × 0.5 s
-            await asyncio.sleep(0.5)
+        while True:
+            await written.next()
             verdict = (await client.get("/verdict")).json()
             checkout = next((p for p in verdict["paths"] if p["path"] == "checkout"), None)
             if checkout is not None and checkout["verdict"] == "fail":
                 break
+            if (canary_calls := written.requests["checkout", CANARY]) > GIVE_UP_CANARY_CALLS:
+                pytest.fail(f"checkout not failed after {canary_calls} canary calls: {verdict}")
         assert verdict["verdict"] == "fail", verdict
         by_path = {p["path"]: p for p in verdict["paths"]}
         assert by_path["checkout"]["metrics"]["attempts_per_request"]["verdict"] == "fail"
         assert by_path["catalog"]["verdict"] != "fail"
-        assert verdict["baseline"] == "1.20.3" and verdict["canary"] == "1.21.0"
+        assert (verdict["baseline"], verdict["canary"]) == (BASELINE, CANARY)
         gate = await client.post("/gate", json={"name": "checkout", "namespace": "shop",
                                                 "phase": "Progressing", "checksum": "1",
                                                 "metadata": {"path": "checkout"}})

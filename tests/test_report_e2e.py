@@ -6,45 +6,81 @@ has no inventory)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
 from probes._timeparse import parse_time
+from probes.api import VerdictQuery
 from probes.discovery.changes import RESTART
 from probes.report.cli import write_report
 from probes.store import Store
 from targets.fleet import EventKind
-from tests.servers.probe_run import example_fleet, http_config, probe_runner, running
+from tests.servers.probe_run import (
+    Windows,
+    example_fleet,
+    http_config,
+    probe_runner,
+    running,
+)
+
+BASELINE, CANARY = "1.20.3", "1.21.0"
+
+
+# The canary's attempts test needs a few hundred canary calls on average at 2 × attempts;
+# not failing after this many canary calls is a broken probe, not a slow machine.
+GIVE_UP_CANARY_CALLS = 10_000
+WINDOW_S = 1.0  # http_config's windows
 
 
 @pytest.mark.slow
 async def test_report_from_a_real_run(tmp_path: Path) -> None:
     endpoints = tmp_path / "endpoints.json"
     store = str(tmp_path / "run.db")
-    runner = probe_runner(http_config(endpoints, rate="40/s"), store, duration_s=9.0)
+    min_samples = 100
+    written = Windows()
+    runner = probe_runner(http_config(endpoints, rate="40/s", min_samples=min_samples), store,
+                          on_window=written.on_window)
     async with (
         example_fleet(endpoints, base_host="127.0.0.90", seed=9, notice_s=0.3,
                       namespace="shop") as fleet,
-        running(runner, stop_within_s=20) as run,
+        running(runner, stop_within_s=20),
     ):
-        await asyncio.sleep(2.5)  # the baseline alone first
-        await fleet.rollout("1.21.0", interval_s=0.5, limit=2)
-        await asyncio.wait_for(run, 20)
+        # The baseline alone first, until each path has the verdict's minimum of samples
+        # (counted in the windows written, not waited for by the clock).
+        await written.until([("checkout", BASELINE), ("catalog", BASELINE)], min_samples)
+        await fleet.rollout(CANARY, interval_s=0.5, limit=2)
+        # Then until the probe's own verdict has failed checkout on attempts per request:
+        # the report replays the same sequential tests over the same windows.
+        while True:
+            await written.next()
+            verdict = await runner.verdict_json(VerdictQuery(path="checkout"))
+            judged = {p["path"]: p for p in verdict["paths"]}.get("checkout", {})
+            # (no metrics yet while the canary has no windows)
+            attempts = judged.get("metrics", {}).get("attempts_per_request", {})
+            if attempts.get("verdict") == "fail":
+                break
+            if (canary_calls := written.requests["checkout", CANARY]) > GIVE_UP_CANARY_CALLS:
+                pytest.fail(f"no fail on attempts after {canary_calls} canary calls: {verdict}")
+    started = {e.pod: e.at for e in fleet.history() if e.kind == EventKind.RESTART_STARTED}
     fleet_restarts = {e.pod: e.at for e in fleet.history()
                       if e.kind == EventKind.RESTART_FINISHED}
     assert len(fleet_restarts) == 2
     with Store.open(store, readonly=True) as s:
         restarts = s.read_events(kinds=[RESTART])
         first, last = s.time_range()  # type: ignore[misc]
+        checkout_windows = s.read_windows(paths=["checkout"])
+        endpoint_windows = s.read_endpoint_windows(paths=["checkout"])
     # The runner saw each restart through discovery (the endpoints file, re-read every
-    # second), once, with the versions it moved between.
+    # second), once, with the versions it moved between: after the pod's restart began, and
+    # before the first window in which it probed that pod as the new version.
     assert {e.endpoint for e in restarts} == set(fleet_restarts)
     for e in restarts:
-        assert (e.detail["from"], e.detail["to"]) == ("1.20.3", "1.21.0")
-        assert fleet_restarts[e.endpoint] - 0.5 <= e.at <= fleet_restarts[e.endpoint] + 3.0
+        assert (e.detail["from"], e.detail["to"]) == (BASELINE, CANARY)
+        first_as_canary = min(w.start for w in endpoint_windows
+                              if w.endpoint == e.endpoint and w.cohort == CANARY)
+        assert started[e.endpoint] <= e.at <= first_as_canary + WINDOW_S, (e, started)
 
     files = write_report(store, tmp_path / "report", since=first, until=last, now=last)
     doc = json.loads(files.json.read_text())
@@ -56,7 +92,31 @@ async def test_report_from_a_real_run(tmp_path: Path) -> None:
     # (and the retries may show in p99 too; whichever test crossed first leads).
     assert checkout["metric"] in ("attempts_per_request", "latency_p99_ms")
     attempts = paths["checkout"]["divergences"]["attempts_per_request"]
-    assert attempts["canary"] > 1.5 > 1.1 > attempts["baseline"]
+    # The canary: every call took exactly 2 attempts (each first attempt fails, the one
+    # retry answers), in the store and so in the report.
+    canary = [w for w in checkout_windows if w.cohort == CANARY]
+    assert sum(w.attempts_sum for w in canary) == 2 * sum(w.attempts_count for w in canary) > 0
+    assert attempts["canary"] == 2.0
+    # The baseline: 1 attempt per call, except calls the probe still sent as the old version
+    # to a pod already back on the new one (discovery re-reads the file each second). Those
+    # can only be calls to a restarted pod from the window its restart began on, so the
+    # extra attempts are at most those calls, and the report's baseline figure at the
+    # crossing at most 1 + that many over the baseline calls from the origin (the first
+    # window with both cohorts) to the crossing.
+    baseline = [w for w in checkout_windows if w.cohort == BASELINE]
+    extra = sum(w.attempts_sum - w.attempts_count for w in baseline)
+    suspect = sum(w.requests for w in endpoint_windows
+                  if w.cohort == BASELINE and w.endpoint in started
+                  and w.start + WINDOW_S > started[w.endpoint])
+    assert 0 <= extra <= suspect, (extra, suspect)
+    origin = min(w.start for w in canary)
+    crossed = parse_time(attempts["at"], now=0)
+    counted = sum(w.attempts_count for w in baseline
+                  if w.start >= origin and w.start + WINDOW_S <= crossed)
+    assert counted > 0
+    rounding = 5e-6  # the JSON gives 6 significant digits
+    assert 1.0 <= attempts["baseline"] <= 1.0 + extra / counted + rounding, (
+        attempts, extra, counted)
     assert attempts["at"] >= checkout["at"]
     assert parse_time(checkout["at"], now=0) > min(e.at for e in restarts)
     # Two of four pods moved; at the crossing, one or two of the probed endpoints had.

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
+import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import grpc
@@ -25,6 +28,35 @@ from targets.server import TargetServer
 from tests.servers.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+async def test_connections_accepted_as_the_drain_starts_leave_no_open_transport() -> None:
+    """Connections the loop accepts just before a drain closes the listener: on Python 3.11
+    a transport made after Server.close() fails half-built and is never closed, and its
+    ResourceWarning surfaced later in whichever test the collector ran (a fleet restarting
+    pods under a probe's reconnects hits this). The drain must leave none behind."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for turns in range(6):  # how many loop turns between the connects and the drain
+            server = TargetServer(VersionProfile("1.20.3"), host="127.0.0.1", grpc_port=None)
+            await server.start()
+            host, port = server.http_address.rsplit(":", 1)
+            clients = []
+            for _ in range(8):  # the kernel completes loopback handshakes on its own
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex((host, int(port)))
+                clients.append(c)
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            await server.stop(0.0)
+            for c in clients:
+                c.close()
+        for _ in range(10):  # let aborted transports finish closing
+            await asyncio.sleep(0)
+        gc.collect()
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not unclosed, unclosed
 
 
 async def test_drain_fails_health_finishes_inflight_and_cuts_the_rest() -> None:
@@ -78,10 +110,12 @@ async def test_idle_keepalive_connection_is_closed_by_stop() -> None:
     length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
                       if line.lower().startswith(b"content-length")))
     await reader.readexactly(length)
+    drain_s = 30.0
     t0 = time.monotonic()
-    await server.stop(5.0)
-    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
-    assert time.monotonic() - t0 < 1.0  # idle connections do not wait for the drain
+    await server.stop(drain_s)
+    assert await asyncio.wait_for(reader.read(), drain_s) == b""  # closed by the server
+    # Idle connections do not wait for the drain: the stop took less than the drain time.
+    assert time.monotonic() - t0 < drain_s
     writer.close()
     with contextlib.suppress(ConnectionError):
         await writer.wait_closed()

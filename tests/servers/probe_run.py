@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from probes._types import PathWindow
 from probes.config import parse_config
 from probes.runner import ProbeRunner, RunOptions
 from targets.fleet import Fleet
@@ -102,3 +104,39 @@ async def running(runner: ProbeRunner, *, stop_within_s: float) -> AsyncIterator
     finally:
         runner.stopping.set()
         await asyncio.wait_for(task, stop_within_s)
+
+
+# Only a hang guard: a running probe writes a window every second however loaded the
+# machine is, so this long without one means it is stuck, not slow.
+NO_WINDOW_FOR_S = 60.0
+
+
+class Windows:
+    """What the runner has written, window by window: pass `on_window` to `probe_runner`,
+    then wait with `next()` instead of sleeping, and read the requests written per
+    (path, cohort) so far. Tests wait on counts, so a loaded machine only makes them
+    slower, never wrong."""
+
+    def __init__(self) -> None:
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self._written = asyncio.Event()
+
+    def on_window(self, windows: Sequence[PathWindow]) -> None:
+        for w in windows:
+            self.requests[w.path, w.cohort] += w.requests
+        self._written.set()
+
+    async def next(self) -> None:
+        """Until the runner writes its next windows (fails the test if it never does)."""
+        try:
+            async with asyncio.timeout(NO_WINDOW_FOR_S):
+                await self._written.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"the probe wrote no window for {NO_WINDOW_FOR_S:.0f} s") from None
+        self._written.clear()
+
+    async def until(self, path_cohorts: Sequence[tuple[str, str]], requests: int) -> None:
+        """Until each (path, cohort) has at least `requests` requests written."""
+        while min(self.requests[pc] for pc in path_cohorts) < requests:
+            await self.next()
