@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from probes.api import ApiApp, VerdictQuery
 from probes.cli import main as skewprobe_main
 from probes.store import Store
 from probes.verdict_service import JudgingSettings, compute_verdict
+from tests.servers.asgi import serve_app
 from tests.servers.ports import free_port
 from tests.test_verdict import NEW, OLD, _cohort_windows
 
@@ -155,20 +155,8 @@ async def store_api(since_store: str) -> AsyncIterator[str]:
             baseline=query.baseline, canary=query.canary, since=query.since, now=END + 1.0)
 
     app = ApiApp(CollectorRegistry(), verdict=verdict, health=lambda: (True, ""))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)  # listening before hypercorn starts: the first request just waits
-    port = sock.getsockname()[1]
-    config = Config()
-    config.bind = [f"fd://{sock.detach()}"]
-    config.accesslog = config.errorlog = None
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop.set()
-        await task
+    async with serve_app(app) as base:
+        yield base
 
 
 async def test_since_with_an_offset_as_argo_sends_it(store_api: str) -> None:

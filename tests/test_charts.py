@@ -12,7 +12,6 @@ and by building the wheel from exactly the files it copies.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import functools
@@ -21,7 +20,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,8 +36,6 @@ import kubernetes_validate
 import numpy as np
 import pytest
 import yaml
-from hypercorn.asyncio import serve
-from hypercorn.config import Config as HypercornConfig
 from kubernetes_validate.utils import SchemaNotFoundError
 from prometheus_client import CollectorRegistry
 
@@ -56,6 +52,7 @@ from probes.verdict import judge
 from targets.profile import parse_profiles
 from targets.server import _args as target_args
 from targets.server import parse_hostport
+from tests.servers.asgi import serve_app
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE, TARGET = "charts/skewprobe", "charts/skewprobe-target"
@@ -584,20 +581,8 @@ async def _serve_verdicts(token: str | None = None) -> AsyncIterator[
         return bodies.get(query.canary or "", bodies[CANARY_FOR["inconclusive"]])
 
     app = ApiApp(CollectorRegistry(), verdict=verdict, health=lambda: (True, "ok"), token=token)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)  # listening before hypercorn starts: the first request just waits
-    port = sock.getsockname()[1]
-    config = HypercornConfig()
-    config.bind = [f"fd://{sock.detach()}"]
-    config.accesslog = config.errorlog = None
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
-    try:
-        yield f"http://127.0.0.1:{port}", queries
-    finally:
-        stop.set()
-        await task
+    async with serve_app(app) as base:
+        yield base, queries
 
 
 def _argo_condition(expression: str, result: Any) -> bool:
