@@ -9,7 +9,9 @@ What real estates do, each as a scenario of its own and all together:
 - shared bursts: two 30 s dependency outages in 4 h hit every pod of both cohorts (30 %
   errors);
 - all: the three together;
-- one-pod canary: "all", with the canary stuck at one pod for the whole run.
+- one-pod canary: "all", with the canary stuck at one pod for the whole run;
+- bad nodes: two nodes fail 10 % of calls, whatever runs there: the first pod to move to
+  the canary and one pod that stays on the baseline (as the fleet test does on loopback).
 
 A rollout: 12 pods at 5 calls/s each (10 s windows), 4 hours; one pod restarts into the canary
 cohort every 10 minutes until 6 of 12 have (a restart is a new pod instance: it starts cold
@@ -66,6 +68,7 @@ class Scenario:
     cold: bool = False
     bursts: bool = False
     one_pod: bool = False
+    bad_nodes: bool = False
 
 
 SCENARIOS = (
@@ -75,6 +78,7 @@ SCENARIOS = (
     Scenario("shared bursts", bursts=True),
     Scenario("all", hetero=True, cold=True, bursts=True),
     Scenario("one-pod canary (all)", hetero=True, cold=True, bursts=True, one_pod=True),
+    Scenario("bad nodes", bad_nodes=True),
 )
 
 
@@ -117,6 +121,9 @@ def simulate(rng: np.random.Generator, est: Estate, sc: Scenario, delta: float):
         rate = np.where(rng.random(n_inst) < 1 / 12, rate * 10.0, rate)
     t0 = np.arange(t_len) * WINDOW_S
     alive = (t0[None, :] >= starts[:, None]) & (t0[None, :] < ends[:, None])
+    if sc.bad_nodes:
+        rate[est.pods] = 0.1  # the first canary instance, on pod 0's node
+        rate[est.pods - 1] = 0.1  # a baseline pod that never moves
     p = np.broadcast_to(rate[:, None], (n_inst, t_len)).copy()
     if sc.cold:
         cold = alive & (t0[None, :] < starts[:, None] + est.cold_s) & (starts[:, None] > 0)

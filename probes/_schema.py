@@ -302,6 +302,7 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
                 "min_samples": {"type": "integer", "minimum": 1},
+                "warmup": _duration,
                 "tolerances": {
                     "type": "object",
                     "additionalProperties": False,

@@ -225,6 +225,9 @@ class ApiSpec:
     tls: ApiTlsSpec | None = None
 
 
+DEFAULT_WARMUP_S = 120.0
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     source: str
@@ -237,6 +240,9 @@ class Config:
     alpha: float = 0.01
     window_s: float = 10.0
     min_samples: int = 100
+    # A pod's first seconds after it starts (restarted pods run cold): kept out of the
+    # cohort comparison, shown apart in the report.
+    warmup_s: float = DEFAULT_WARMUP_S
     max_in_flight: int = 1000
     max_rate_per_s: float = 20000.0
     store: str = "skewprobe.db"

@@ -21,6 +21,7 @@ import yaml
 from probes._exceptions import ConfigError
 from probes._schema import SCHEMA
 from probes._spec import (
+    DEFAULT_WARMUP_S,
     ApiSpec,
     ApiTlsSpec,
     CohortSpec,
@@ -315,6 +316,8 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
         tolerances=Tolerances(**(verdict.get("tolerances") or {})),
         alpha=float(verdict.get("alpha", 0.01)),
         min_samples=int(verdict.get("min_samples", 100)),
+        warmup_s=(b.duration(verdict["warmup"], ["verdict", "warmup"]) if "warmup" in verdict
+                  else DEFAULT_WARMUP_S),
         window_s=b.duration(data["window"], ["window"]) if "window" in data else 10.0,
         max_in_flight=int(probe.get("max_in_flight", 1000)),
         max_rate_per_s=(

@@ -42,7 +42,7 @@ targets:
   file: {{path: {endpoints}}}
 cohort: {{by: proxy_version}}
 window: 5s
-verdict: {{alpha: 0.01, min_samples: 100}}
+verdict: {{alpha: 0.01, min_samples: 100, warmup: 5s}}  # the demo's pods start warm
 paths:
   - name: checkout
     http: {{method: GET, path: /api/checkout}}

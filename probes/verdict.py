@@ -44,7 +44,7 @@ passes; the verdict fails if any path fails and passes only if every path passes
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,7 @@ from probes.measure.histogram import LOWER, UPPER
 from probes.stats import metrics as M
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.metrics import CohortEvidence, MetricVerdict
+from probes.stats.pods import PodGrid
 from probes.stats.quantile import Layout
 from probes.stats.series import PathSeries, columns, path_series
 
@@ -180,10 +181,12 @@ def _layout(windows: Any) -> Layout:
 
 def _metrics(
     series: Sequence[PathSeries], tol: Tolerances, alpha_share: float, attempts_max: int,
-    layout: Any = None,
+    layout: Any = None, *, pods: Mapping[str, PodGrid] | None = None,
+    cohorts: tuple[str, str] | None = None, window_s: float = 10.0,
 ) -> dict[str, dict[str, MetricVerdict]]:
     """Per path, per metric name, for every path with a comparison span. `layout` is a
-    callable giving the latency bucket `Layout` (read only when latency is judged)."""
+    callable giving the latency bucket `Layout` (read only when latency is judged). With
+    `pods` (per path) and `cohorts` (baseline, canary), success rate is judged per pod."""
     out: dict[str, dict[str, MetricVerdict]] = {s.path: {} for s in series}
     judged = [s for s in series if s.baseline is not None and s.canary is not None]
     too_many = _check_attempts(judged, attempts_max)
@@ -219,7 +222,13 @@ def _metrics(
     def success(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         req_b, req_c = cols(lambda t: t.requests, rows)
         err_b, err_c = cols(lambda t: t.errors, rows)
-        return M.success_rate(req_b, err_b, req_c, err_c, tol, a)
+        out = M.success_rate(req_b, err_b, req_c, err_c, tol, a)
+        if pods is not None and cohorts is not None:
+            for i, s in enumerate(rows):
+                grid = pods.get(s.path)
+                if grid is not None and {*cohorts} <= {*grid.cohorts}:
+                    out[i] = M.pod_success_rate(grid, *cohorts, tol, a, window_s)
+        return out
 
     def latency(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         cum_b = np.cumsum(np.stack([s.baseline.latency for s in rows]), axis=1)  # type: ignore[union-attr]
@@ -287,6 +296,7 @@ def judge(
     paths: Iterable[str] | None = None,
     overloaded: bool = False,
     attempts_max: int = 5,
+    pods: Mapping[str, PodGrid] | None = None,
 ) -> Verdict:
     """Judge the canary cohort against the baseline on every path (module docstring).
 
@@ -295,6 +305,8 @@ def judge(
     sequential origin; `paths` limits the verdict to those paths (a named path without data
     is inconclusive). `overloaded` marks the probe's own measurements untrusted.
     `attempts_max` bounds the upstream attempts of one call (the proxies' retries + 1).
+    `pods`: per path, the pods × windows grid (`probes.stats.pods.pod_grids`); with it,
+    success rate takes the pod as the unit of evidence, without it calls are pooled.
     Raises BadInput for parameters out of range.
     """
     if not 0.0 < alpha < 1.0:
@@ -319,7 +331,9 @@ def judge(
 
     alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
     by_path = _metrics(series, tolerances, alpha_share, attempts_max,
-                       lambda: _layout(windows))
+                       lambda: _layout(windows), pods=pods,
+                       cohorts=(b, c) if b is not None and c is not None else None,
+                       window_s=window_s)
 
     path_verdicts = []
     for s in series:

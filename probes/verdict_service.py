@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from probes._exceptions import BadInput
-from probes._spec import CohortSpec, Config, Tolerances
+from probes._spec import DEFAULT_WARMUP_S, CohortSpec, Config, Tolerances
 from probes._timeparse import parse_time
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.stats.cohorts import pick_cohorts
+from probes.stats.pods import PodGrid, pod_grids
 from probes.store import Store
 from probes.verdict import judge
 
@@ -36,6 +37,7 @@ class JudgingSettings:
     min_samples: int = 100
     window_s: float = 10.0
     cohort: CohortSpec = CohortSpec()
+    warmup_s: float = DEFAULT_WARMUP_S
 
     @classmethod
     def from_config(cls, config: Config) -> JudgingSettings:
@@ -45,6 +47,7 @@ class JudgingSettings:
             min_samples=config.min_samples,
             window_s=config.window_s,
             cohort=config.cohort,
+            warmup_s=config.warmup_s,
         )
 
 
@@ -194,6 +197,7 @@ def verdict_from_source(
         window_s = float(np.median(table.length))
     else:
         window_s = settings.window_s
+    pods = _pod_grids(source, since_t, paths, settings.warmup_s)
     verdict = judge(
         table,
         tolerances=settings.tolerances,
@@ -206,8 +210,25 @@ def verdict_from_source(
         since=since_t,
         paths=paths,
         overloaded=overloaded,
+        pods=pods,
     )
     return verdict.to_json()
+
+
+def _pod_grids(source: WindowSource, since: float | None, paths: Sequence[str] | None,
+               warmup_s: float) -> Mapping[str, PodGrid] | None:
+    """Per path, the pods × windows grid, if the source keeps per-pod counts (the SQLite
+    store does; Prometheus series are per path and cohort, so its verdict pools calls).
+    Read from `warmup_s` before `since`, so a pod seen then counts as warm at `since`."""
+    read = getattr(source, "read_endpoint_columns", None)
+    if read is None:
+        return None
+    cols = read(since=None if since is None else since - warmup_s, paths=paths)
+    return pod_grids(
+        cols.start, cols.path, cols.endpoint, cols.cohort, cols.requests, cols.errors,
+        paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
+        warmup_s=warmup_s,
+    )
 
 
 def with_doubts(result: Mapping[str, Any], doubts: Sequence[str]) -> Mapping[str, Any]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import os
@@ -44,7 +45,7 @@ from typing import Final, Protocol
 
 from probes._exceptions import BadInput, SkewprobeError
 from probes._timeparse import parse_duration
-from targets.profile import ProfileSet, VersionProfile, load_profiles
+from targets.profile import Faults, ProfileSet, VersionProfile, load_profiles
 from targets.server import TargetServer, hostport
 
 ORDERS = ("ordinal", "reverse", "random")
@@ -122,6 +123,17 @@ class SidecarFactory(Protocol):
     ) -> Pod: ...
 
 
+def on_bad_node(profile: VersionProfile, error_rate: float) -> VersionProfile:
+    """`profile` on a node that fails `error_rate` of every route's calls besides its own
+    faults (persistent errors: a retry on the same pod fails again)."""
+
+    def worse(f: Faults) -> Faults:
+        return dataclasses.replace(f, error_rate=1.0 - (1.0 - f.error_rate) * (1.0 - error_rate))
+
+    return dataclasses.replace(profile, defaults=worse(profile.defaults),
+                               routes={r: worse(f) for r, f in profile.routes.items()})
+
+
 def pod_hosts(base_host: str, count: int) -> list[str]:
     """`count` loopback addresses from `base_host` up, skipping .0 and .255."""
     try:
@@ -143,6 +155,10 @@ class Fleet:
 
     `sidecar` switches to a real-sidecar mode: pods come from its `pod()` and versions are
     checked against it instead of `profiles` (which must then be None).
+
+    `bad_nodes` maps a pod's ordinal to an error rate its node adds to every route, whatever
+    the version and across restarts (the pod keeps its host): sick pods that are not the
+    version's fault, in either cohort, as a bad node or a noisy neighbour makes them.
     """
 
     def __init__(
@@ -163,6 +179,7 @@ class Fleet:
         keep_alive_s: float = 30.0,
         wall_clock: Callable[[], float] = time.time,
         sidecar: SidecarFactory | None = None,
+        bad_nodes: Mapping[int, float] | None = None,
     ):
         if pods < 1:
             raise BadInput("a fleet needs at least one pod")
@@ -170,6 +187,11 @@ class Fleet:
             raise BadInput("fault profiles (--profiles) are for the emulated sidecar; a real "
                            "sidecar's versions come from its own file (--haproxy-profiles)")
         self._sidecar = sidecar
+        if bad_nodes and sidecar is not None:
+            raise BadInput("bad nodes are emulated by the fault profiles, not a real sidecar")
+        if any(not 0.0 <= rate <= 1.0 for rate in (bad_nodes or {}).values()):
+            raise BadInput("a bad node's error rate lies in [0, 1]")
+        self._bad_nodes = dict(bad_nodes or {})
         self.namespace = namespace
         self.service = service
         self.drain_s = drain_s
@@ -264,6 +286,8 @@ class Fleet:
                 seed=None if self._seed is None else self._seed * 1_000_003 + i,
                 keep_alive_s=self._keep_alive_s, drain_s=self.drain_s, notice_s=self.notice_s,
             )
+        if i in self._bad_nodes:
+            profile = on_bad_node(profile, self._bad_nodes[i])
         return TargetServer(
             profile, host=host, http_port=http_port, grpc_port=grpc_port,
             pod=f"{self.service}-{i}",

@@ -64,7 +64,8 @@ def _se_rate(n: int) -> float:
 def _precise_enough(counts: dict[str, Any]) -> bool:
     """Whether both cohorts' success rates are within Z standard errors of half the gap
     between 90 % and 100 %: enough calls to tell the two apart."""
-    n = min(counts[side]["requests"] for side in ("baseline", "canary"))
+    # A metric with no warm window in common yet has no counts.
+    n = min(counts.get(side, {}).get("requests", 0) for side in ("baseline", "canary"))
     return n > 0 and Z * _se_rate(n) <= ERROR_RATE / 2
 
 

@@ -37,14 +37,16 @@ paths:
 
 
 def _store_with_a_failing_canary(path: Path, now: float) -> None:
-    """Ten minutes of windows: the canary fails one call in five, the baseline none."""
+    """Ten minutes of windows on three pods per cohort: the canary fails one call in five,
+    the baseline none (one canary pod could not fail a version)."""
     agg = WindowAggregator(length_s=10.0, grace_s=0.0)
     start = (now // 10) * 10 - 600
     for i in range(6000):
         t = start + i * 0.1
         for cohort, bad in (("1.20.3", False), ("1.21.0", i % 5 == 0)):
             outcome = CallOutcome(Outcome.HTTP_5XX if bad else Outcome.OK, 200)
-            agg.add(CallResult("checkout", f"pod-{cohort}", cohort, t, 0.01, 0.0, outcome))
+            agg.add(CallResult("checkout", f"pod-{cohort}-{i % 3}", cohort, t, 0.01, 0.0,
+                               outcome))
     with Store.open(path) as store:
         store.write(*agg.flush(now=now, force=True))
 

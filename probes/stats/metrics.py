@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from probes._spec import Tolerances
-from probes.stats import bounded, quantile, rates
+from probes.stats import bounded, pods, quantile, rates
 from probes.stats._num import log_clip
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "attempts_per_request",
     "latency_p99",
     "missing",
+    "pod_success_rate",
     "stream_resets",
     "success_rate",
 ]
@@ -88,15 +89,16 @@ class MetricVerdict:
     e_fail: float | None
     e_pass: float | None
     reason: str
+    # Pod-level evidence (`pod_success_rate`): pods per cohort, the spread between pods,
+    # the canary's worst pod and its share; `needs`: calls and seconds more to pass.
+    pods: Mapping[str, Any] | None = None
+    needs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tolerance", _ro(self.tolerance))
 
     def with_verdict(self, verdict: str) -> MetricVerdict:
-        return MetricVerdict(
-            self.name, verdict, self.unit, self.baseline, self.canary, self.tolerance,
-            self.alpha, self.e_fail, self.e_pass, self.reason,
-        )
+        return replace(self, verdict=verdict)
 
     def to_json(self) -> dict[str, Any]:
         b, c = self.baseline, self.canary
@@ -117,6 +119,8 @@ class MetricVerdict:
             "e_value": {"fail": _num(self.e_fail), "pass": _num(self.e_pass)},
             "p_value": {"fail": p_value(self.e_fail), "pass": p_value(self.e_pass)},
             "reason": self.reason,
+            **({} if self.pods is None else {"pods": dict(self.pods)}),
+            **({} if self.needs is None else {"needs": dict(self.needs)}),
         }
 
 
@@ -182,6 +186,103 @@ def success_rate(
             float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])), reason,
         ))
     return out
+
+
+def pod_success_rate(
+    grid: pods.PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
+    window_s: float,
+) -> MetricVerdict:
+    """Success rate with the pod as the unit of evidence (`probes.stats.pods`): each canary
+    call compared with the baseline in the same window, the spread between pods counted,
+    and a fail only if it holds with the canary's worst pod left out."""
+    log_thr = math.log(1.0 / alpha)
+    drop = tol.success_rate_drop_pp / 100.0
+    rows = np.array([c in (baseline, canary) for c in grid.cohorts], dtype=bool)
+    n, s = grid.calls[rows], grid.errors[rows]
+    is_canary = grid.of(canary)[rows]
+    names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
+    canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
+    track = pods.pod_track(n, s, is_canary, 1.0, drop)
+    both = (n[~is_canary].sum(axis=0) > 0) & (n[is_canary].sum(axis=0) > 0)
+    req_b, err_b = n[~is_canary][:, both].sum(), s[~is_canary][:, both].sum()
+    req_c, err_c = n[is_canary][:, both].sum(), s[is_canary][:, both].sum()
+    if not (req_b > 0 and req_c > 0):
+        return missing(SUCCESS_RATE, "ratio", {"max_drop_pp": tol.success_rate_drop_pp}, alpha,
+                       "success rate: the cohorts have no warm window in common yet "
+                       "(each pod's warm-up is left out)")
+    pooled = success_rate(np.array([req_b]), np.array([err_b]), np.array([req_c]),
+                          np.array([err_c]), tol, alpha)[0]
+    lf, lfa, lp = (float(x[-1]) for x in (track.log_e_fail, track.log_e_fail_all,
+                                          track.log_e_pass))
+    pods_c = int(track.pods_canary[-1])
+    per_pod_errors = s[is_canary][:, both].sum(axis=1)
+    per_pod_calls = n[is_canary][:, both].sum(axis=1)
+    worst = int(track.worst[-1]) if canary_names else 0
+    worst_name = canary_names[worst] if canary_names else None
+    share = float(per_pod_errors[worst] / err_c) if err_c > 0 and canary_names else 0.0
+    call_share = float(per_pod_calls[worst] / req_c) if canary_names else 0.0
+    concentrated = pods_c >= 2 and share >= 0.5 and share >= 2 * call_share
+    spread_pp = 100.0 * float(track.tau[-1])
+
+    if lf >= log_thr:
+        verdict = FAIL
+    elif lp >= log_thr:
+        verdict = PASS
+    else:
+        verdict = INCONCLUSIVE
+    # The canary's calls so far came in this much time: the rate a `needs` estimate assumes.
+    compared = grid.starts[both]
+    elapsed = float(compared[-1] - compared[0]) + window_s
+    factor = pods.needs_factor(-float(track.d[-1]), float(track.v_sampling[-1]),
+                               float(track.v_pods[-1]), log_thr)
+    needs: dict[str, Any] = {"calls": None, "seconds": None}
+    if verdict == INCONCLUSIVE and factor is not None:
+        needs = {"calls": math.ceil((factor - 1.0) * float(req_c)),
+                 "seconds": _num((factor - 1.0) * elapsed, 3)}
+
+    pod_word = "pod" if pods_c == 1 else "pods"
+    head = (pooled.reason.split(")")[0]
+            + f"; {pods_c} canary {pod_word} vs {int(track.pods_baseline[-1])})")
+    found = (f"; concentrated on {worst_name} ({100 * share:.0f} % of the canary's errors)"
+             if concentrated else "")
+    if verdict == FAIL:
+        reason = head + ": worse across the canary's pods, with its worst pod left out" + found
+    elif verdict == PASS:
+        reason = head + ": within tolerance" + found
+    elif lfa >= log_thr and pods_c == 1:
+        reason = (head + f": the canary's one pod {worst_name} is worse than the baseline's "
+                  "pods, but one pod cannot tell a sick pod from a sick version; add a canary "
+                  "pod to decide")
+    elif lfa >= log_thr:
+        reason = (head + f": worse only with its worst pod in: concentrated on {worst_name} "
+                  f"({100 * share:.0f} % of the canary's errors), not across the version's pods")
+    elif factor is not None:
+        reason = (head + f": not enough evidence yet; a pass needs about {needs['calls']} more "
+                  f"canary calls (~{_duration(needs['seconds'])} at the current rate)" + found)
+    elif float(track.d[-1]) >= 0:
+        reason = head + ": not enough evidence yet to pass or fail" + found
+    else:
+        reason = (head + f": cannot pass at this spread between pods ({spread_pp:.2g} pp) "
+                  f"with {pods_c} canary {pod_word}; more pods would decide" + found)
+    return replace(
+        pooled, verdict=verdict, reason=reason,
+        e_fail=float(log_clip(np.array(lf))), e_pass=float(log_clip(np.array(lp))),
+        pods={
+            "baseline": int(track.pods_baseline[-1]), "canary": pods_c,
+            "spread_pp": _num(spread_pp, 3),
+            "worst": worst_name, "worst_share": _num(share, 3), "concentrated": concentrated,
+            "e_fail_all_pods": _num(float(log_clip(np.array(lfa)))),
+            "warmup": {"calls": int(grid.warmup_calls[rows].sum()),
+                       "errors": int(grid.warmup_errors[rows].sum())},
+        },
+        needs=needs,
+    )
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def latency_p99(

@@ -55,7 +55,16 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import log_ndtr, logsumexp
 
-__all__ = ["MIXING_SCALES", "PodTrack", "log_e_one_sided", "needs_factor", "pod_track"]
+__all__ = [
+    "MAX_GRID_CELLS",
+    "MIXING_SCALES",
+    "PodGrid",
+    "PodTrack",
+    "log_e_one_sided",
+    "needs_factor",
+    "pod_grids",
+    "pod_track",
+]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -191,22 +200,27 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     sq_w = (w_b ** 2).sum(axis=0)
     vp_all = tau2 * (sq_calls + ratio * ratio * sq_w)
 
-    # The worst canary pod at each look, and the statistic without it. Its share of the
-    # baseline pods' weights is taken in proportion to its calls.
+    # The worst canary pod at each look (the one an operator is told about).
     masked = np.where(pod_calls_c > 0, excess, -np.inf)
     worst = (np.argmax(masked, axis=0) if masked.shape[0]
              else np.zeros(excess.shape[1], dtype=np.int64))
-    cols = np.arange(excess.shape[1])
-    if masked.shape[0]:
-        e_w, n_w, own_w = excess[worst, cols], pod_calls_c[worst, cols], own[worst, cols]
-    else:
-        e_w = n_w = own_w = np.zeros(excess.shape[1])
+
+    # The fail direction trims one pod from each cohort: the canary's worst pod is left out
+    # of D (one pod does not fail a version), and the baseline's worst pod out of the window
+    # means D compares with (a sick baseline pod would otherwise mask a regression on every
+    # canary pod); τ² is estimated without either. Trimmed alike, equal cohorts stay alike.
     with np.errstate(divide="ignore", invalid="ignore"):
-        keep_share = np.where(calls_c > 0, (calls_c - n_w) / np.where(calls_c > 0, calls_c, 1),
-                              0.0)
-    d_wo = d_all - e_w
-    vs_wo = vs_all - own_w
-    vp_wo = tau2 * (sq_calls - n_w ** 2 + ratio * ratio * sq_w * keep_share ** 2)
+        z_b = np.where(pod_calls_b > 0, resid_b / np.sqrt(np.where(pod_calls_b > 0,
+                                                                   pod_calls_b, 1.0)), -np.inf)
+    drop_b = (np.argmax(z_b, axis=0) if nb.shape[0] > 1
+              else np.full(excess.shape[1], -1, dtype=np.int64))
+    d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, drop_b, ratio,
+                                                             margin, v_t)
+    tau2_fail = _tau2_without(
+        [(nc, sc, worst_wo if nc.shape[0] else None),
+         (nb, sb, drop_b if nb.shape[0] > 1 else None)],
+        v_pool)
+    vp_wo = tau2_fail * (sq_calls_wo + ratio * ratio * sq_w_wo)
     sd = np.sqrt(sd2)
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
     log_pass = log_e_one_sided(-d_all / sd, (vs_all + vp_all) / sd2, scales)
@@ -226,6 +240,84 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     )
 
 
+def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, drop_b: I64, ratio: float, margin: float,
+               v_t: F64) -> tuple[F64, F64, F64, F64, I64]:
+    """The fail direction's D, sampling variance and pods' weights (Σ N_i², Σ W_j²) per look,
+    with the baseline pod `drop_b[look]` (−1: none) out of the window means and the canary's
+    worst pod (returned) out of D. One pass per distinct dropped baseline pod."""
+    looks = nc.shape[1]
+    d, vs, sq_calls, sq_w = (np.zeros(looks) for _ in range(4))
+    worst = np.zeros(looks, dtype=np.int64)
+    if not nc.shape[0]:
+        return d, vs, sq_calls, sq_w, worst
+    n_ct = nc.sum(axis=0)
+    pod_calls_c = _cum(nc)
+    calls_c = pod_calls_c.sum(axis=0)
+    cols = np.arange(looks)
+    for k in np.unique(drop_b):
+        at = drop_b == k
+        keep = np.ones(nb.shape[0], dtype=bool)
+        if k >= 0:
+            keep[k] = False
+        n_bt, s_bt = nb[keep].sum(axis=0), sb[keep].sum(axis=0)
+        both = (n_bt > 0) & (n_ct > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv_b = np.where(n_bt > 0, 1.0 / np.where(n_bt > 0, n_bt, 1.0), 0.0)
+        q_t = np.clip(ratio * s_bt * inv_b + margin, 0.0, 1.0)
+        excess = _cum(np.where(both, sc - nc * q_t, 0.0))
+        own = _cum(np.where(both, nc * v_t * (1.0 + ratio * ratio * n_ct * inv_b), 0.0))
+        w = _cum(nb[keep] * (n_ct * inv_b))
+        wc = np.argmax(np.where(pod_calls_c > 0, excess, -np.inf), axis=0)
+        n_w = pod_calls_c[wc, cols]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            keep_share = np.where(calls_c > 0, (calls_c - n_w)
+                                  / np.where(calls_c > 0, calls_c, 1.0), 0.0)
+        d[at] = (excess.sum(axis=0) - excess[wc, cols])[at]
+        vs[at] = (own.sum(axis=0) - own[wc, cols])[at]
+        sq_calls[at] = ((pod_calls_c ** 2).sum(axis=0) - n_w ** 2)[at]
+        sq_w[at] = ((w ** 2).sum(axis=0) * keep_share ** 2)[at]
+        worst[at] = wc[at]
+    return d, vs, sq_calls, sq_w, worst
+
+
+def _tau2_without(cohorts: list[tuple[F64, F64, I64 | None]], v_pool: F64) -> F64:
+    """DerSimonian–Laird τ² per look from each cohort's pods (calls `n`, sums `s`, pods ×
+    windows), leaving out the pod `drop[look]` of each cohort: out of the sum of squares and
+    out of the window means the other pods are measured against, so one sick pod neither
+    counts itself nor makes every healthy pod look off. Each distinct dropped pod costs one
+    pass over the cohort's cells (the worst pod rarely changes once data accrues)."""
+    looks = v_pool.size
+    q, df, denom = np.zeros(looks), np.zeros(looks), np.zeros(looks)
+    for n, s, drop in cohorts:
+        if drop is None or not n.shape[0]:
+            continue
+        n_t, s_t = n.sum(axis=0), s.sum(axis=0)
+        calls = _cum(n)
+        for k in np.unique(drop):
+            at = drop == k
+            n_o, s_o = n_t - n[k], s_t - s[k]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                mean = np.where(n_o > 0, s_o / np.where(n_o > 0, n_o, 1.0), 0.0)
+            resid = _cum(s - n * mean)
+            keep = calls > 0
+            keep[k] = False
+            c = np.where(keep, calls, 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                q_k = np.where(keep, resid ** 2 / np.where(keep, calls, 1.0), 0.0).sum(axis=0)
+            kept = keep.sum(axis=0)
+            total = c.sum(axis=0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                denom_k = np.where(kept > 1, total - (c ** 2).sum(axis=0)
+                                   / np.where(total > 0, total, 1.0), 0.0)
+            q[at] += q_k[at]
+            df[at] += np.maximum(kept - 1, 0)[at]
+            denom[at] += denom_k[at]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((df > 0) & (denom > 0),
+                        np.maximum(0.0, (q / v_pool - df) * v_pool
+                                   / np.where(denom > 0, denom, 1.0)), 0.0)
+
+
 def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: float,
                  scales: tuple[float, ...] = MIXING_SCALES, most: float = 1e4) -> float | None:
     """By what factor the calls would have to grow for the e-value of a sum `d` with these
@@ -238,3 +330,74 @@ def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: floa
     log_e = log_e_one_sided(k * d, k * v_sampling + k * k * v_pods, scales)
     hit = np.flatnonzero(log_e >= log_threshold)
     return float(k[hit[0]]) if hit.size else None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PodGrid:
+    """One path's calls and errors per pod and window: the input of the pod-level verdict.
+
+    A pod is an endpoint in one cohort (a pod restarted onto the new proxy is a new pod).
+    `calls` / `errors` are (pods, windows) over the windows `starts`, with each pod's
+    warm-up left out; `warmup_calls` / `warmup_errors` are what the warm-up held, per pod.
+    """
+
+    pods: tuple[str, ...]
+    cohorts: tuple[str, ...]
+    starts: F64
+    calls: F64
+    errors: F64
+    warmup_calls: F64
+    warmup_errors: F64
+
+    def of(self, cohort: str) -> Bool:
+        return np.array([c == cohort for c in self.cohorts], dtype=bool)
+
+
+# A grid above this many cells is judged in coarser time strata (adjacent windows merged):
+# memory stays bounded for hundreds of pods over a day, and strata of a few windows still
+# cancel an outage shared by both cohorts.
+MAX_GRID_CELLS = 2_000_000
+
+
+def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.int32],
+              cohort: npt.NDArray[np.int32], requests: I64, errors: I64, *,
+              paths: tuple[str, ...], endpoints: tuple[str, ...], cohorts: tuple[str, ...],
+              since: float | None, warmup_s: float) -> dict[str, PodGrid]:
+    """Per path, the pods × windows grid of the rows with start ≥ `since` (columns as
+    `EndpointColumns` holds them). A pod's warm-up is its first `warmup_s` from the first
+    window the rows show it in, so pass rows from `warmup_s` before `since` too: a pod seen
+    then has warmed up by `since`."""
+    out: dict[str, PodGrid] = {}
+    if not len(start):
+        return out
+    for p in np.unique(path):
+        rows = path == p
+        t, e, c = start[rows], endpoint[rows], cohort[rows]
+        n, k = requests[rows].astype(np.float64), errors[rows].astype(np.float64)
+        pod_key = e.astype(np.int64) * len(cohorts) + c
+        keys, pod = np.unique(pod_key, return_inverse=True)
+        first = np.full(len(keys), np.inf)
+        np.minimum.at(first, pod, t)
+        warm = t >= first[pod] + warmup_s
+        kept = t >= since if since is not None else np.ones(len(t), dtype=bool)
+        starts, window = np.unique(t[kept], return_inverse=True)
+        if not len(starts):
+            continue
+        merge = max(1, math.ceil(len(keys) * len(starts) / MAX_GRID_CELLS))
+        window = window // merge
+        cols = int(window.max()) + 1 if len(window) else 0
+        shape = (len(keys), cols)
+        grid_n, grid_s = np.zeros(shape), np.zeros(shape)
+        w_n, w_s = np.zeros(len(keys)), np.zeros(len(keys))
+        pk, wk, hot = pod[kept], window, ~warm[kept]
+        np.add.at(grid_n, (pk[~hot], wk[~hot]), n[kept][~hot])
+        np.add.at(grid_s, (pk[~hot], wk[~hot]), k[kept][~hot])
+        np.add.at(w_n, pk[hot], n[kept][hot])
+        np.add.at(w_s, pk[hot], k[kept][hot])
+        out[paths[int(p)]] = PodGrid(
+            pods=tuple(endpoints[int(x) // len(cohorts)] for x in keys),
+            cohorts=tuple(cohorts[int(x) % len(cohorts)] for x in keys),
+            starts=starts[::merge], calls=grid_n, errors=grid_s,
+            warmup_calls=w_n, warmup_errors=w_s,
+        )
+    return out

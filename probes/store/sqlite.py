@@ -27,10 +27,12 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
+
+import numpy as np
 
 from probes._exceptions import StoreCorrupt, StoreError
 from probes._types import EndpointWindow, PathWindow
@@ -44,7 +46,7 @@ from probes.store._schema import (
     mapped,
 )
 from probes.store.records import Event, InventoryRow, InventorySnapshot
-from probes.store.table import TableBuilder, WindowTable
+from probes.store.table import EndpointColumns, TableBuilder, WindowTable
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store"]
 
@@ -384,6 +386,49 @@ class Store:
                            errors=r[5], labels=json.loads(r[6]))
             for r in rows
         ]
+
+    def read_endpoint_columns(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        paths: Iterable[str] | None = None,
+        cohorts: Iterable[str] | None = None,
+    ) -> EndpointColumns:
+        """Endpoint windows with start in [since, until) as numpy columns, by start: the
+        verdict's bulk read (a rollout's hours of windows for every pod of every path)."""
+        where, args = self._where(since, until, paths, cohorts)
+        with self._lock, mapped(self._path, "read endpoint windows"):
+            names = dict(self._conn.execute("SELECT id, name FROM names").fetchall())
+            rows = self._conn.execute(
+                "SELECT start, path_id, endpoint_id, cohort_id, requests, errors"
+                f" FROM endpoint_windows WHERE {where} ORDER BY start", args,
+            ).fetchall()
+            endpoint_names = dict(self._conn.execute("SELECT id, name FROM endpoints").fetchall())
+        if rows:
+            a = np.array(rows, dtype=np.float64)
+            start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
+            requests, errors = a[:, 4].astype(np.int64), a[:, 5].astype(np.int64)
+        else:
+            start = np.zeros(0)
+            path_id = endpoint_id = cohort_id = requests = errors = np.zeros(0, dtype=np.int64)
+
+        def index(ids: Any, name_of: Mapping[int, str]) -> tuple[tuple[str, ...], Any]:
+            # Two endpoint ids may share a name (different labels): one pod either way.
+            present = np.unique(ids)
+            found = sorted({name_of[int(i)] for i in present})
+            position = {n: k for k, n in enumerate(found)}
+            lookup = np.zeros(int(present.max()) + 1 if present.size else 1, dtype=np.int32)
+            for i in present:
+                lookup[i] = position[name_of[int(i)]]
+            return tuple(found), lookup[ids]
+
+        path_names, path = index(path_id, names)
+        endpoints, endpoint = index(endpoint_id, endpoint_names)
+        cohort_names, cohort = index(cohort_id, names)
+        return EndpointColumns(
+            paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
+            path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
+        )
 
     def read_endpoint_totals(
         self,

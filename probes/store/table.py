@@ -27,12 +27,31 @@ from probes._types import PathWindow
 from probes.measure import sparse
 from probes.measure.histogram import BUCKET_COUNT, Histogram
 
-__all__ = ["WindowColumns", "WindowTable"]
+__all__ = ["EndpointColumns", "WindowColumns", "WindowTable"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 _SLICE = 1 << 22
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EndpointColumns:
+    """Endpoint windows as columns: what the pod-level verdict reads (`probes.stats.pods`).
+    `path`, `endpoint` and `cohort` hold indices into the name tuples; rows by start."""
+
+    paths: tuple[str, ...]
+    endpoints: tuple[str, ...]
+    cohorts: tuple[str, ...]
+    start: F64
+    path: I32
+    endpoint: I32
+    cohort: I32
+    requests: I64
+    errors: I64
+
+    def __len__(self) -> int:
+        return len(self.start)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

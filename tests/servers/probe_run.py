@@ -32,13 +32,15 @@ def http_config(
     timeout: str = "500ms",
     paths: Mapping[str, str] = CHECKOUT_AND_CATALOG,
     min_samples: int = 100,
+    warmup: str = "1s",
 ) -> str:
     """Probe config text: file discovery from `endpoints`, 1 s windows, and one HTTP path
-    per `paths` entry (name -> URL path), each at `rate` under `timeout`."""
+    per `paths` entry (name -> URL path), each at `rate` under `timeout`. The fleet's pods
+    start warm, so each pod's warm-up is one window (the default 2 min would outlast a test)."""
     lines = [
         f"targets: {{file: {{path: {endpoints}}}}}",
         "window: 1s",
-        f"verdict: {{min_samples: {min_samples}}}",
+        f"verdict: {{min_samples: {min_samples}, warmup: {warmup}}}",
         "paths:",
     ]
     for name, url_path in paths.items():

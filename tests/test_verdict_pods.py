@@ -1,0 +1,130 @@
+"""The verdict read from a store takes the pod as the unit of evidence for success rate.
+
+The store is written through its API with per-pod windows (seeded binomial errors), as a
+probe writes it; the verdict comes from `compute_verdict`, as `skewprobe verdict` gets it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from probes._types import EndpointWindow, PathWindow
+from probes.measure.histogram import BUCKET_COUNT, index_of
+from probes.store import Store
+from probes.verdict_service import JudgingSettings, compute_verdict
+
+T0 = 1_790_000_000.0
+WINDOW_S = 10.0
+OLD, NEW = "1.20.3", "1.21.0"
+CALLS = 60  # per pod per window
+
+# error rate of (pod, cohort) in window w (seconds since T0)
+Rates = Callable[[str, str, float], float]
+
+
+def write_estate(store: Store, pods: dict[str, str], rates: Rates, minutes: float,
+                 seed: int, path: str = "checkout") -> None:
+    rng = np.random.default_rng(seed)
+    latency = tuple(np.bincount(index_of(np.full(CALLS, 0.02)), minlength=BUCKET_COUNT))
+    for k in range(int(minutes * 60 / WINDOW_S)):
+        t = T0 + k * WINDOW_S
+        cells = []
+        for pod, cohort in pods.items():
+            e = int(rng.binomial(CALLS, rates(pod, cohort, t - T0)))
+            cells.append(EndpointWindow(start=t, path=path, endpoint=pod, cohort=cohort,
+                                        requests=CALLS, errors=e))
+        windows = []
+        for cohort in sorted(set(pods.values())):
+            mine = [c for c in cells if c.cohort == cohort]
+            n, e = CALLS * len(mine), sum(c.errors for c in mine)
+            windows.append(PathWindow(
+                start=t, length=WINDOW_S, path=path, cohort=cohort,
+                outcomes={"ok": n - e, "http_5xx": e},
+                latency=tuple(x * len(mine) for x in latency),
+            ))
+        store.write(windows, cells)
+
+
+def verdict(tmp_path: Path, pods: dict[str, str], rates: Rates, minutes: float = 30,
+            seed: int = 1) -> dict:
+    db = str(tmp_path / "estate.db")
+    with Store.open(db) as store:
+        write_estate(store, pods, rates, minutes, seed)
+    now = T0 + minutes * 60
+    settings = JudgingSettings()
+    result = compute_verdict(db, settings, baseline=OLD, canary=NEW, now=now, overload=None)
+    return dict(result)
+
+
+FLEET = {**{f"shop-{i}": OLD for i in range(6)}, **{f"shop-{i}-new": NEW for i in range(6, 9)}}
+
+
+def success(result: dict) -> dict:
+    return result["paths"][0]["metrics"]["success_rate"]
+
+
+def test_sick_pods_in_both_cohorts_fail_nothing_and_the_sick_canary_pod_is_named(
+    tmp_path: Path,
+) -> None:
+    # One bad node under one pod of each cohort: +10 % errors there, 0.1 % elsewhere.
+    sick = {"shop-2", "shop-7-new"}
+    m = success(verdict(tmp_path, FLEET,
+                        lambda pod, _c, _t: 0.10 if pod in sick else 0.001))
+    assert m["verdict"] != "fail", m["reason"]
+    assert m["canary"] < m["baseline"] - 0.001 / 100  # pooled, the canary does look worse
+    assert m["pods"]["worst"] == "shop-7-new"
+    assert m["pods"]["concentrated"] is True
+    assert "concentrated on shop-7-new" in m["reason"]
+    assert m["pods"]["canary"] == 3 and m["pods"]["baseline"] == 6
+
+
+def test_a_regression_on_every_canary_pod_fails(tmp_path: Path) -> None:
+    m = success(verdict(tmp_path, FLEET,
+                        lambda _p, cohort, _t: 0.03 if cohort == NEW else 0.001))
+    assert m["verdict"] == "fail", m["reason"]
+    assert "worst pod left out" in m["reason"]
+    assert m["pods"]["concentrated"] is False
+
+
+def test_an_outage_shared_by_both_cohorts_does_not_fail(tmp_path: Path) -> None:
+    # Three canary pods start in the outage's minute (cold too), baseline calls all along.
+    def rates(_p: str, _c: str, t: float) -> float:
+        return 0.5 if 600 <= t < 660 else 0.001
+
+    m = success(verdict(tmp_path, FLEET, rates))
+    assert m["verdict"] != "fail", m["reason"]
+
+
+def test_warm_up_is_kept_out_of_the_comparison(tmp_path: Path) -> None:
+    # Canary pods fail 20 % of calls in their first minute (cold start), then are healthy.
+    m = success(verdict(tmp_path, FLEET,
+                        lambda _p, cohort, t: 0.2 if cohort == NEW and t < 60 else 0.001))
+    assert m["verdict"] != "fail", m["reason"]
+    warm = m["pods"]["warmup"]
+    assert warm["calls"] == 9 * CALLS * 120 / WINDOW_S  # every pod's first 2 min
+    assert warm["errors"] > 0.1 * 3 * CALLS * 60 / WINDOW_S  # the cold errors are there
+    assert m["counts"]["canary"]["errors"] < 0.01 * m["counts"]["canary"]["requests"]
+
+
+def test_a_canary_of_one_pod_never_fails_and_says_why(tmp_path: Path) -> None:
+    pods = {**{f"shop-{i}": OLD for i in range(6)}, "shop-9-new": NEW}
+    m = success(verdict(tmp_path, pods, lambda _p, cohort, _t: 0.05 if cohort == NEW else 0.001))
+    assert m["verdict"] == "inconclusive"
+    assert "one pod" in m["reason"] and "shop-9-new" in m["reason"]
+
+
+def test_an_undecided_healthy_canary_says_how_many_calls_a_pass_needs(tmp_path: Path) -> None:
+    # No errors at all: the canary heads for a pass whatever the draw.
+    m = success(verdict(tmp_path, FLEET, lambda *_: 0.0, minutes=4))
+    assert m["verdict"] == "inconclusive", m["reason"]
+    needs = m["needs"]
+    canary_calls = m["counts"]["canary"]["requests"]
+    assert needs["calls"] > 0 and needs["seconds"] > 0
+    # At the rate so far: the canary made its calls in (4 min − warm-up) of windows.
+    rate = canary_calls / (4 * 60 - 120)
+    assert math.isclose(needs["seconds"], needs["calls"] / rate, rel_tol=0.05)
+    assert "more canary calls" in m["reason"]

@@ -1,0 +1,114 @@
+"""Sick pods on a real fleet: a bad node under one pod of each cohort fails no path, and the
+verdict names the sick canary pod; a regression on every canary pod still fails.
+
+The fleet (emulated sidecars on loopback) runs one version that changes nothing, with two
+pods on bad nodes (+10 % errors on every route, whatever the version): one in the canary,
+one in the baseline, as the issue that asked for the pod as the unit measured on main.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from probes.store import Store
+from probes.verdict import judge
+from probes.verdict_service import JudgingSettings, compute_verdict
+from targets.fleet import Fleet
+from targets.profile import parse_profiles
+from tests.servers.probe_run import Windows, http_config, probe_runner, running
+
+BASELINE, CANARY = "1.20.3", "1.21.0"
+PROFILES = f"""\
+versions:
+  "{BASELINE}":
+    attempt_count_header: true
+  "{CANARY}":
+    attempt_count_header: true
+  "{CANARY}-bad":
+    attempt_count_header: true
+    routes:
+      /api/checkout: {{error_rate: 0.05}}
+"""
+PODS = 8
+CANARY_PODS = 3  # a rollout in ordinal order: pods 0, 1, 2
+SICK = {0: 0.10, 7: 0.10}  # one canary pod, one baseline pod
+# A hang guard in calls, not seconds: the pooled test blames the version within a few
+# hundred canary calls (+1.3 pp against a 0.1 pp tolerance), the pod test fails a 5 pp
+# regression within about as many.
+GIVE_UP_CANARY_CALLS = 20_000
+
+
+def _success(verdict: Any, path: str) -> dict[str, Any]:
+    found = {p["path"]: p for p in verdict["paths"]}.get(path, {})
+    return dict(found.get("metrics", {}).get("success_rate", {}))
+
+
+async def _fleet_run(tmp_path: Path, canary: str, until: Any) -> dict[str, Any]:
+    """Run the fleet and a probe, roll `canary` onto 3 pods, and judge from the store after
+    every window until `until(pod_verdict, pooled_verdict)` holds; return both."""
+    endpoints = tmp_path / "endpoints.json"
+    store = str(tmp_path / "pods.db")
+    written = Windows()
+    runner = probe_runner(http_config(endpoints, rate="20/s"), store,
+                          on_window=written.on_window)
+    fleet = Fleet(pods=PODS, version=BASELINE, profiles=parse_profiles(PROFILES),
+                  base_host="127.0.0.70", endpoints_file=endpoints, seed=11, drain_s=0.2,
+                  bad_nodes=SICK)
+    async with fleet, running(runner, stop_within_s=10):
+        await fleet.rollout(canary, interval_s=0.2, limit=CANARY_PODS)
+        name = {BASELINE: BASELINE, canary: canary}
+        while True:
+            await written.next()
+            now = time.time()
+            pods = dict(compute_verdict(store, JudgingSettings(window_s=1.0), baseline=BASELINE,
+                                        canary=name[canary], now=now, overload=None))
+            with Store.open(store, readonly=True) as s:
+                origin = s.first_window(name[canary])
+                pooled = judge(s.read_table(since=origin), window_s=1.0, now=now,
+                               baseline=BASELINE, canary=name[canary], since=origin).to_json()
+            if until(pods, pooled):
+                return {"pods": pods, "pooled": pooled,
+                        "names": [p.pod for p in fleet.pods]}
+            if (calls := written.requests["checkout", name[canary]]) > GIVE_UP_CANARY_CALLS:
+                pytest.fail(f"no decision after {calls} canary calls: {pods}")
+
+
+@pytest.mark.slow
+async def test_sick_pods_in_both_cohorts_fail_no_path_and_the_sick_canary_pod_is_named(
+    tmp_path: Path,
+) -> None:
+    # Judge until the pooled test (calls independent, today's main) blames the version on
+    # some path and the pod test has named the sick canary pod.
+    def decided(pods: Any, pooled: Any) -> bool:
+        blamed = any(_success(pooled, p)["verdict"] == "fail" for p in ("checkout", "catalog")
+                     if _success(pooled, p))
+        named = _success(pods, "checkout").get("pods", {}).get("concentrated")
+        return blamed and bool(named)
+
+    got = await _fleet_run(tmp_path, CANARY, decided)
+    pods, names = got["pods"], got["names"]
+    assert all(p["verdict"] != "fail" for p in pods["paths"]), pods
+    for path in ("checkout", "catalog"):
+        m = _success(pods, path)
+        if m.get("pods", {}).get("concentrated"):
+            assert m["pods"]["worst"] == names[0], m
+            assert f"concentrated on {names[0]}" in m["reason"]
+        assert m["pods"]["canary"] == CANARY_PODS and m["pods"]["baseline"] == PODS - CANARY_PODS
+
+
+@pytest.mark.slow
+async def test_a_regression_on_every_canary_pod_fails_on_success_rate(tmp_path: Path) -> None:
+    # The same sick nodes, and a version that adds 5 % errors on checkout on every pod.
+    def failed(pods: Any, _pooled: Any) -> bool:
+        return bool(_success(pods, "checkout").get("verdict") == "fail")
+
+    got = await _fleet_run(tmp_path, f"{CANARY}-bad", failed)
+    pods = got["pods"]
+    checkout = _success(pods, "checkout")
+    assert "worst pod left out" in checkout["reason"]
+    assert _success(pods, "catalog")["verdict"] != "fail"
+    assert pods["verdict"] == "fail"
