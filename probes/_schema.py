@@ -323,6 +323,7 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "max_in_flight": {"type": "integer", "minimum": 1},
                 "max_rate": {"type": "string", "pattern": RATE},
+                "cohort_balance_max": {"type": "number", "minimum": 1},
             },
         },
         "store": {

@@ -244,6 +244,7 @@ class Config:
     # cohort comparison, shown apart in the report.
     warmup_s: float = DEFAULT_WARMUP_S
     max_in_flight: int = 1000
+    cohort_balance_max: float = 10.0
     max_rate_per_s: float = 20000.0
     store: str = "skewprobe.db"
     listen: str = "127.0.0.1:9464"

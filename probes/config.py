@@ -320,6 +320,7 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
                   else DEFAULT_WARMUP_S),
         window_s=b.duration(data["window"], ["window"]) if "window" in data else 10.0,
         max_in_flight=int(probe.get("max_in_flight", 1000)),
+        cohort_balance_max=float(probe.get("cohort_balance_max", 10.0)),
         max_rate_per_s=(
             b.rate(probe["max_rate"], ["probe", "max_rate"]) if "max_rate" in probe else 20000.0
         ),

@@ -79,6 +79,9 @@ class EngineLimits:
     max_in_flight: int = 1000
     max_rate_per_s: float = 20000.0
     max_catch_up_s: float = 0.25
+    # The most a small cohort's endpoints are sped up so that, per path, each cohort gets
+    # about as many calls per second as the largest (1: every endpoint at the path's rate).
+    cohort_balance_max: float = 10.0
 
 
 def _phase(key: str, period: float) -> float:
@@ -89,11 +92,13 @@ def _phase(key: str, period: float) -> float:
 class _Schedule:
     """One (path, endpoint): send k is due at `start + k * period` (loop time)."""
 
-    __slots__ = ("endpoint", "k", "live", "path", "period", "start")
+    __slots__ = ("cohort", "endpoint", "factor", "k", "live", "path", "period", "start")
 
-    def __init__(self, path: PathSpec, endpoint: Endpoint, start: float) -> None:
+    def __init__(self, path: PathSpec, endpoint: Endpoint, cohort: str, start: float) -> None:
         self.path = path
         self.endpoint = endpoint
+        self.cohort = cohort
+        self.factor = 1.0
         self.period = 1.0 / path.rate_per_s
         self.start = start
         self.k = 0
@@ -102,6 +107,12 @@ class _Schedule:
     @property
     def due(self) -> float:
         return self.start + self.k * self.period
+
+    def speed(self, factor: float) -> None:
+        """Send at `factor` × the path's rate from the pending send on (it keeps its time)."""
+        self.start, self.k = self.due, 0
+        self.factor = factor
+        self.period = 1.0 / (self.path.rate_per_s * factor)
 
 
 class Engine:
@@ -213,11 +224,38 @@ class Engine:
                     continue
                 period = 1.0 / path.rate_per_s
                 schedule = _Schedule(
-                    path, endpoint, now + _phase(f"{path.name}|{endpoint.key}", period)
+                    path, endpoint, self.cohort_of(endpoint),
+                    now + _phase(f"{path.name}|{endpoint.key}", period),
                 )
                 self._schedules[(path.name, key)] = schedule
                 heapq.heappush(self._heap, (schedule.start, next(self._seq), schedule))
+        self._balance()
         self._arm(loop)
+
+    def _balance(self) -> None:
+        """Per path, speed up the endpoints of the smaller cohorts so that each cohort gets
+        about as many calls per second as the largest, up to `cohort_balance_max` × the
+        path's rate per endpoint: early in a rollout the canary is one pod of many, and the
+        smaller cohort limits every two-sample test."""
+        counts: dict[tuple[str, str], int] = {}
+        largest: dict[str, int] = {}
+        for s in self._schedules.values():
+            key = (s.path.name, s.cohort)
+            counts[key] = counts.get(key, 0) + 1
+            largest[s.path.name] = max(largest.get(s.path.name, 0), counts[key])
+        ceiling = max(1.0, self.limits.cohort_balance_max)
+        for s in self._schedules.values():
+            factor = min(ceiling, largest[s.path.name] / counts[(s.path.name, s.cohort)])
+            if factor != s.factor:
+                s.speed(factor)
+
+    def intended_rates(self) -> dict[tuple[str, str], float]:
+        """Calls per second the schedule intends, per (path, cohort)."""
+        rates: dict[tuple[str, str], float] = {}
+        for s in self._schedules.values():
+            key = (s.path.name, s.cohort)
+            rates[key] = rates.get(key, 0.0) + 1.0 / s.period
+        return rates
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Stop the schedule; give in-flight calls `grace_s` to finish, then cancel them."""

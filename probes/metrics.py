@@ -136,6 +136,33 @@ class _InventoryCollector(Collector):
         yield age
 
 
+class _IntendedRateCollector(Collector):
+    """Calls per second the schedule intends per path and cohort, read at each scrape from
+    the engine (cohort-balanced: a small cohort's endpoints are called faster)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], dict[tuple[str, str], float]] = dict
+
+    def describe(self) -> Iterator[Metric]:
+        return self._family({})
+
+    def collect(self) -> Iterator[Metric]:
+        return self._family(self.source())
+
+    @staticmethod
+    def _family(rates: dict[tuple[str, str], float]) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "skewprobe_intended_calls_per_second",
+            "Calls per second the probe's schedule intends, per path and cohort (a smaller"
+            " cohort's endpoints are called up to probe.cohort_balance_max times the path's"
+            " rate, so that the cohorts get about as many calls).",
+            labels=["path", "cohort"],
+        )
+        for (path, cohort), rate in sorted(rates.items()):
+            family.add_metric([path, cohort], rate)
+        yield family
+
+
 class _Hist:
     """Counts per bucket (the last one is +Inf) and the sum: one histogram child."""
 
@@ -346,6 +373,8 @@ class ProbeMetrics:
         r.register(self._inventory)
         self._gc = _GcPauseCollector()
         r.register(self._gc)
+        self._intended = _IntendedRateCollector()
+        r.register(self._intended)
         # Which probe a series came from, as Prometheus' own `prometheus_build_info`: join
         # on it (`* on(instance) group_left(version) skewprobe_build_info`) across upgrades.
         Gauge(
@@ -363,6 +392,11 @@ class ProbeMetrics:
     def track_in_flight(self, source: Callable[[], float]) -> None:
         """Read the in-flight gauge from `source` at every scrape (e.g. the engine's count)."""
         self._in_flight.set_function(source)
+
+    def track_intended_rates(self, source: Callable[[], dict[tuple[str, str], float]]) -> None:
+        """Read the intended calls per second per (path, cohort) from `source` at every
+        scrape (the engine's schedule)."""
+        self._intended.source = source
 
     def set_overloaded(self, overloaded: bool) -> None:
         self._overloaded.set(1.0 if overloaded else 0.0)

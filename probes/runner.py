@@ -224,11 +224,13 @@ class ProbeRunner:
             limits=EngineLimits(
                 max_in_flight=self.config.max_in_flight,
                 max_rate_per_s=self.config.max_rate_per_s,
+                cohort_balance_max=self.config.cohort_balance_max,
             ),
             streams=self.stream_prober,
         )
         engine = self.engine
         self.metrics.track_in_flight(lambda: engine.in_flight)
+        self.metrics.track_intended_rates(engine.intended_rates)
         restore = self._install_signal_handlers()
         restore_gc = self._save_gc()
         tasks: set[asyncio.Task[Any]] = set()

@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from probes._spec import PathSpec
@@ -225,3 +226,37 @@ async def test_sends_far_behind_are_skipped_not_burst(rate: float) -> None:
     first = sink.results[0].intended_at
     assert all(abs(((r.intended_at - first) * rate) - round((r.intended_at - first) * rate))
                < 0.01 for r in sink.results)
+
+
+async def test_a_small_cohort_is_called_faster_up_to_the_ceiling() -> None:
+    path = PathSpec(name="p", rate_per_s=2.0, timeout_s=0.3)
+    sink = ListSink()
+    engine = Engine([path], {"p": SleepProber({})}, sink,
+                    limits=EngineLimits(cohort_balance_max=3.0))
+    one_canary = [*(_ep(f"b{i}") for i in range(5)), _ep("c0", "1.21.0")]
+    engine.apply(one_canary)
+    # Five baseline endpoints at 2/s; the one canary endpoint at 5x would balance them, the
+    # ceiling allows 3x.
+    assert engine.intended_rates() == {("p", "1.20.3"): 10.0, ("p", "1.21.0"): 6.0}
+    await asyncio.sleep(1.0)
+    canary = sorted(r.intended_at for r in sink.results if r.endpoint == "c0")
+    # Intended times are the schedule's (wall time = loop time + an offset read per call,
+    # which moves by microseconds); a skipped send would leave a multiple of the period.
+    gaps = np.diff(canary)
+    assert len(canary) >= 2
+    assert np.allclose(gaps / (1 / 6.0), np.round(gaps / (1 / 6.0)), atol=0.01), gaps
+    assert np.median(gaps) == pytest.approx(1 / 6.0, abs=1e-3)
+    # The canary grows to half the fleet: every endpoint back at the path's rate.
+    engine.apply([*(_ep(f"b{i}") for i in range(3)),
+                  *(_ep(f"c{i}", "1.21.0") for i in range(3))])
+    assert engine.intended_rates() == {("p", "1.20.3"): 6.0, ("p", "1.21.0"): 6.0}
+    await engine.stop()
+
+
+async def test_cohort_balance_of_one_keeps_every_endpoint_at_the_path_rate() -> None:
+    path = PathSpec(name="p", rate_per_s=2.0, timeout_s=0.3)
+    engine = Engine([path], {"p": SleepProber({})}, ListSink(),
+                    limits=EngineLimits(cohort_balance_max=1.0))
+    engine.apply([_ep("b0"), _ep("b1"), _ep("c0", "1.21.0")])
+    assert engine.intended_rates() == {("p", "1.20.3"): 4.0, ("p", "1.21.0"): 2.0}
+    await engine.stop()

@@ -195,3 +195,14 @@ def test_probe_health_series(reg: CollectorRegistry) -> None:
     assert v("skewprobe_schedule_lag_seconds_bucket", {"le": "0.0001"}) == 1
     assert v("skewprobe_schedule_lag_seconds_bucket", {"le": "0.025"}) == 2
     assert v("skewprobe_schedule_lag_seconds_sum") == 0.02
+
+
+def test_intended_rates_are_read_from_the_schedule_at_each_scrape() -> None:
+    registry = CollectorRegistry()
+    metrics = ProbeMetrics(registry)
+    rates = {("checkout", "1.20.3"): 10.0}
+    metrics.track_intended_rates(lambda: dict(rates))
+    rates[("checkout", "1.21.0")] = 6.0
+    text = generate_latest(registry).decode()
+    assert 'skewprobe_intended_calls_per_second{cohort="1.20.3",path="checkout"} 10.0' in text
+    assert 'skewprobe_intended_calls_per_second{cohort="1.21.0",path="checkout"} 6.0' in text
