@@ -101,7 +101,8 @@ class Estate:
         return int(self.hours * 3600 / WINDOW_S)
 
 
-def simulate(rng: np.random.Generator, est: Estate, sc: Scenario, delta: float):
+def simulate(rng: np.random.Generator, est: Estate, sc: Scenario, delta: float,
+             balance: float = 1.0):
     """One rollout: per pod instance × window, calls, errors, true rates, cohort, start."""
     t_len = est.windows
     moves = 1 if sc.one_pod else est.canary_pods
@@ -136,7 +137,15 @@ def simulate(rng: np.random.Generator, est: Estate, sc: Scenario, delta: float):
                             - np.maximum(t0, b_start)) / WINDOW_S, 0, 1) * hit
             p = p * (1 - frac) + est.burst_error * frac
     p = np.clip(p, 0, 1)
-    n = np.where(alive, rng.poisson(est.rate_per_s * WINDOW_S, (n_inst, t_len)), 0)
+    # Cohort-balanced sampling, as the engine does: the smaller cohort's pods are called
+    # up to `balance` × the rate, so that both cohorts get about as many calls.
+    pods_b = (alive & ~canary[:, None]).sum(axis=0)
+    pods_c = (alive & canary[:, None]).sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        speed_c = np.clip(np.where(pods_c > 0, pods_b / np.maximum(pods_c, 1), 1.0), 1, balance)
+        speed_b = np.clip(np.where(pods_b > 0, pods_c / np.maximum(pods_b, 1), 1.0), 1, balance)
+    speed = np.where(canary[:, None], speed_c[None, :], speed_b[None, :])
+    n = np.where(alive, rng.poisson(est.rate_per_s * WINDOW_S * speed), 0)
     s = rng.binomial(n, p)
     return n.astype(float), s.astype(float), p, canary, starts
 
@@ -190,11 +199,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=20261203)
     ap.add_argument("--warmup", type=float, default=120.0, help="warm-up left out, seconds")
     ap.add_argument("--scenario", action="append", help="only these scenarios (by name)")
+    ap.add_argument("--balance", type=float, default=10.0,
+                    help="cohort-balanced sampling ceiling (probe.cohort_balance_max; 1: off)")
     args = ap.parse_args()
     est = Estate()
     log_thr = math.log(SLOTS / ALPHA)
     tol = TOL.success_rate_drop_pp / 100
-    print(f"{args.rollouts} rollouts per row; 12 pods × {est.rate_per_s:g}/s, "
+    print(f"{args.rollouts} rollouts per row; 12 pods × {est.rate_per_s:g}/s "
+          f"(cohort balance up to {args.balance:g}×), "
           f"{est.hours:g} h, 10 s windows, α = {ALPHA} over {SLOTS} metric slots")
     header = ("| scenario | method | A/A false fails (95 % upper) | passed in 4 h | time to pass,"
               " min (SPRT) | wrong passes at 2× tol | time to fail +0.5 pp, min (SPRT) |")
@@ -211,7 +223,7 @@ def main() -> None:
         sprt_fail: list[float] = []
         for _ in range(args.rollouts):
             for delta, kind in ((0.0, "aa"), (2 * tol, "wrong"), (0.005, "ab")):
-                n, s, p, canary, starts = simulate(rng, est, sc, delta)
+                n, s, p, canary, starts = simulate(rng, est, sc, delta, args.balance)
                 runs = {"pooled": run_pooled(n, s, canary, log_thr),
                         "pods": run_pods(n, s, canary, starts, args.warmup, log_thr)}
                 for m, (fail, ok) in runs.items():

@@ -199,7 +199,8 @@ def _finish(store_path: str, config: Config, lifetimes: list[str], out: str) -> 
         stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
         print(f"event {stamp} {event.kind} {event.path} cohort {event.cohort}: "
               f"{dict(event.detail)}")
-    result = compute_verdict(store_path, config, now=time.time())
+    # The probe has stopped: judge the windows it wrote, leaving out any it wrote overloaded.
+    result = compute_verdict(store_path, config, now=time.time(), overload=None)
     print()
     print(f"verdict, {result['canary']} (canary) against {result['baseline']} (baseline):")
     print(format_table(result))

@@ -45,7 +45,7 @@ passes; the verdict fails if any path fails and passes only if every path passes
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,7 @@ from probes.stats.cohorts import pick_cohorts
 from probes.stats.metrics import CohortEvidence, MetricVerdict
 from probes.stats.pods import PodGrid
 from probes.stats.quantile import Layout
-from probes.stats.series import PathSeries, columns, path_series
+from probes.stats.series import Columns, PathSeries, columns, path_series
 
 __all__ = [
     "FAIL",
@@ -273,6 +273,20 @@ def _check_attempts(series: Sequence[PathSeries], attempts_max: int) -> set[str]
     return bad
 
 
+def _without(cols: Columns, spans: Sequence[tuple[float, float]]) -> Columns:
+    """`cols` with the windows that overlap any of `spans` emptied (they count for nothing)."""
+    if not spans:
+        return cols
+    out = np.zeros(cols.start.size, dtype=bool)
+    for lo, hi in spans:
+        out |= (cols.start + cols.length > lo) & (cols.start < hi)
+    if not out.any():
+        return cols
+    return replace(cols, requests=np.where(out, 0, cols.requests),
+                   streams_opened=np.where(out, 0, cols.streams_opened),
+                   stream_seconds=np.where(out, 0.0, cols.stream_seconds))
+
+
 def _combine(verdicts: Iterable[str]) -> str:
     vs = list(verdicts)
     if FAIL in vs:
@@ -297,6 +311,7 @@ def judge(
     overloaded: bool = False,
     attempts_max: int = 5,
     pods: Mapping[str, PodGrid] | None = None,
+    exclude: Sequence[tuple[float, float]] = (),
 ) -> Verdict:
     """Judge the canary cohort against the baseline on every path (module docstring).
 
@@ -307,6 +322,8 @@ def judge(
     `attempts_max` bounds the upstream attempts of one call (the proxies' retries + 1).
     `pods`: per path, the pods × windows grid (`probes.stats.pods.pod_grids`); with it,
     success rate takes the pod as the unit of evidence, without it calls are pooled.
+    `exclude`: time spans [from, to) whose windows are left out of the comparison for both
+    cohorts (the probe was overloaded then); staleness is still judged on every window.
     Raises BadInput for parameters out of range.
     """
     if not 0.0 < alpha < 1.0:
@@ -327,7 +344,12 @@ def judge(
     present = [cols.cohorts[i] for i in np.flatnonzero(seen)]
     choice = pick_cohorts(present, baseline, canary)
     b, c = choice.baseline, choice.canary
-    series = path_series(cols, b, c, since=since, paths=wanted)
+    series = path_series(_without(cols, exclude), b, c, since=since, paths=wanted)
+    if exclude:
+        # Stale means the probe stopped writing, whatever was left out of the comparison.
+        written = {s.path: s.newest_end for s in path_series(cols, b, c, since=since,
+                                                              paths=wanted)}
+        series = [replace(s, newest_end=written.get(s.path, s.newest_end)) for s in series]
 
     alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
     by_path = _metrics(series, tolerances, alpha_share, attempts_max,

@@ -8,6 +8,7 @@ or a table.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -17,8 +18,8 @@ import numpy as np
 
 from probes._exceptions import BadInput
 from probes._spec import DEFAULT_WARMUP_S, CohortSpec, Config, Tolerances
-from probes._timeparse import parse_time
-from probes.measure.overload import OVERLOAD_EVENT
+from probes._timeparse import parse_time, rfc3339
+from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.pods import PodGrid, pod_grids
 from probes.store import Store
@@ -103,21 +104,57 @@ def compute_verdict(
 
     `overload` is why the probe is overloaded now (None: it is not). The running probe
     knows; `skewprobe verdict`, reading the store after the fact, leaves the default and the
-    state is read from the probe's last overload event at or before `now`.
+    state is read from the probe's last overload event at or before `now`, if the probe was
+    still writing then. Either way, windows written while the probe was overloaded are left
+    out of the comparison for both cohorts, and the verdict is vetoed only while it is.
     """
+    if isinstance(settings, Config):
+        settings = JudgingSettings.from_config(settings)
     store = Store.open(store_path, readonly=True)
     try:
+        spans = overload_spans(store, now, settings.window_s)
         if overload is FROM_STORE:
             overload = stored_overload(store, now)
+            newest = store.newest_window_end()
+            if overload is not None and (newest is None
+                                         or now - newest > 2 * settings.window_s):
+                overload = None  # the probe has stopped: judge the sound windows it wrote
         result = verdict_from_source(
             store, settings, path=path, baseline=baseline, canary=canary, since=since,
             now=now, overloaded=overload is not None,
+            exclude=[(lo, hi) for lo, hi, _ in spans],
         )
     finally:
         store.close()
-    if overload is not None:
-        result = {**result, "reasons": [overload, *result.get("reasons", [])]}
+    notes = [overload] if overload is not None else []
+    if spans and overload is None:
+        lo, hi, why = spans[-1]
+        until = "its last window" if hi == math.inf else rfc3339(hi)
+        notes.append(f"windows from {rfc3339(lo)} to {until} are left out of the comparison: "
+                     f"the probe was overloaded then ({why})"
+                     + (f", and {len(spans) - 1} earlier overloaded span(s)"
+                        if len(spans) > 1 else ""))
+    if notes:
+        result = {**result, "reasons": [*notes, *result.get("reasons", [])]}
     return result
+
+
+def overload_spans(store: Store, now: float, window_s: float) -> list[tuple[float, float, str]]:
+    """When the probe was overloaded, from its overload events up to `now`: (from, to, why)
+    spans, `to` infinite while it still was at its last event. A span starts the rule's
+    horizon (its last `OVERLOAD_WINDOWS` windows) before the event that declared it."""
+    spans: list[tuple[float, float, str]] = []
+    began: tuple[float, str] | None = None
+    for e in store.read_events(until=now, kinds=[OVERLOAD_EVENT]):
+        reason = e.detail.get("reason")
+        if reason and began is None:
+            began = (e.at - OVERLOAD_WINDOWS * window_s, str(reason))
+        elif not reason and began is not None:
+            spans.append((began[0], e.at, began[1]))
+            began = None
+    if began is not None:
+        spans.append((began[0], math.inf, began[1]))
+    return spans
 
 
 def stored_overload(store: Store, now: float) -> str | None:
@@ -169,8 +206,10 @@ def verdict_from_source(
     since: str | None = None,
     now: float,
     overloaded: bool = False,
+    exclude: Sequence[tuple[float, float]] = (),
 ) -> Mapping[str, Any]:
-    """Resolve the query against `source` and judge (`compute_verdict` for the origin)."""
+    """Resolve the query against `source` and judge (`compute_verdict` for the origin).
+    `exclude`: spans whose windows are left out of the comparison (overloaded probe)."""
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     paths = [path] if isinstance(path, str) else (list(path) if path else None)
@@ -197,7 +236,7 @@ def verdict_from_source(
         window_s = float(np.median(table.length))
     else:
         window_s = settings.window_s
-    pods = _pod_grids(source, since_t, paths, settings.warmup_s)
+    pods = _pod_grids(source, since_t, paths, settings.warmup_s, exclude)
     verdict = judge(
         table,
         tolerances=settings.tolerances,
@@ -211,12 +250,14 @@ def verdict_from_source(
         paths=paths,
         overloaded=overloaded,
         pods=pods,
+        exclude=exclude,
     )
     return verdict.to_json()
 
 
 def _pod_grids(source: WindowSource, since: float | None, paths: Sequence[str] | None,
-               warmup_s: float) -> Mapping[str, PodGrid] | None:
+               warmup_s: float, exclude: Sequence[tuple[float, float]] = (),
+               ) -> Mapping[str, PodGrid] | None:
     """Per path, the pods × windows grid, if the source keeps per-pod counts (the SQLite
     store does; Prometheus series are per path and cohort, so its verdict pools calls).
     Read from `warmup_s` before `since`, so a pod seen then counts as warm at `since`."""
@@ -224,8 +265,14 @@ def _pod_grids(source: WindowSource, since: float | None, paths: Sequence[str] |
     if read is None:
         return None
     cols = read(since=None if since is None else since - warmup_s, paths=paths)
+    # Overloaded windows still tell when a pod was first seen (its warm-up), not its errors.
+    out = np.zeros(len(cols), dtype=bool)
+    for lo, hi in exclude:
+        out |= (cols.start >= lo - 1e-9) & (cols.start < hi)
+    requests = np.where(out, 0, cols.requests)
+    errors = np.where(out, 0, cols.errors)
     return pod_grids(
-        cols.start, cols.path, cols.endpoint, cols.cohort, cols.requests, cols.errors,
+        cols.start, cols.path, cols.endpoint, cols.cohort, requests, errors,
         paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
         warmup_s=warmup_s,
     )

@@ -189,3 +189,54 @@ async def test_a_pod_back_on_a_new_version_is_a_restart_event_in_the_store(
         restarts = s.read_events(kinds=[RESTART])
     assert [(e.endpoint, dict(e.detail)["from"], e.cohort) for e in restarts] == [
         ("pod-0", "1.20.3", "1.21.0")]
+
+
+def test_a_probe_that_stopped_overloaded_is_judged_on_its_sound_windows(tmp_path: Path) -> None:
+    # The demo on a busy machine: the probe's last windows were overloaded, then it stopped.
+    now = time.time()
+    store = tmp_path / "probe.db"
+    _store_with_a_failing_canary(store, now)
+    config = parse_config(CONFIG)
+    with Store.open(store) as s:
+        newest = s.newest_window_end()
+        assert newest is not None
+        s.write_events([Event(OVERLOAD_EVENT, newest - 5,
+                              detail={"reason": "probe overloaded: x"})])
+    # Asked while the probe still writes: overloaded now, so vetoed.
+    assert compute_verdict(str(store), config, now=newest + 1)["verdict"] == "inconclusive"
+    # Asked once it has stopped: the windows before the overload decide, and it says so.
+    later = compute_verdict(str(store), config, now=newest + 1, overload=None)
+    assert later["verdict"] == "fail"
+    assert any("left out of the comparison" in r for r in later["reasons"]), later["reasons"]
+
+
+def test_errors_while_the_probe_was_overloaded_fail_nothing(tmp_path: Path) -> None:
+    # A healthy fleet, but in one minute of an overloaded probe the canary's calls failed
+    # (a starved probe times its own calls out): left out, they fail nothing.
+    now = time.time()
+    agg = WindowAggregator(length_s=10.0, grace_s=0.0)
+    start = (now // 10) * 10 - 600
+    stall = (start + 300, start + 360)
+    for i in range(6000):
+        t = start + i * 0.1
+        for cohort in ("1.20.3", "1.21.0"):
+            bad = cohort == "1.21.0" and stall[0] <= t < stall[1]
+            outcome = CallOutcome(Outcome.TIMEOUT if bad else Outcome.OK, 200)
+            agg.add(CallResult("checkout", f"pod-{cohort}-{i % 3}", cohort, t, 0.01, 0.0,
+                               outcome))
+    store = tmp_path / "probe.db"
+    with Store.open(store) as s:
+        s.write(*agg.flush(now=now, force=True))
+        s.write_events([
+            Event(OVERLOAD_EVENT, stall[0] + 10, detail={"reason": "probe overloaded: y"}),
+            Event(OVERLOAD_EVENT, stall[1] + 30, detail={"reason": None}),
+        ])
+    config = parse_config(CONFIG)
+    judged = compute_verdict(str(store), config, now=now)
+    assert judged["verdict"] != "fail", judged["reasons"]
+    success = judged["paths"][0]["metrics"]["success_rate"]
+    assert success["counts"]["canary"]["errors"] == 0
+    # The same store without the overload events fails the canary on those errors.
+    with Store.open(tmp_path / "unmarked.db") as s, Store.open(store, readonly=True) as src:
+        s.write(src.read_windows(), src.read_endpoint_windows())
+    assert compute_verdict(str(tmp_path / "unmarked.db"), config, now=now)["verdict"] == "fail"

@@ -40,6 +40,8 @@ SICK = {0: 0.10, 7: 0.10}  # one canary pod, one baseline pod
 # hundred canary calls (+1.3 pp against a 0.1 pp tolerance), the pod test fails a 5 pp
 # regression within about as many.
 GIVE_UP_CANARY_CALLS = 20_000
+# The fleet's pods start warm: one window of warm-up, as the probe's config says.
+JUDGING = JudgingSettings(window_s=1.0, warmup_s=1.0)
 
 
 def _success(verdict: Any, path: str) -> dict[str, Any]:
@@ -64,7 +66,7 @@ async def _fleet_run(tmp_path: Path, canary: str, until: Any) -> dict[str, Any]:
         while True:
             await written.next()
             now = time.time()
-            pods = dict(compute_verdict(store, JudgingSettings(window_s=1.0), baseline=BASELINE,
+            pods = dict(compute_verdict(store, JUDGING, baseline=BASELINE,
                                         canary=name[canary], now=now, overload=None))
             with Store.open(store, readonly=True) as s:
                 origin = s.first_window(name[canary])

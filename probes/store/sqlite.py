@@ -497,6 +497,12 @@ class Store:
             )
         ]
 
+    def newest_window_end(self) -> float | None:
+        """When the newest path window ended (None: no windows): a probe that writes this
+        store is running if it is recent."""
+        row = self._read("read windows", "SELECT MAX(start + length) FROM path_windows")
+        return None if not row or row[0][0] is None else float(row[0][0])
+
     def first_window(self, cohort: str, since: float | None = None) -> float | None:
         """Start of the earliest window of `cohort` at or after `since` (None: no data).
 
