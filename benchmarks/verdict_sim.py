@@ -187,10 +187,18 @@ def cp_upper(k: int, n: int, level: float = 0.95) -> float:
     return 1.0 if k >= n else float(beta_dist.ppf(level, k + 1, n - k))
 
 
-def fmt_min(windows: list[float]) -> str:
+def fmt_min(windows: list[float], p90: bool = False) -> str:
+    """Median minutes of the decided runs; with `p90`, also the 90th percentile of all runs
+    (undecided runs count as never, so it is "–" when more than 10 % never decided)."""
     x = np.array(windows, dtype=float)
-    x = x[np.isfinite(x)]
-    return f"{np.median(x) * WINDOW_S / 60:.1f}" if x.size else "–"
+    decided = x[np.isfinite(x)]
+    if not decided.size:
+        return "–"
+    text = f"{np.median(decided) * WINDOW_S / 60:.1f}"
+    if p90:
+        q = np.quantile(np.where(np.isfinite(x), x, np.inf), 0.9)
+        text += f" [p90 {q * WINDOW_S / 60:.1f}]" if np.isfinite(q) else " [p90 –]"
+    return text
 
 
 def main() -> None:
@@ -247,7 +255,7 @@ def main() -> None:
             wrong = int(sum(r["wrong"]))
             print(f"| {sc.name} | {m} | {100 * k / args.rollouts:.1f} % "
                   f"({100 * cp_upper(k, args.rollouts):.1f} %) | {100 * passed:.0f} % | "
-                  f"{fmt_min(r['pass'])} ({fmt_min(sprt_pass)}) | "
+                  f"{fmt_min(r['pass'], p90=True)} ({fmt_min(sprt_pass)}) | "
                   f"{100 * wrong / args.rollouts:.1f} % | "
                   f"{fmt_min(r['fail'])} ({fmt_min(sprt_fail)}) |")
         print(f"<!-- {sc.name}: {time.perf_counter() - t_start:.0f} s -->", file=sys.stderr)

@@ -225,7 +225,16 @@ class ApiSpec:
     tls: ApiTlsSpec | None = None
 
 
+# The verdict's defaults, each written once: the config, the live verdict, the report and
+# the Prometheus source all take them from here.
+DEFAULT_ALPHA = 0.01
+DEFAULT_MIN_SAMPLES = 100
+DEFAULT_WINDOW_S = 10.0
 DEFAULT_WARMUP_S = 120.0
+# Upstream attempts one call can make (the proxies' retries + 1): the bound behind the
+# attempts-per-request test.
+DEFAULT_ATTEMPTS_MAX = 5
+DEFAULT_COHORT_BALANCE_MAX = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,14 +246,14 @@ class Config:
     kubernetes: KubernetesSpec | None = None
     cohort: CohortSpec = CohortSpec()
     tolerances: Tolerances = Tolerances()
-    alpha: float = 0.01
-    window_s: float = 10.0
-    min_samples: int = 100
+    alpha: float = DEFAULT_ALPHA
+    window_s: float = DEFAULT_WINDOW_S
+    min_samples: int = DEFAULT_MIN_SAMPLES
     # A pod's first seconds after it starts (restarted pods run cold): kept out of the
     # cohort comparison, shown apart in the report.
     warmup_s: float = DEFAULT_WARMUP_S
     max_in_flight: int = 1000
-    cohort_balance_max: float = 10.0
+    cohort_balance_max: float = DEFAULT_COHORT_BALANCE_MAX
     max_rate_per_s: float = 20000.0
     store: str = "skewprobe.db"
     listen: str = "127.0.0.1:9464"

@@ -21,7 +21,11 @@ import yaml
 from probes._exceptions import ConfigError
 from probes._schema import SCHEMA
 from probes._spec import (
+    DEFAULT_ALPHA,
+    DEFAULT_COHORT_BALANCE_MAX,
+    DEFAULT_MIN_SAMPLES,
     DEFAULT_WARMUP_S,
+    DEFAULT_WINDOW_S,
     ApiSpec,
     ApiTlsSpec,
     CohortSpec,
@@ -314,13 +318,15 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
         kubernetes=kubernetes,
         cohort=CohortSpec(**cohort),
         tolerances=Tolerances(**(verdict.get("tolerances") or {})),
-        alpha=float(verdict.get("alpha", 0.01)),
-        min_samples=int(verdict.get("min_samples", 100)),
+        alpha=float(verdict.get("alpha", DEFAULT_ALPHA)),
+        min_samples=int(verdict.get("min_samples", DEFAULT_MIN_SAMPLES)),
         warmup_s=(b.duration(verdict["warmup"], ["verdict", "warmup"]) if "warmup" in verdict
                   else DEFAULT_WARMUP_S),
-        window_s=b.duration(data["window"], ["window"]) if "window" in data else 10.0,
+        window_s=(b.duration(data["window"], ["window"]) if "window" in data
+                  else DEFAULT_WINDOW_S),
         max_in_flight=int(probe.get("max_in_flight", 1000)),
-        cohort_balance_max=float(probe.get("cohort_balance_max", 10.0)),
+        cohort_balance_max=float(probe.get("cohort_balance_max",
+                                           DEFAULT_COHORT_BALANCE_MAX)),
         max_rate_per_s=(
             b.rate(probe["max_rate"], ["probe", "max_rate"]) if "max_rate" in probe else 20000.0
         ),

@@ -37,7 +37,7 @@ from typing import Protocol
 
 from asyncio_throttle import Throttler
 
-from probes._spec import PathSpec
+from probes._spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 
 log = logging.getLogger("skewprobe.engine")
@@ -81,7 +81,7 @@ class EngineLimits:
     max_catch_up_s: float = 0.25
     # The most a small cohort's endpoints are sped up so that, per path, each cohort gets
     # about as many calls per second as the largest (1: every endpoint at the path's rate).
-    cohort_balance_max: float = 10.0
+    cohort_balance_max: float = DEFAULT_COHORT_BALANCE_MAX
 
 
 def _phase(key: str, period: float) -> float:

@@ -51,7 +51,13 @@ from typing import Any
 import numpy as np
 
 from probes._exceptions import BadInput
-from probes._spec import Tolerances
+from probes._spec import (
+    DEFAULT_ALPHA,
+    DEFAULT_ATTEMPTS_MAX,
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_WINDOW_S,
+    Tolerances,
+)
 from probes._timeparse import rfc3339
 from probes._types import PathWindow
 from probes.measure.histogram import LOWER, UPPER
@@ -182,7 +188,7 @@ def _layout(windows: Any) -> Layout:
 def _metrics(
     series: Sequence[PathSeries], tol: Tolerances, alpha_share: float, attempts_max: int,
     layout: Any = None, *, pods: Mapping[str, PodGrid] | None = None,
-    cohorts: tuple[str, str] | None = None, window_s: float = 10.0,
+    cohorts: tuple[str, str] | None = None, window_s: float = DEFAULT_WINDOW_S,
 ) -> dict[str, dict[str, MetricVerdict]]:
     """Per path, per metric name, for every path with a comparison span. `layout` is a
     callable giving the latency bucket `Layout` (read only when latency is judged). With
@@ -300,16 +306,16 @@ def judge(
     windows: Sequence[PathWindow] | Any,
     *,
     tolerances: Tolerances = _DEFAULT_TOLERANCES,
-    alpha: float = 0.01,
-    min_samples: int = 100,
-    window_s: float = 10.0,
+    alpha: float = DEFAULT_ALPHA,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+    window_s: float = DEFAULT_WINDOW_S,
     now: float,
     baseline: str | None = None,
     canary: str | None = None,
     since: float | None = None,
     paths: Iterable[str] | None = None,
     overloaded: bool = False,
-    attempts_max: int = 5,
+    attempts_max: int = DEFAULT_ATTEMPTS_MAX,
     pods: Mapping[str, PodGrid] | None = None,
     exclude: Sequence[tuple[float, float]] = (),
 ) -> Verdict:

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from probes._exceptions import BadInput
-from probes._spec import DEFAULT_WARMUP_S, CohortSpec, Config, Tolerances
+from probes._spec import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_WARMUP_S,
+    DEFAULT_WINDOW_S,
+    CohortSpec,
+    Config,
+    Tolerances,
+)
 from probes._timeparse import parse_time, rfc3339
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.stats.cohorts import pick_cohorts
@@ -34,9 +42,9 @@ class JudgingSettings:
     """The parts of a config that a verdict needs (a verdict needs no targets)."""
 
     tolerances: Tolerances = Tolerances()
-    alpha: float = 0.01
-    min_samples: int = 100
-    window_s: float = 10.0
+    alpha: float = DEFAULT_ALPHA
+    min_samples: int = DEFAULT_MIN_SAMPLES
+    window_s: float = DEFAULT_WINDOW_S
     cohort: CohortSpec = CohortSpec()
     warmup_s: float = DEFAULT_WARMUP_S
 
