@@ -10,6 +10,9 @@ function passed in, so this module knows HTTP and the gates' contracts, not stat
   store (no verdict could be computed) answers 503, with a JSON error.
 - `POST /gate` answers 200 only on pass and 409 otherwise: Flagger treats any status above
   202 as a failed check, so fail and inconclusive both hold the canary.
+- `POST /gate/rollback` answers 200 only on fail and 409 otherwise: Flagger's rollback hook
+  rolls back at once on a 2xx. With `/gate` as the confirm-promotion hook, a fail rolls back
+  within one interval while an undecided canary waits instead of counting failed checks.
 
 The OpenAPI description of all this is `probes/openapi.yaml` (package data), served at
 `GET /openapi.json`; tests/test_openapi.py fuzzes the live API against it.
@@ -44,6 +47,7 @@ ROUTES = {
     "/healthz": ("GET", "HEAD"),
     "/verdict": ("GET", "HEAD"),
     "/gate": ("POST",),
+    "/gate/rollback": ("POST",),
     "/inventory": ("GET", "HEAD"),
     "/openapi.json": ("GET", "HEAD"),
 }
@@ -114,13 +118,13 @@ class ApiApp:
             ok, reason = self.health()
             return _json(200 if ok else 503, {"ok": ok, "reason": reason})
         if route == "/verdict" and method in ("GET", "HEAD"):
-            return await self._verdict(_query(scope), gate=False)
-        if route == "/gate" and method == "POST":
+            return await self._verdict(_query(scope), gate=None)
+        if route in ("/gate", "/gate/rollback") and method == "POST":
             try:
                 query = _gate_query(await _read_body(receive))
             except BadInput as exc:
                 return _json(400, {"error": str(exc)})
-            return await self._verdict(query, gate=True)
+            return await self._verdict(query, gate="pass" if route == "/gate" else "fail")
         if route == "/inventory" and method in ("GET", "HEAD"):
             if self.inventory is None:
                 return _json(404, {"error": "this probe keeps no inventory"})
@@ -144,19 +148,20 @@ class ApiApp:
         )
 
     async def _verdict(
-        self, query: VerdictQuery | BadInput, *, gate: bool
+        self, query: VerdictQuery | BadInput, *, gate: str | None
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """The verdict JSON; for a gate, 200 only when the verdict is `gate` (else 409)."""
         if isinstance(query, BadInput):
             return _json(409 if gate else 400, {"verdict": "inconclusive", "error": str(query)})
         try:
             result = await self.verdict(query)
         except BadInput as exc:
-            # A bad query is an error for the caller, never a pass.
+            # A bad query is an error for the caller: never a pass, never a rollback.
             return _json(409 if gate else 400, {"verdict": "inconclusive", "error": str(exc)})
         except SkewprobeError as exc:
             return _json(503, {"error": str(exc)})
         if gate:
-            return _json(200 if result.get("verdict") == "pass" else 409, result)
+            return _json(200 if result.get("verdict") == gate else 409, result)
         return _json(200, result)
 
 

@@ -101,6 +101,22 @@ async def test_gate_is_200_only_on_pass(api: tuple[str, Verdicts]) -> None:
         assert (await client.get("/gate")).status_code == 405
 
 
+async def test_rollback_hook_is_200_only_on_fail(api: tuple[str, Verdicts]) -> None:
+    base, verdicts = api
+    async with httpx.AsyncClient(base_url=base) as client:
+        flagger = {"name": "podinfo", "namespace": "test", "phase": "Progressing",
+                   "checksum": "abc", "metadata": {"path": "fail", "canary": "1.21.0"}}
+        rolled = await client.post("/gate/rollback", json=flagger)
+        assert rolled.status_code == 200 and rolled.json()["verdict"] == "fail"
+        assert verdicts.queries[-1] == VerdictQuery(path="fail", canary="1.21.0")
+        # Pass, undecided and unanswerable never roll back (the promotion gate holds those).
+        for path in ("pass", "inconclusive", "unknown"):
+            flagger["metadata"] = {"path": path}
+            assert (await client.post("/gate/rollback", json=flagger)).status_code == 409
+        assert (await client.post("/gate/rollback", content=b"{not json")).status_code == 400
+        assert (await client.get("/gate/rollback")).status_code == 405
+
+
 async def test_metrics_and_health(api: tuple[str, Verdicts]) -> None:
     base, _ = api
     async with httpx.AsyncClient(base_url=base) as client:

@@ -663,34 +663,33 @@ async def test_flagger_webhook_and_metric_template(
     assert template["spec"]["provider"]["type"] == "prometheus"
     example = yaml.safe_load((ROOT / PROBE / "examples/flagger-canary.yaml").read_text())
     analysis = example["spec"]["analysis"]
-    metric = analysis["metrics"][0]
-    assert metric["templateRef"] == {"name": template["metadata"]["name"],
-                                     "namespace": NAMESPACE}
-    assert metric["thresholdRange"] == {"min": 1}
-    # The path is the Canary's (templateVariables), the same one its webhooks ask about.
-    assert {h["metadata"]["path"] for h in analysis["webhooks"]} == {
-        metric["templateVariables"]["path"]}
-    query = _flagger_query(template["spec"]["query"], metric["templateVariables"])
+    # The token case's metric: the path comes from the Canary's templateVariables.
+    query = _flagger_query(template["spec"]["query"], {"path": "checkout"})
     # `job` is the Service name (the ServiceMonitor's default job label).
     assert f'job="{one(docs, "Service")["metadata"]["name"]}"' in query
     assert 'path="checkout"' in query and 'verdict="pass"' in query
-    statuses = []
+    hooks = {h["type"]: h for h in analysis["webhooks"]}
+    assert set(hooks) == {"pre-rollout", "confirm-promotion", "rollback"}
+    assert {h["metadata"]["path"] for h in hooks.values()} == {"checkout"}
+    statuses = {}
     async with httpx.AsyncClient() as client:
-        for hook in analysis["webhooks"]:
-            assert hook["type"] in ("pre-rollout", "rollout")
+        for kind, hook in hooks.items():
             url = urlsplit(hook["url"])
-            assert f"{url.scheme}://{url.netloc}" == _service_url(docs) and url.path == "/gate"
+            assert f"{url.scheme}://{url.netloc}" == _service_url(docs)
+            assert url.path == ("/gate/rollback" if kind == "rollback" else "/gate")
             assert set(hook["metadata"]) <= {"path", "baseline", "canary", "since"}
             payload = {"name": example["metadata"]["name"], "phase": "Progressing",
                        "namespace": example["metadata"]["namespace"],
                        "metadata": hook["metadata"]}
-            response = await client.post(f"{base}/gate", json=payload)
-            statuses.append(response.status_code)
+            statuses[kind] = (await client.post(f"{base}{url.path}", json=payload)).status_code
             assert queries[-1].path == hook["metadata"]["path"]
-    # pre-rollout (no canary given: inconclusive here) holds; the rollout hook's canary passes.
-    assert statuses == [409, 200]
-    fail = await _post_gate(base, {"path": "checkout", "canary": CANARY_FOR["fail"]})
-    assert fail == 409
+        # The example's canary passes: promotion goes ahead and nothing rolls back.
+        assert statuses == {"pre-rollout": 409, "confirm-promotion": 200, "rollback": 409}
+        # A failing canary: promotion holds and the rollback hook rolls back at once.
+        failing = {"path": "checkout", "canary": CANARY_FOR["fail"]}
+        assert await _post_gate(base, failing) == 409
+        rollback = await client.post(f"{base}/gate/rollback", json={"metadata": failing})
+        assert rollback.status_code == 200
 
 
 def _flagger_query(query: str, variables: Mapping[str, str]) -> str:
