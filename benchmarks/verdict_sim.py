@@ -196,7 +196,7 @@ def fmt_min(windows: list[float], p90: bool = False) -> str:
         return "–"
     text = f"{np.median(decided) * WINDOW_S / 60:.1f}"
     if p90:
-        q = np.quantile(np.where(np.isfinite(x), x, np.inf), 0.9)
+        q = np.quantile(np.where(np.isfinite(x), x, np.inf), 0.9, method="higher")
         text += f" [p90 {q * WINDOW_S / 60:.1f}]" if np.isfinite(q) else " [p90 –]"
     return text
 
