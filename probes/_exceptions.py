@@ -4,7 +4,8 @@
     ├── BadInput              → exit 2: usage, config, unreadable file
     │   └── ConfigError       (names file, line and key)
     ├── StoreError            → exit 4: the store cannot be opened or read
-    │   └── StoreCorrupt
+    │   ├── StoreCorrupt
+    │   └── StoreLocked       (another `skewprobe run` writes it)
     └── SourceUnavailable     → exit 4: a data source (Prometheus, API) did not answer
 
 Library errors (httpx, grpc, sqlite3, yaml) are translated at the edge where they are caught
@@ -53,6 +54,10 @@ class StoreError(SkewprobeError):
 
 class StoreCorrupt(StoreError):
     pass
+
+
+class StoreLocked(StoreError):
+    """Another `skewprobe run` holds the store's writer lock."""
 
 
 class SourceUnavailable(SkewprobeError):

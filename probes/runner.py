@@ -46,6 +46,7 @@ from probes.measure.overload import OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import Taken, WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
 from probes.store import Event, Store
+from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
 from probes.verdict_service import compute_prometheus_verdict, compute_verdict
 
@@ -201,11 +202,13 @@ class ProbeRunner:
             self._api_socket = bind_api(self.options.listen)
             self.bound = self._api_socket.getsockname()[:2]
         try:
-            self.store = Store.open(self.options.store_path)
-            try:
-                await self._main()
-            finally:
-                self.store.close()
+            # One writer per store: a second probe would replace the first's windows.
+            with WriterLock.acquire(self.options.store_path):
+                self.store = Store.open(self.options.store_path)
+                try:
+                    await self._main()
+                finally:
+                    self.store.close()
         finally:
             if self._api_socket is not None:  # not handed to the server
                 self._api_socket.close()

@@ -4,9 +4,11 @@ exit code, and nothing of the refused run left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.servers.ports import free_port
@@ -66,3 +68,58 @@ def test_a_listen_address_that_cannot_be_bound_is_bad_input(tmp_path: Path) -> N
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "cannot listen on 192.0.2.1:" in done.stderr
     assert not (tmp_path / "probe.db").exists()
+
+
+# -- a second writer on one store ---------------------------------------------------------------
+
+
+def _windows(store: Path) -> int:
+    from probes.store import Store
+
+    with Store.open(str(store), readonly=True) as s:
+        return len(s.read_windows())
+
+
+def _wait_for_windows(store: Path, writer: subprocess.Popen[str], at_least: int) -> int:
+    """Until the writer has committed `at_least` windows (polling the store, as a reader
+    would); a hang guard, not a budget: a running probe commits one every second."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert writer.poll() is None, writer.stderr.read() if writer.stderr else ""
+        if store.exists():
+            with contextlib.suppress(Exception):
+                if (n := _windows(store)) >= at_least:
+                    return n
+        time.sleep(0.2)
+    raise AssertionError(f"no {at_least} windows in {store} within 120 s")
+
+
+def test_a_second_writer_is_refused_and_a_killed_one_blocks_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "probe.db"
+    config = _config(tmp_path)
+    first = subprocess.Popen([*SKEWPROBE, "run", "--config", str(config), "--store", str(store),
+                              "--listen", "none"], stderr=subprocess.PIPE, text=True)
+    try:
+        before = _wait_for_windows(store, first, 2)
+        second = _run("--config", config, "--store", store, "--listen", "none",
+                      "--duration", "5s")
+        assert second.returncode == 4, second.stderr
+        assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
+        assert "another `skewprobe run` is writing this store" in second.stderr
+        assert f"pid {first.pid} " in second.stderr
+        # Readers never take the lock, and the first writer lost nothing.
+        verdict = subprocess.run([*SKEWPROBE, "verdict", "--store", str(store)],
+                                 capture_output=True, text=True, timeout=60, check=False)
+        assert verdict.returncode == 3, verdict.stderr  # one cohort only: inconclusive
+        assert _wait_for_windows(store, first, before + 1) > before
+    finally:
+        first.kill()  # SIGKILL: no clean shutdown, the lock file stays behind
+        first.wait(timeout=30)
+        assert first.stderr is not None
+        first.stderr.close()
+    kept = _windows(store)
+    assert (tmp_path / "probe.db.lock").exists()
+    third = _run("--config", config, "--store", store, "--listen", "none", "--duration", "2s")
+    assert third.returncode == 0, third.stderr
+    assert _windows(store) > kept  # the third wrote, and the first's windows are all there
+    assert not (tmp_path / "probe.db.lock").exists()  # a clean stop removes it
