@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     verdict.add_argument("--baseline", help="baseline proxy version (default: oldest)")
     verdict.add_argument("--canary", help="canary proxy version (default: newest)")
     verdict.add_argument("--since", help="start of the comparison: RFC 3339, -30m, or 30m")
+    verdict.add_argument("--at", help="the verdict as it stood then: RFC 3339, -2h, or epoch "
+                         "seconds (default: now)")
     verdict.add_argument("--json", action="store_true", help="print the verdict JSON")
 
     from probes.inventory_cli import add_inventory_parser
@@ -211,11 +213,18 @@ def _run(args: argparse.Namespace) -> int:
 def _verdict(args: argparse.Namespace) -> int:
     import time
 
+    from probes._timeparse import parse_time
     from probes.verdict_service import compute_verdict, format_table, load_judging_config
 
     config = load_judging_config(args.config)
+    now = time.time()
+    if args.at is not None:
+        at = parse_time(args.at, now=now)
+        if at > now:
+            raise BadInput(f"--at {args.at!r} is in the future")
+        now = at
     query = dict(path=args.path, baseline=args.baseline, canary=args.canary, since=args.since,
-                 now=time.time())
+                 now=now)
     if args.prometheus:
         import dataclasses
 

@@ -163,7 +163,9 @@ def _gate(
         if age > 2 * window_s:
             reasons.append(
                 f"data is stale: the newest {role} window ended {_ago(age)} ago "
-                f"(more than two {window_s:g} s windows)"
+                f"(more than two {window_s:g} s windows); if its probe has stopped, "
+                f"`skewprobe verdict --at {rfc3339(s.newest_end[name])}` gives the verdict "
+                "as it stood then"
             )
     assert s.baseline is not None and s.canary is not None
     if s.baseline.requests or s.canary.requests:

@@ -236,7 +236,9 @@ def verdict_from_source(
     if since_t is None:
         recent_s = 3 * (settings.window_s if step is None else float(step))
         since_t = _origin(source, recent_s, paths, baseline, canary, now)
-    table = source.read_table(since=since_t, paths=paths)
+    # Only windows that had ended by `now`: `--at` asks for the verdict as it stood then.
+    until = now - (settings.window_s if step is None else float(step)) + 1e-6
+    table = source.read_table(since=since_t, until=until, paths=paths)
     # Staleness is judged in the windows the probe actually wrote, whatever the settings say.
     if step is not None:
         window_s = float(step)
@@ -244,7 +246,7 @@ def verdict_from_source(
         window_s = float(np.median(table.length))
     else:
         window_s = settings.window_s
-    pods = _pod_grids(source, since_t, paths, settings.warmup_s, exclude)
+    pods = _pod_grids(source, since_t, until, paths, settings.warmup_s, exclude)
     verdict = judge(
         table,
         tolerances=settings.tolerances,
@@ -263,16 +265,16 @@ def verdict_from_source(
     return verdict.to_json()
 
 
-def _pod_grids(source: WindowSource, since: float | None, paths: Sequence[str] | None,
-               warmup_s: float, exclude: Sequence[tuple[float, float]] = (),
-               ) -> Mapping[str, PodGrid] | None:
+def _pod_grids(source: WindowSource, since: float | None, until: float | None,
+               paths: Sequence[str] | None, warmup_s: float,
+               exclude: Sequence[tuple[float, float]] = ()) -> Mapping[str, PodGrid] | None:
     """Per path, the pods × windows grid, if the source keeps per-pod counts (the SQLite
     store does; Prometheus series are per path and cohort, so its verdict pools calls).
     Read from `warmup_s` before `since`, so a pod seen then counts as warm at `since`."""
     read = getattr(source, "read_endpoint_columns", None)
     if read is None:
         return None
-    cols = read(since=None if since is None else since - warmup_s, paths=paths)
+    cols = read(since=None if since is None else since - warmup_s, until=until, paths=paths)
     # Overloaded windows still tell when a pod was first seen (its warm-up), not its errors.
     out = np.zeros(len(cols), dtype=bool)
     for lo, hi in exclude:
@@ -314,7 +316,7 @@ def _origin(
     Recent means the last three windows, so a version from an earlier rollout that is no
     longer served is not taken for this rollout's baseline or canary.
     """
-    recent = source.read_table(since=now - recent_s, paths=paths)
+    recent = source.read_table(since=now - recent_s, until=now, paths=paths)
     present = sorted({recent.cohorts[i] for i in np.unique(recent.cohort)})
     if not present:
         return None  # nothing recent: the verdict says the data is stale

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -145,3 +146,30 @@ def test_the_table_names_missing_cohorts_instead_of_printing_none(empty_store: P
     one = format_table({"verdict": "inconclusive", "baseline": "1.20.3", "canary": None,
                         "paths": [], "reasons": ["one cohort"]})
     assert one.splitlines()[0] == "path  metric  baseline 1.20.3  canary (none)  verdict"
+
+
+def test_verdict_at_judges_a_stopped_probe_as_it_stood_then(tmp_path: Path) -> None:
+    from probes._timeparse import rfc3339
+    from tests.test_runner import _store_with_a_failing_canary
+
+    store = tmp_path / "stopped.db"
+    stopped = (time.time() // 10) * 10 - 3600  # the probe stopped an hour ago
+    _store_with_a_failing_canary(store, stopped)
+    with Store.open(str(store), readonly=True) as s:
+        newest = s.newest_window_end()
+    assert newest is not None
+    # Asked now: stale, never a pass, and the reason says how to ask for then.
+    now = skewprobe("verdict", "--store", store, "--json")
+    assert now.returncode == 3, now.stderr
+    at = rfc3339(newest)
+    assert any(f"skewprobe verdict --at {at}" in r for r in json.loads(now.stdout)["reasons"])
+    then = skewprobe("verdict", "--store", store, "--json", "--at", at)
+    assert then.returncode == 1, then.stdout
+    assert json.loads(then.stdout)["window"]["to"] == at
+    # Earlier, with half the data, and before any: each judged on what had ended by then.
+    early = skewprobe("verdict", "--store", store, "--json", "--at", rfc3339(newest - 590))
+    assert early.returncode in (1, 3) and json.loads(early.stdout)["window"]["to"] <= at
+    before = skewprobe("verdict", "--store", store, "--at", rfc3339(newest - 7200))
+    assert before.returncode == 3
+    future = skewprobe("verdict", "--store", store, "--at", "2999-01-01T00:00:00Z")
+    assert future.returncode == 2 and future.stderr.count("\n") == 1
