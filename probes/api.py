@@ -38,6 +38,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from probes._exceptions import BadInput, SkewprobeError
 
+__all__ = [
+    "ROUTES",
+    "ApiApp",
+    "VerdictQuery",
+    "openapi_json",
+    "openapi_spec",
+]
+
 log = logging.getLogger("skewprobe.api")
 
 _MAX_BODY = 64 * 1024

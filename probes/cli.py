@@ -24,6 +24,12 @@ from probes._exceptions import (
 )
 from probes._stdout import emit, quiet_stdout
 
+__all__ = [
+    "EXIT_STDOUT_CLOSED",
+    "build_parser",
+    "main",
+]
+
 # Libraries that log what crosses the wire at debug level: hpack every header it encodes or
 # decodes (a path's `headers:` / gRPC `metadata:` credentials, in clear text or as an HPACK
 # block that decodes to them), kubernetes-asyncio every API response body (pod specs with

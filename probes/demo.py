@@ -30,6 +30,10 @@ from probes.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from probes.verdict_service import compute_verdict, format_table
 
+__all__ = [
+    "run_demo",
+]
+
 BASELINE = "1.20.3"
 CANARY = "1.21.0"
 BASE_HOST = "127.0.0.10"

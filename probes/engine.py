@@ -40,6 +40,14 @@ from asyncio_throttle import Throttler
 from probes._spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 
+__all__ = [
+    "Engine",
+    "EngineLimits",
+    "Prober",
+    "ResultSink",
+    "StreamHolder",
+]
+
 log = logging.getLogger("skewprobe.engine")
 
 

@@ -50,6 +50,16 @@ from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
 from probes.verdict_service import compute_prometheus_verdict, compute_verdict
 
+__all__ = [
+    "PENDING_WINDOWS",
+    "ProbeRunner",
+    "Recorder",
+    "RunOptions",
+    "bind_api",
+    "discovery_for",
+    "parse_listen",
+]
+
 log = logging.getLogger("skewprobe.run")
 
 # How many flushes' worth of windows are held while the store cannot be written (1 h of 10 s).

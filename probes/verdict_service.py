@@ -36,6 +36,20 @@ from probes.verdict import judge
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSettings
 
+__all__ = [
+    "FROM_STORE",
+    "JudgingSettings",
+    "WindowSource",
+    "compute_prometheus_verdict",
+    "compute_verdict",
+    "format_table",
+    "load_judging_config",
+    "overload_spans",
+    "stored_overload",
+    "verdict_from_source",
+    "with_doubts",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class JudgingSettings:

@@ -17,6 +17,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from probes._types import Endpoint
 from probes.store import Event
 
+__all__ = [
+    "RESTART",
+    "RestartTracker",
+]
+
 RESTART = "restart"
 
 

@@ -24,6 +24,11 @@ import yaml
 from probes._exceptions import BadInput
 from probes._types import Endpoint
 
+__all__ = [
+    "FileSource",
+    "parse_endpoints",
+]
+
 log = logging.getLogger("skewprobe.discovery")
 
 

@@ -7,6 +7,10 @@ from collections.abc import AsyncIterator, Sequence
 
 from probes._types import Endpoint
 
+__all__ = [
+    "StaticSource",
+]
+
 
 class StaticSource:
     def __init__(self, endpoints: Sequence[Endpoint]) -> None:

@@ -8,3 +8,5 @@ The flow inside: `_collect` (one pass over the store's windows) → `_judge` (th
 replayed at every look, first crossings) and `_rollout` / `_endpoints` → `model` (what the
 report says) → `_chartdata` → `charts` (matplotlib SVG) → `html`, `markdown`, `jsonout`.
 """
+
+__all__: list[str] = []  # the entry points live in their modules (above)

@@ -14,6 +14,12 @@ import numpy as np
 from probes._types import Outcome, PathWindow
 from probes.measure.histogram import Histogram, counts_from_tuple
 
+__all__ = [
+    "CohortFigures",
+    "format_figures",
+    "summarise",
+]
+
 
 @dataclass(slots=True)
 class CohortFigures:
