@@ -1,7 +1,8 @@
 """`skewprobe ...`: the command line.
 
-Exit codes (DESIGN.md): 0 pass / ok, 1 fail, 2 bad input, 3 inconclusive, 4 data source
-unavailable. Every error is one line on stderr, never a traceback.
+Exit codes (docs/design.md, "External contracts"): 0 pass / ok, 1 fail, 2 bad input,
+3 inconclusive, 4 data source unavailable. Every error is one line on stderr, never a
+traceback.
 """
 
 from __future__ import annotations

@@ -22,19 +22,21 @@ inequality and a union bound:
 and the same bound holds for a pass on a path where the canary is beyond tolerance. No state
 is kept between calls and asking after every window costs nothing in error rate.
 
-Assumptions, stated plainly: within each cohort the calls are independent with a common
-distribution over the span (the probe's open-loop schedule decides *when* calls happen, not
-their outcomes). A drift that hits both cohorts alike with a steady traffic split adds only
-noise; a drift while the split between cohorts changes (pods restarting into the canary
-during a latency spike) can move the pooled comparison, as can bursts shared by both cohorts
-(stream resets). `since` must be fixed (the rollout's start): a sliding `since` starts a new
-sequence at every call and the "at any time" guarantee then holds per call only.
+Success rate, given the pods × windows grids (`pods`), takes the pod as the unit of
+evidence (`probes.stats.pods`): compared within each window, the spread between pods part
+of the noise, and a fail only if it holds with the canary's worst pod left out. The other
+metrics (and success rate without grids, as from Prometheus) assume, stated plainly, that
+within each cohort the calls are independent with a common distribution over the span: a
+drift while the split between cohorts changes, bursts shared by both cohorts, or one sick
+pod can move that pooled comparison. `since` must be fixed (the rollout's start): a sliding
+`since` starts a new sequence at every call and the "at any time" guarantee then holds per
+call only.
 
-The JSON (`Verdict.to_json`) is DESIGN.md's shape. Each metric carries, besides `baseline`,
-`canary` (estimates) and `verdict`: `unit`; `lower` / `upper` (each cohort's own anytime-valid
-bounds at α_share); `counts`; `tolerance`; `alpha` (α_share); `e_value` {fail, pass} and the
-matching always-valid `p_value` = min(1, 1/e); `reason`. p99 e-values are exact up to
-10^6/α_share and reported as that beyond it.
+The JSON (`Verdict.to_json`) is the verdict JSON of docs/design.md. Each metric carries,
+besides `baseline`, `canary` (estimates) and `verdict`: `unit`; `lower` / `upper` (each
+cohort's own anytime-valid bounds at α_share); `counts`; `tolerance`; `alpha` (α_share);
+`e_value` {fail, pass} and the matching always-valid `p_value` = min(1, 1/e); `reason`.
+p99 e-values are exact up to 10^6/α_share and reported as that beyond it.
 
 Never a pass without evidence: no data, only one cohort, fewer than `min_samples` requests
 in a cohort, data older than two windows, or an overloaded probe make the path inconclusive
@@ -123,7 +125,7 @@ class Verdict:
         return next((p for p in self.paths if p.path == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        """The Verdict JSON of DESIGN.md (window bounds are null when nothing was compared)."""
+        """The verdict JSON of docs/design.md (window bounds are null when nothing was compared)."""
         return {
             "verdict": self.verdict,
             "baseline": self.baseline,

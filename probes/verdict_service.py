@@ -2,8 +2,8 @@
 
 `probes.verdict` is pure statistics over windows; this module reads the windows (store →
 verdict in the flow: the SQLite store of one probe, or Prometheus over many), resolves the
-query (paths, cohorts, the comparison's start), and turns the result into the DESIGN.md JSON
-or a table.
+query (paths, cohorts, the comparison's start), and turns the result into the verdict JSON
+(docs/design.md) or a table.
 """
 
 from __future__ import annotations
