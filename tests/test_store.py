@@ -449,3 +449,30 @@ def test_endpoint_windows_are_written_as_they_are_made(store: Store) -> None:
     assert len(young) == 48
     assert max(young) - min(young) < 100  # a list of rows would be ~4,800 (or 9,600)
     assert len(store.read_endpoint_windows()) == 4_800
+
+
+def test_endpoint_columns_in_strata_sum_what_the_windows_hold(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    t0 = 1_790_000_000.0
+    rows = [EndpointWindow(start=t0 + 10 * k, path=p, endpoint=e, cohort=c,
+                           requests=int(rng.integers(1, 50)), errors=int(rng.integers(0, 3)))
+            for k in range(30) for p in ("a", "b") for e, c in (("pod-0", "v1"), ("pod-1", "v2"))]
+    with Store.open(str(tmp_path / "s.db")) as store:
+        store.write([], rows)
+        fine = store.read_endpoint_columns(since=t0 + 5)
+        coarse = store.read_endpoint_columns(since=t0 + 5, stratum_s=60.0)
+    assert len(coarse) < len(fine)
+    # Strata start at since + 60 k, and each (path, endpoint, cohort) keeps its totals.
+    assert np.allclose((coarse.start - (t0 + 5)) % 60.0, 0.0)
+    for cols in (fine, coarse):
+        assert np.all(np.diff(cols.start) >= 0)
+    def totals(cols):  # type: ignore[no-untyped-def]
+        out = {}
+        for i in range(len(cols)):
+            key = (cols.paths[cols.path[i]], cols.endpoints[cols.endpoint[i]],
+                   cols.cohorts[cols.cohort[i]])
+            n, e = out.get(key, (0, 0))
+            out[key] = (n + int(cols.requests[i]), e + int(cols.errors[i]))
+        return out
+    assert totals(coarse) == totals(fine)
+    assert sum(r.requests for r in rows if r.start >= t0 + 5) == int(coarse.requests.sum())

@@ -393,16 +393,28 @@ class Store:
         until: float | None = None,
         paths: Iterable[str] | None = None,
         cohorts: Iterable[str] | None = None,
+        *,
+        stratum_s: float | None = None,
     ) -> EndpointColumns:
         """Endpoint windows with start in [since, until) as numpy columns, by start: the
-        verdict's bulk read (a rollout's hours of windows for every pod of every path)."""
+        verdict's bulk read (a rollout's hours of windows for every pod of every path).
+        With `stratum_s`, summed in SQLite into strata that long from `since` (each row's
+        start is its stratum's): a day of a rollout in a few times fewer rows."""
         where, args = self._where(since, until, paths, cohorts)
+        if stratum_s is not None:
+            origin = 0.0 if since is None else float(since)
+            select = (
+                f"SELECT {origin!r} + {float(stratum_s)!r} * CAST((start - {origin!r})"
+                f" / {float(stratum_s)!r} AS INTEGER) AS s, path_id, endpoint_id, cohort_id,"
+                f" SUM(requests), SUM(errors) FROM endpoint_windows WHERE {where}"
+                " GROUP BY s, path_id, endpoint_id, cohort_id ORDER BY s"
+            )
+        else:
+            select = ("SELECT start, path_id, endpoint_id, cohort_id, requests, errors"
+                      f" FROM endpoint_windows WHERE {where} ORDER BY start")
         with self._lock, mapped(self._path, "read endpoint windows"):
             names = dict(self._conn.execute("SELECT id, name FROM names").fetchall())
-            rows = self._conn.execute(
-                "SELECT start, path_id, endpoint_id, cohort_id, requests, errors"
-                f" FROM endpoint_windows WHERE {where} ORDER BY start", args,
-            ).fetchall()
+            rows = self._conn.execute(select, args).fetchall()
             endpoint_names = dict(self._conn.execute("SELECT id, name FROM endpoints").fetchall())
         if rows:
             a = np.array(rows, dtype=np.float64)
