@@ -53,7 +53,8 @@ def main() -> int:
             table = store.read_table(since=since)
             phases["read path windows"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            grids = _pod_grids(store, since, None, None, settings.warmup_s)
+            grids = _pod_grids(store, since, now, None, settings.warmup_s,
+                               window_s=settings.window_s)
             phases["read endpoint windows + grids"].append(time.perf_counter() - t)
             t = time.perf_counter()
             judge(table, now=now, baseline=OLD, canary=NEW, since=since, pods=grids)

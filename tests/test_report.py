@@ -204,3 +204,22 @@ def test_one_cohort_only_is_reported_without_a_comparison(tmp_path: Path) -> Non
     assert doc["period"]["canary"] is None
     assert any("no baseline and canary" in n for n in doc["period"]["notes"])
     assert files.html.read_text().count("<svg") == len(path["charts"]) == 3
+
+
+def test_each_path_says_how_the_live_verdict_judges_it_per_pod(report: ReportFiles) -> None:
+    doc = _json(report)
+    checkout = _path(doc, "checkout")["success_rate_per_pod"]
+    assert checkout is not None
+    pods = checkout["pods"]
+    # The canary's worst pod is the one the store made sick (25 % errors against 5 %).
+    assert pods["worst"] == BAD_POD and pods["canary"] >= 2
+    # Every pod's first 2 minutes in a cohort are recorded apart, with their errors.
+    assert pods["warmup"]["calls"] > 0
+    catalog = _path(doc, "catalog")["success_rate_per_pod"]
+    assert catalog is not None and catalog["verdict"] != "fail"
+    assert doc["settings"]["warmup_s"] == 120.0
+    md = report.markdown.read_text()
+    assert "## The pod as the unit (success rate, at the end of the range)" in md
+    assert f"warm-up (each pod's first 2 min, kept out of the comparison): " \
+           f"{pods['warmup']['calls']:,} calls" in md
+    assert "success rate per pod at the end of this range" in report.html.read_text()

@@ -8,7 +8,7 @@ from probes._timeparse import rfc3339
 from probes.report.model import METRIC_LABELS, Divergence, PathSection, Period
 from probes.report.summary import CohortFigures
 
-__all__ = ["divergence_sentence", "figure_cells", "metric_value", "share", "when"]
+__all__ = ["divergence_sentence", "figure_cells", "metric_value", "pod_lines", "share", "when"]
 
 
 def when(t: float) -> str:
@@ -72,3 +72,20 @@ def first_line(section: PathSection, period: Period) -> str:
     if section.judgement.tracks is None:
         return "the baseline and canary cohorts never overlapped on this path"
     return "no test crossed (no divergence)"
+
+
+def pod_lines(section: PathSection, warmup_s: float) -> list[str]:
+    """The success rate as the live verdict judges it at the end of the range (the pod as
+    the unit: a sick pod named, not blamed on the version), and the warm-up band."""
+    m = section.pods
+    if not m:
+        return []
+    pods = m.get("pods", {})
+    lines = [f"success rate per pod at the end of this range: {str(m.get('verdict')).upper()}"
+             f": {m.get('reason', '')}"]
+    warm = pods.get("warmup") or {}
+    if warm.get("calls"):
+        minutes = f"{warmup_s / 60:g} min" if warmup_s >= 60 else f"{warmup_s:g} s"
+        lines.append(f"warm-up (each pod's first {minutes}, kept out of the comparison): "
+                     f"{warm['calls']:,} calls, {warm.get('errors', 0):,} errors")
+    return lines

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from probes._spec import Tolerances
+from probes._spec import (
+    DEFAULT_ALPHA,
+    DEFAULT_ATTEMPTS_MAX,
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_WARMUP_S,
+    Tolerances,
+)
 
 __all__ = ["Settings"]
 
@@ -14,6 +20,7 @@ class Settings:
     """As `probes.verdict_service.JudgingSettings`, less what a replay does not use."""
 
     tolerances: Tolerances = Tolerances()
-    alpha: float = 0.01
-    min_samples: int = 100
-    attempts_max: int = 5
+    alpha: float = DEFAULT_ALPHA
+    min_samples: int = DEFAULT_MIN_SAMPLES
+    attempts_max: int = DEFAULT_ATTEMPTS_MAX
+    warmup_s: float = DEFAULT_WARMUP_S

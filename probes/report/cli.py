@@ -122,7 +122,7 @@ def write_report(
     if not isinstance(settings, Settings):
         settings = Settings() if settings is None else Settings(
             tolerances=settings.tolerances, alpha=settings.alpha,
-            min_samples=settings.min_samples)
+            min_samples=settings.min_samples, warmup_s=settings.warmup_s)
     out = Path(out_dir)
     _writable(out)
     store = Store.open(store_path, readonly=True)

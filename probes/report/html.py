@@ -18,6 +18,7 @@ from probes.report._format import (
     figure_cells,
     first_line,
     metric_value,
+    pod_lines,
     share,
     when,
 )
@@ -204,6 +205,10 @@ def _path_section(report: Report, s: PathSection, charts: Sequence[Chart],
         for c in charts:
             parts.append(_figure(c, wide=c.kind == "rollout"))
     parts.append("</div>")
+    pod_text = pod_lines(s, report.settings.warmup_s)
+    if pod_text:
+        parts.append('<p class="note pods">' + "<br>".join(escape(x) for x in pod_text)
+                     + "</p>")
     if s.errors:
         items = ", ".join(f"{escape(e.pod)} ({_chip(e.version, colours)}, "
                           f"{escape(e.namespace or '–')}): {e.errors:,}" for e in s.errors)

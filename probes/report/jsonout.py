@@ -7,7 +7,7 @@ The shape (`"schema": "skewprobe-report/1"`):
                 "baseline", "canary", "bucket_s", "look_s", "alpha_share",
                 "rollout_source", "notes", "events": {kind: count}},
      "compared": the same for the --compare-to period, or null,
-     "settings": {"alpha", "min_samples", "attempts_max", "tolerances"},
+     "settings": {"alpha", "min_samples", "attempts_max", "warmup_s", "tolerances"},
      "paths": [{"path", "verdict", "origin",
                 "first_divergence": {"metric", "at", "canary_share", "share_source",
                                      "share_at", "e_value", "baseline", "canary"} or null,
@@ -17,6 +17,9 @@ The shape (`"schema": "skewprobe-report/1"`):
                                      "latency_p99_ms", "attempts_per_request",
                                      "stream_resets_per_hour", "outcomes"}},
                 "worst_pods": [{"pod", "namespace", "version", "errors"}],
+                "success_rate_per_pod": {"verdict", "reason", "pods", "needs"} or null
+                    (the live verdict at the end of the range, the pod as the unit: the
+                    worst pod, its share, concentrated, the warm-up's calls and errors),
                 "compared": {"verdict", "first_divergence", "note"} or null,
                 "charts": [chart kinds]}],
      "worst_endpoints": [{"pod", "namespace", "version", "requests", "errors",
@@ -112,6 +115,10 @@ def report_json(report: Report, charts: Mapping[str, Sequence[Chart]]) -> dict[s
             "verdict_changes": _changes(cur, s),
             "cohorts": {f.cohort: _figures(f) for f in s.figures},
             "worst_pods": [asdict(e) for e in s.errors],
+            # The live verdict's success rate at the end of the range, the pod as the unit.
+            "success_rate_per_pod": None if s.pods is None else {
+                "verdict": s.pods.get("verdict"), "reason": s.pods.get("reason"),
+                "pods": s.pods.get("pods"), "needs": s.pods.get("needs")},
             "compared": None if cmp_ is None else {
                 "verdict": before.verdict if before else None,
                 "first_divergence": _divergence(before.first) if before else None,
@@ -132,7 +139,8 @@ def report_json(report: Report, charts: Mapping[str, Sequence[Chart]]) -> dict[s
             "worst_endpoints": [_worst(w) for w in cmp_.worst],
         },
         "settings": {"alpha": cfg.alpha, "min_samples": cfg.min_samples,
-                     "attempts_max": cfg.attempts_max, "tolerances": asdict(cfg.tolerances)},
+                     "attempts_max": cfg.attempts_max, "warmup_s": cfg.warmup_s,
+                     "tolerances": asdict(cfg.tolerances)},
         "paths": paths,
         "worst_endpoints": [_worst(w) for w in cur.worst],
         "events": [

@@ -14,6 +14,7 @@ from probes.report._format import (
     figure_cells,
     first_line,
     metric_value,
+    pod_lines,
     share,
     when,
 )
@@ -89,6 +90,10 @@ def report_markdown(report: Report) -> str:
         rows.append(row)
     add("## Summary", _table(headers, rows))
     add("## First divergence per path and metric", _divergences(cur))
+    per_pod = [f"- **{s.path}**: {line}" for s in cur.sections
+               for line in pod_lines(s, report.settings.warmup_s)]
+    if per_pod:
+        add("## The pod as the unit (success rate, at the end of the range)", per_pod)
     add("## Worst endpoints (pods) by errors", _worst(cur))
     fig_rows = [[s.path, f.cohort, *figure_cells(f)] for s in cur.sections for f in s.figures]
     add("## Figures per path and cohort (pooled over the range)",

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +65,9 @@ class PathSection:
     rollout: Rollout | None
     errors: tuple[PathErrors, ...]
     events: tuple[Event, ...]
+    # The live verdict's success rate at the end of the range, the pod as the unit (its
+    # JSON: verdict, reason, `pods` with the worst pod and the warm-up); None: not judged.
+    pods: Mapping[str, Any] | None = None
 
     @property
     def first(self) -> Divergence | None:
@@ -267,6 +271,8 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
                      "start of each bucket, not of the fleet's pods")
     events = tuple(store.read_events(since, until))
     order = cohort_order(data.cohorts)
+    per_pod = (_per_pod(store, data, b, c, settings, [data.paths[p] for p in with_data])
+               if comparable else {})
     sections = []
     for p, j in zip(with_data, judgements, strict=True):
         name = data.paths[p]
@@ -282,6 +288,7 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
             rollout=rollout,
             errors=tuple(per_path.get(name, [])),
             events=tuple(e for e in events if e.path in ("", name)),
+            pods=per_pod.get(name),
         ))
     # The paths that diverged first, earliest first: a long report leads with them.
     sections.sort(key=lambda s: (s.first is None, s.first.at if s.first else 0.0, s.path))
@@ -291,6 +298,26 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
         events=events, worst=tuple(worst_pods),
         alpha_share=settings.alpha / (4 * max(1, len(with_data))),
     )
+
+
+def _per_pod(store: Store, data: Collected, baseline: str | None, canary: str | None,
+             settings: Settings, paths: list[str]) -> dict[str, Mapping[str, Any]]:
+    """Per path, the success rate as the live verdict judges it at the end of the range
+    (`probes.verdict_service`, the same code a gate asks): the pod as the unit, each pod's
+    warm-up apart. Only where the store holds per-pod counts (else the metric has no `pods`)."""
+    from probes.verdict_service import JudgingSettings, verdict_from_source
+
+    judging = JudgingSettings(tolerances=settings.tolerances, alpha=settings.alpha,
+                              min_samples=settings.min_samples, window_s=data.window_s,
+                              warmup_s=settings.warmup_s)
+    result = verdict_from_source(store, judging, path=paths, baseline=baseline, canary=canary,
+                                 since=repr(data.since), now=data.until)
+    out: dict[str, Mapping[str, Any]] = {}
+    for p in result.get("paths", []):
+        metric = p.get("metrics", {}).get("success_rate")
+        if metric is not None and "pods" in metric:
+            out[p["path"]] = metric
+    return out
 
 
 def _worst(path: str, since: float, until: float, paths: list[str] | None
