@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from probes._spec import Tolerances
+from probes._spec import DEFAULT_ATTEMPTS_MAX, DEFAULT_MIN_SAMPLES, Tolerances
 from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER
 from probes.stats import bounded, quantile, rates
 from probes.stats.metrics import ATTEMPTS, LATENCY_P99, STREAM_RESETS, SUCCESS_RATE
@@ -202,8 +202,8 @@ def evaluate(
     *,
     tolerances: Tolerances,
     alpha_share: float,
-    attempts_max: int = 5,
-    min_samples: int = 100,
+    attempts_max: int = DEFAULT_ATTEMPTS_MAX,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
     fresh: npt.ArrayLike | None = None,
 ) -> Tracks:
     """Every metric's test at each row of the cumulative totals (rows are looks in time).
