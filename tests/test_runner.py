@@ -90,7 +90,7 @@ def test_recorder_counts_late_sends_and_drops_for_the_overload_rule() -> None:
 def test_gc_state_is_restored(tmp_path: Path) -> None:
     before, callbacks = gc.get_threshold(), list(gc.callbacks)
     runner = ProbeRunner(parse_config(CONFIG), RunOptions(store_path=str(tmp_path / "p.db")))
-    restore = runner._save_gc()
+    restore = runner.collector.save()
     assert len(gc.callbacks) == len(callbacks) + 1  # the pause hook, while the run lasts
     gc.freeze()
     gc.set_threshold(700, 10, 100)

@@ -1,0 +1,60 @@
+"""Serving the probe's API (`probes.api.ApiApp`) from `skewprobe run`.
+
+The listening socket is bound before anything else starts, so a port another process holds
+is bad input (exit 2) before the store is created; hypercorn then takes it over by its
+descriptor and shuts down gracefully when the run stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+
+from probes._exceptions import BadInput
+from probes._spec import ApiTlsSpec
+from probes.api import ApiApp
+from probes.api_access import apply_tls
+
+__all__ = ["bind_api", "parse_listen", "serve_api"]
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise BadInput(f"--listen {listen!r} is not host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def bind_api(listen: str) -> socket.socket:
+    """The API's listening socket, with the options hypercorn sets on sockets it binds."""
+    host, port = parse_listen(listen)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        sock.close()
+        problem = (exc.strerror or str(exc)).lower()
+        raise BadInput(
+            f"cannot listen on {listen}: {problem} (set another address with --listen or the"
+            " config's listen:, or --listen none)"
+        ) from None
+    return sock
+
+
+async def serve_api(sock: socket.socket, app: ApiApp, tls: ApiTlsSpec | None,
+                    stopping: asyncio.Event) -> None:
+    """Serve `app` on `sock` (hypercorn takes the socket over and closes it) until
+    `stopping` is set."""
+    hconfig = HypercornConfig()
+    hconfig.bind = [f"fd://{sock.detach()}"]
+    hconfig.accesslog = None
+    hconfig.errorlog = None
+    hconfig.graceful_timeout = 1.0
+    apply_tls(hconfig, tls)
+    await serve(app, hconfig, shutdown_trigger=stopping.wait)  # type: ignore[arg-type]
