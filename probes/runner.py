@@ -111,7 +111,6 @@ class RunOptions:
     token: str | None = field(default=None, repr=False)
     api_tls: ApiTlsSpec | None = None
     on_window: Callable[[Sequence[Any]], None] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
     # (i, n): probe only the endpoints of shard i of n (`--shard i/n`).
     shard: tuple[int, int] | None = None
 
