@@ -150,11 +150,11 @@ def test_the_table_names_missing_cohorts_instead_of_printing_none(empty_store: P
 
 def test_verdict_at_judges_a_stopped_probe_as_it_stood_then(tmp_path: Path) -> None:
     from probes._timeparse import rfc3339
-    from tests.test_runner import _store_with_a_failing_canary
+    from tests.servers.stores import store_with_a_failing_canary
 
     store = tmp_path / "stopped.db"
     stopped = (time.time() // 10) * 10 - 3600  # the probe stopped an hour ago
-    _store_with_a_failing_canary(store, stopped)
+    store_with_a_failing_canary(store, stopped)
     with Store.open(str(store), readonly=True) as s:
         newest = s.newest_window_end()
     assert newest is not None

@@ -21,6 +21,7 @@ from probes.runner import ProbeRunner, Recorder, RunOptions
 from probes.store import Event, Store
 from probes.verdict_service import compute_verdict, stored_overload
 from tests.servers.hostile import HostileServer
+from tests.servers.stores import store_with_a_failing_canary
 
 CONFIG = """\
 targets:
@@ -36,24 +37,9 @@ paths:
 """
 
 
-def _store_with_a_failing_canary(path: Path, now: float) -> None:
-    """Ten minutes of windows on three pods per cohort: the canary fails one call in five,
-    the baseline none (one canary pod could not fail a version)."""
-    agg = WindowAggregator(length_s=10.0, grace_s=0.0)
-    start = (now // 10) * 10 - 600
-    for i in range(6000):
-        t = start + i * 0.1
-        for cohort, bad in (("1.20.3", False), ("1.21.0", i % 5 == 0)):
-            outcome = CallOutcome(Outcome.HTTP_5XX if bad else Outcome.OK, 200)
-            agg.add(CallResult("checkout", f"pod-{cohort}-{i % 3}", cohort, t, 0.01, 0.0,
-                               outcome))
-    with Store.open(path) as store:
-        store.write(*agg.flush(now=now, force=True))
-
-
 async def test_an_overloaded_probe_turns_a_fail_into_inconclusive(tmp_path: Path) -> None:
     store = tmp_path / "probe.db"
-    _store_with_a_failing_canary(store, time.time())
+    store_with_a_failing_canary(store, time.time())
     runner = ProbeRunner(parse_config(CONFIG), RunOptions(store_path=str(store), listen=None))
     judged = await runner.verdict_json(VerdictQuery())
     assert judged["verdict"] == "fail", judged["reasons"]
@@ -149,7 +135,7 @@ async def test_overload_is_written_to_the_store_for_store_only_verdicts(tmp_path
 def test_a_cleared_overload_judges_again(tmp_path: Path) -> None:
     now = time.time()
     store = tmp_path / "probe.db"
-    _store_with_a_failing_canary(store, now)
+    store_with_a_failing_canary(store, now)
     config = parse_config(CONFIG)
     with Store.open(store) as s:
         s.write_events([Event(OVERLOAD_EVENT, now - 60, detail={"reason": "probe overloaded: x"})])
@@ -195,7 +181,7 @@ def test_a_probe_that_stopped_overloaded_is_judged_on_its_sound_windows(tmp_path
     # The demo on a busy machine: the probe's last windows were overloaded, then it stopped.
     now = time.time()
     store = tmp_path / "probe.db"
-    _store_with_a_failing_canary(store, now)
+    store_with_a_failing_canary(store, now)
     config = parse_config(CONFIG)
     with Store.open(store) as s:
         newest = s.newest_window_end()
