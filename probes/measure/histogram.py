@@ -38,6 +38,7 @@ __all__ = [
     "LOWER",
     "MAX_VALUE",
     "MIDPOINT",
+    "MIN_EXPONENT",
     "MIN_VALUE",
     "SUB_BUCKETS",
     "UPPER",

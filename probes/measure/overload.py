@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-__all__ = ["LAG_BUDGET_S", "OVERLOAD_EVENT", "OverloadWatch"]
+__all__ = ["LAG_BUDGET_S", "OVERLOAD_EVENT", "OVERLOAD_WINDOWS", "OverloadWatch"]
 
 # The store's event for a change of state: detail {"reason": "..."} while overloaded,
 # {"reason": null} when it clears. `skewprobe verdict` reads the state from the last one.

@@ -31,7 +31,15 @@ from probes.stats.cohorts import pick_cohorts, version_key
 from probes.stats.sequential import STATE_NAMES
 from probes.store import Event, Store
 
-__all__ = ["Divergence", "PathSection", "Period", "Report", "build_period", "cohort_order"]
+__all__ = [
+    "METRIC_LABELS",
+    "Divergence",
+    "PathSection",
+    "Period",
+    "Report",
+    "build_period",
+    "cohort_order",
+]
 
 METRIC_LABELS = {
     "success_rate": "success rate",

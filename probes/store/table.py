@@ -27,7 +27,7 @@ from probes._types import PathWindow
 from probes.measure import sparse
 from probes.measure.histogram import BUCKET_COUNT, Histogram
 
-__all__ = ["EndpointColumns", "WindowColumns", "WindowTable"]
+__all__ = ["F64", "I64", "EndpointColumns", "TableBuilder", "WindowColumns", "WindowTable"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
