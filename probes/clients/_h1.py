@@ -1,13 +1,9 @@
 """HTTP/1.1 on an `asyncio.Protocol` with httptools' C parser (llhttp, Node.js's parser).
 
-The probe's hot path at scale. A probe sends one fixed request per path and needs only the
-answer's status, a few headers and the length of a body it throws away; a general client
-pays for much more on every call. Measured at 2,400 endpoints × 1 call/s (BENCHMARKS.md),
-aiohttp, the transport before this one, was about half of the probe's CPU, and it kept ~30
-objects per connection alive from one call to the next (response handler, stream reader,
-parser, timers), which every garbage collection then walked. Here a connection keeps its
-socket, its parser and nothing else between calls, and the request's bytes are framed once
-per endpoint.
+The probe's hot path at scale: a general client (aiohttp, before this) cost half the probe's
+CPU and kept ~30 objects per connection alive between calls for every garbage collection to
+walk; here a connection keeps its socket and its parser, nothing else, and the request's
+bytes are framed once per endpoint (BENCHMARKS.md, D6).
 
 What the wire says is kept honest:
 
