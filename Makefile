@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench proto clean
+.PHONY: demo test test-unit test-integration test-e2e lint bench proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/pytest -q
+
+# One tier at a time: unit (no sockets), integration (real servers on loopback), e2e (fleets,
+# Prometheus, HAProxy, Chromium).
+test-unit test-integration test-e2e: test-%: $(STAMP)
+	$(BIN)/pytest -q tests/$*
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -15,7 +15,7 @@ function passed in, so this module knows HTTP and the gates' contracts, not stat
   within one interval while an undecided canary waits instead of counting failed checks.
 
 The OpenAPI description of all this is `probes/openapi.yaml` (package data), served at
-`GET /openapi.json`; tests/test_openapi.py fuzzes the live API against it.
+`GET /openapi.json`; tests/integration/test_openapi.py fuzzes the live API against it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Inputs are `Totals`: per-row sums of what the tests need (probe errors already l
 as `probes.stats.series` does). `Totals.sums` groups store columns by any row grouping (per
 window, per report bucket), `cumulative()` turns increments into running totals, and
 `evaluate()` runs the four tests with `judge`'s parameters, applicability rules and gates, so
-its last row agrees with `judge` on the same windows (tests/test_stats_sequential.py).
+its last row agrees with `judge` on the same windows (tests/unit/test_stats_sequential.py).
 """
 
 from __future__ import annotations

@@ -84,8 +84,9 @@ def probe_runner(
 
     The fleet's apps run on this test's event loop too, so the probe's sends are late by
     their work as well as its own: the overload rule's lag budget (10 ms, its own tests in
-    tests/test_overload.py and tests/test_runner.py) would read a shared loop as a starved
-    probe and make these end-to-end verdicts inconclusive on a busy CI machine. Here the
+    tests/unit/test_overload.py and tests/integration/test_runner.py) would read a shared
+    loop as a starved probe and make these end-to-end verdicts inconclusive on a busy CI
+    machine. Here the
     budget is 100 ms; skipped calls still count as overload.
     """
     options = RunOptions(store_path=store, listen=listen, duration_s=duration_s,

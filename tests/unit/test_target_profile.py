@@ -10,7 +10,7 @@ from probes._exceptions import ConfigError
 from probes._timeparse import parse_duration
 from targets.profile import Faults, load_profiles, parse_profiles
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "targets" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "targets" / "examples"
 
 
 def test_example_regresses_checkout_only() -> None:

@@ -1,4 +1,4 @@
-"""`skewprobe report` on a synthetic store (tests/report_store.py): the three files, what
+"""`skewprobe report` on a synthetic store (tests/servers/report_store.py): the three files, what
 they say, and that the first divergence is exactly where `judge` first says fail."""
 
 from __future__ import annotations
@@ -16,7 +16,16 @@ from probes.report._grid import MAX_LOOKS, MAX_POINTS, choose_grid
 from probes.report.cli import ReportFiles, write_report
 from probes.store import Store
 from probes.verdict import judge
-from tests.report_store import BAD_POD, EARLIER, NAMESPACE, PODS, T0, WINDOW_S, build, restart_at
+from tests.servers.report_store import (
+    BAD_POD,
+    EARLIER,
+    NAMESPACE,
+    PODS,
+    T0,
+    WINDOW_S,
+    build,
+    restart_at,
+)
 
 MINUTES = 30.0
 SPAN = (T0, T0 + MINUTES * 60)

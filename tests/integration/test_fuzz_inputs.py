@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from probes._exceptions import BadInput, ConfigError
 from probes.api import ApiApp, VerdictQuery
 from probes.config import parse_config
-from tests.test_config import GOOD
+from tests.integration.test_config import GOOD
 
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),

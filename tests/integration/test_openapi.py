@@ -45,7 +45,7 @@ from probes.inventory import report_from_rows
 from probes.store import Store
 from probes.store.records import InventoryRow
 from probes.verdict_service import JudgingSettings, compute_verdict
-from tests.test_verdict import NEW, OLD, _cohort_windows
+from tests.unit.test_verdict import NEW, OLD, _cohort_windows
 
 TOKEN = "fuzz-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -76,7 +76,7 @@ SCHEMA = schemathesis.openapi.from_dict(
 
 def _windows(seed: int, path: str, windows: int, base: Mapping[str, Any] | None = None,
              canary: Mapping[str, Any] | None = None) -> list[Any]:
-    """Baseline and canary windows of one path, ending at END (tests/test_verdict.py's)."""
+    """Baseline and canary windows of one path, ending at END (tests/unit/test_verdict.py's)."""
     rng = np.random.default_rng(seed)
     start = END - 10 * windows
     return (_cohort_windows(rng, path, OLD, windows, start=start, **(base or {}))

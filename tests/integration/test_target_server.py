@@ -17,7 +17,7 @@ from targets.profile import VersionProfile, load_profiles, parse_profiles
 from targets.proto import target_pb2, target_pb2_grpc
 from targets.server import TargetServer
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "targets" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "targets" / "examples"
 ECHO = "/skewprobe.target.v1.Target/Echo"
 SUBSCRIBE = "/skewprobe.target.v1.Target/Subscribe"
 

@@ -1,6 +1,6 @@
 """probes.stats.sequential: the verdict's tests replayed at every look agree with `judge`.
 
-The windows are simulated as in tests/test_verdict.py (fixed seeds). The strongest check is
+The windows are simulated as in tests/unit/test_verdict.py (fixed seeds). The strongest check is
 the replay itself: at every window boundary, `evaluate` on cumulative totals must give the
 state, the per-metric states and the e-values that `judge` gives on the windows up to then.
 """

@@ -1,8 +1,8 @@
 """How a stream ended, from a status code and grpc core's detail text (pure).
 
 The texts are what grpcio 1.85 reported against real servers (the reference target and the
-raw HTTP/2 server in tests/servers/h2raw.py; tests/test_streams_prober.py and
-tests/test_hostile_grpc.py check the same classes end to end).
+raw HTTP/2 server in tests/servers/h2raw.py; tests/integration/test_streams_prober.py and
+tests/integration/test_hostile_grpc.py check the same classes end to end).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Being edited for issue 15 in a separate branch; its `__all__` is added once that merges
 # (the test below fails as soon as it has one, so this list cannot go stale).

@@ -24,7 +24,7 @@ from targets.fleet import EventKind, Fleet, pod_hosts
 from targets.profile import load_profiles
 from targets.proto import target_pb2, target_pb2_grpc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROFILES = load_profiles(ROOT / "targets" / "examples" / "profiles.yaml")
 
 

@@ -54,7 +54,7 @@ from targets.server import _args as target_args
 from targets.server import parse_hostport
 from tests.servers.asgi import serve_app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROBE, TARGET = "charts/skewprobe", "charts/skewprobe-target"
 RELEASE, NAMESPACE = "skewprobe", "skewprobe"  # the release the charts' examples assume
 HELM = os.environ.get("SKEWPROBE_HELM") or shutil.which("helm")
@@ -872,7 +872,8 @@ def test_values_schema_embeds_the_probe_config_schema() -> None:
         values_schema["properties"]["config"] = chart_config_schema()
         path.write_text(json.dumps(values_schema, indent=2) + "\n")
     assert values_schema["properties"]["config"] == chart_config_schema(), (
-        f"probes/_schema.py changed: run `{UPDATE_SCHEMA_ENV}=1 pytest tests/test_charts.py`")
+        f"probes/_schema.py changed: run `{UPDATE_SCHEMA_ENV}=1 pytest "
+        "tests/integration/test_charts.py`")
 
 
 @needs_helm
@@ -998,7 +999,8 @@ def test_dockerfile_copies_existing_sources_inside_the_build_context() -> None:
     for path in ("pyproject.toml", "README.md", "probes/cli.py", "targets/server.py",
                  "targets/examples/profiles.yaml", "targets/proto/target_pb2.py"):
         assert not _dockerignored(path), path
-    for path in (".venv/bin/python", "tests/test_api.py", ".git/HEAD", "probes/__pycache__/x.pyc",
+    for path in (".venv/bin/python", "tests/integration/test_api.py", ".git/HEAD",
+                 "probes/__pycache__/x.pyc",
                  "charts/skewprobe/values.yaml", "skewprobe.db"):
         assert _dockerignored(path), path
 

@@ -44,7 +44,7 @@ from tests.servers.haproxy_procs import haproxy_pids, kill_leftovers, needs_hapr
 
 pytestmark = needs_haproxy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ECHO = "/skewprobe.target.v1.Target/Echo"
 VERSIONS = parse_haproxy_versions(f"""
 app:

@@ -3,7 +3,7 @@ class, within the path's timeout, and none holds up calls to a healthy endpoint.
 
 Servers: tests/servers/hostile.py (HTTP/1.1, optionally TLS), tests/servers/h2raw.py (raw
 HTTP/2), tests/servers/h2drain.py (a well-behaved h2c server). The engine-level suite (all
-of these at once next to a healthy target) is tests/test_engine_hostile.py.
+of these at once next to a healthy target) is tests/integration/test_engine_hostile.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 from probes._exceptions import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, BadInput, StoreError
 from probes._timeparse import rfc3339
 from probes.report.cli import add_report_parser, parse_range, run_report, write_report
-from tests.report_store import EARLIER, T0, build
+from tests.servers.report_store import EARLIER, T0, build
 
 SPAN = (T0, T0 + 600.0)
 

@@ -27,7 +27,7 @@ from targets.proto import target_pb2, target_pb2_grpc
 from targets.server import TargetServer
 from tests.servers.ports import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_connections_accepted_as_the_drain_starts_leave_no_open_transport() -> None:

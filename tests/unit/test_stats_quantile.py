@@ -1,6 +1,6 @@
 """probes.stats.quantile: quantile e-values, CSs and the two-sample p99 test on histograms.
 
-Fixed seeds; bounds from the method (see tests/test_stats_bounded.py for the reasoning).
+Fixed seeds; bounds from the method (see tests/unit/test_stats_bounded.py for the reasoning).
 Latencies are lognormal (median 50 ms, σ 0.5: p99 ≈ 160 ms), bucketed in the probe's layout.
 """
 

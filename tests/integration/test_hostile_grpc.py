@@ -17,12 +17,12 @@ import pytest
 from probes._spec import GrpcSpec, PathSpec, StreamSpec, TlsSpec
 from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import EndReason, GrpcProber, StreamEnd, StreamProber
+from tests.integration.test_hostile_http import UNRESOLVABLE
+from tests.integration.test_streams_prober import FAST, ListSink, holding
 from tests.servers.engine import call_once, endpoint_at, stuck_beside_healthy
 from tests.servers.h2raw import RawH2Server
 from tests.servers.hostile import HostileServer
 from tests.servers.tls import SERVER_NAME, Cert, make_cert
-from tests.test_hostile_http import UNRESOLVABLE
-from tests.test_streams_prober import FAST, ListSink, holding
 
 
 def unary(method: str, *, timeout_s: float = 1.0, **spec: object) -> PathSpec:

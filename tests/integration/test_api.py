@@ -22,7 +22,7 @@ from probes.store import Store
 from probes.verdict_service import JudgingSettings, compute_verdict
 from tests.servers.asgi import serve_app
 from tests.servers.ports import free_port
-from tests.test_verdict import NEW, OLD, _cohort_windows
+from tests.unit.test_verdict import NEW, OLD, _cohort_windows
 
 
 class Verdicts:

@@ -16,7 +16,7 @@ import pytest
 from matplotlib.image import imread
 
 from probes.report.cli import write_report
-from tests.report_store import T0, build
+from tests.servers.report_store import T0, build
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser",
                                                       "google-chrome")) if p), None)

@@ -45,7 +45,7 @@ paths:
 # still expects a reset every few seconds. So the bound is taken at 50 % and the bucket is
 # 2 s (the five drains end within milliseconds of each other; 2 s leaves room for HAProxy's
 # own exit); alpha stays at its default. The detection logic itself is the one unit-tested
-# with the defaults in tests/test_streams_storm.py.
+# with the defaults in tests/unit/test_streams_storm.py.
 PARAMS = StormParams(bucket_s=2.0, confidence=0.5)
 
 

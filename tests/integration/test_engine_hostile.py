@@ -4,8 +4,8 @@ a target that flaps (listener up and down) over HTTP/1.1, HTTP/2 and gRPC.
 
 Real servers on loopback (the reference target, tests/servers/hostile.py for HTTP/1.1,
 tests/servers/h2raw.py for raw HTTP/2 and gRPC), the real probers, the real engine. The
-single-call cases, with their details, are in tests/test_hostile_http.py and
-tests/test_hostile_grpc.py.
+single-call cases, with their details, are in tests/integration/test_hostile_http.py and
+tests/integration/test_hostile_grpc.py.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from probes.clients import EndReason, OpenStream, StreamEnd, StreamProber, build
 from probes.engine import Engine
 from targets.profile import parse_profiles
 from targets.server import TargetServer
+from tests.integration.test_hostile_http import UNRESOLVABLE
+from tests.integration.test_streams_prober import FAST
+from tests.integration.test_streams_prober import ListSink as StreamListSink
 from tests.servers.h2raw import RawH2Server
 from tests.servers.hostile import HostileServer, closed_port, flapping
 from tests.servers.memory import PeakRss
 from tests.servers.tls import SERVER_NAME, make_cert
-from tests.test_engine import ListSink
-from tests.test_hostile_http import UNRESOLVABLE
-from tests.test_streams_prober import FAST
-from tests.test_streams_prober import ListSink as StreamListSink
+from tests.unit.test_engine import ListSink
 
 # Sixteen hostile paths, their servers and the probe share one process (and a machine that
 # may be busy): modest rates, and timeouts with room for a slow loop, so that only what the
