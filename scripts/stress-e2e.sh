@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The end-to-end tier, N times from a clean clone, with two CPU hogs beside it: a test whose
+# bounds come from what it measured passes on a loaded machine too. Usage:
+#   scripts/stress-e2e.sh [RUNS] [REPO]     (defaults: 10 runs of this repository's HEAD)
+# Prints one line per run and "failed F of N"; exits 1 if any run failed.
+set -u
+runs=${1:-10}
+repo=${2:-$(git rev-parse --show-toplevel)}
+work=$(mktemp -d)
+trap 'kill $hogs 2>/dev/null; rm -rf "$work"' EXIT
+git clone -q "$repo" "$work/clone"
+cd "$work/clone"
+make -s lint >/dev/null  # bootstraps .venv
+hogs=""
+for _ in 1 2; do (while :; do :; done) & hogs="$hogs $!"; done
+failed=0
+for i in $(seq 1 "$runs"); do
+  start=$(date +%s)
+  if .venv/bin/pytest -q -p no:randomly tests/e2e > "$work/run-$i.log" 2>&1; then
+    echo "run $i: passed in $(( $(date +%s) - start )) s ($(tail -1 "$work/run-$i.log"))"
+  else
+    failed=$((failed + 1))
+    echo "run $i: FAILED in $(( $(date +%s) - start )) s"
+    grep -E "^(FAILED|ERROR)" "$work/run-$i.log" | sed 's/^/  /'
+  fi
+done
+echo "failed $failed of $runs (two CPU hogs beside every run)"
+[ "$failed" -eq 0 ]
