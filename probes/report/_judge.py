@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from probes.report._collect import LAYOUT, SCALARS, Collected
 from probes.report._settings import Settings
+from probes.stats.pods import pod_grids, pod_track
 from probes.stats.quantile import quantile_estimate
 from probes.stats.sequential import FAIL, Totals, Tracks, evaluate, first_index
 from probes.stats.series import columns
@@ -101,11 +102,52 @@ class _Replay:
         self.c = data.cohort_index(canary)
         self.settings = settings
         self.alpha_share = settings.alpha / (4 * max(1, paths_judged))
+        self._pod_cache: dict[int, tuple[F64, F64, F64] | None] = {}
 
-    def _evaluate(self, tb: Totals, tc: Totals, fresh: npt.ArrayLike | None) -> Tracks:
+    def _evaluate(self, tb: Totals, tc: Totals, fresh: npt.ArrayLike | None,
+                  success_logs: tuple[F64, F64] | None = None) -> Tracks:
         s = self.settings
         return evaluate(tb, tc, tolerances=s.tolerances, alpha_share=self.alpha_share,
-                        attempts_max=s.attempts_max, min_samples=s.min_samples, fresh=fresh)
+                        attempts_max=s.attempts_max, min_samples=s.min_samples, fresh=fresh,
+                        success_logs=success_logs)
+
+    def _pods(self, p: int, origin: float, cap: float) -> tuple[F64, F64, F64] | None:
+        """The path's pod-level success-rate test over [origin, cap] (`probes.stats.pods`, as
+        the live verdict runs it): each window's end, and log E_fail, log E_pass after it.
+        None when the store holds no per-pod counts for both cohorts there."""
+        if p in self._pod_cache:
+            return self._pod_cache[p]
+        name = self.data.paths[p]
+        b, c = self.data.cohorts[self.b], self.data.cohorts[self.c]
+        warm = self.settings.warmup_s
+        cols = self.store.read_endpoint_columns(since=origin - warm,
+                                                until=cap + self.data.window_s / 2,
+                                                paths=[name], cohorts=[b, c])
+        grid = pod_grids(cols.start, cols.path, cols.endpoint, cols.cohort, cols.requests,
+                         cols.errors, paths=cols.paths, endpoints=cols.endpoints,
+                         cohorts=cols.cohorts, since=origin, warmup_s=warm).get(name)
+        out = None
+        if grid is not None and {b, c} <= set(grid.cohorts):
+            rows = np.array([x in (b, c) for x in grid.cohorts], dtype=bool)
+            canary = np.array([x == c for x in grid.cohorts], dtype=bool)[rows]
+            track = pod_track(grid.calls[rows], grid.errors[rows], canary, 1.0,
+                              self.settings.tolerances.success_rate_drop_pp / 100.0)
+            out = (grid.starts + self.data.window_s, track.log_e_fail, track.log_e_pass)
+        self._pod_cache[p] = out
+        return out
+
+    def _success_logs(self, p: int, origin: float, cap: float,
+                      at: F64) -> tuple[F64, F64] | None:
+        """The pod-level test's log e-values as they stood at each time in `at`."""
+        pods = self._pods(p, origin, cap)
+        if pods is None:
+            return None
+        ends, log_fail, log_pass = pods
+        idx = np.searchsorted(ends, np.asarray(at) + 1e-6, side="right") - 1
+        seen = idx >= 0
+        pick = np.maximum(idx, 0)
+        return (np.where(seen, log_fail[pick], -np.inf),
+                np.where(seen, log_pass[pick], -np.inf))
 
     def _window_sums(self, path: str, lo: float, hi: float,
                      origin: float, cap: float) -> tuple[Totals, Totals, F64]:
@@ -201,7 +243,8 @@ class _Replay:
                 _subtract(tc, xc, row)
         cum_b, cum_c = tb.cumulative(), tc.cumulative()
         looks_at = np.minimum(data.grid.look_ends, data.until)
-        tracks = self._evaluate(cum_b, cum_c, self._fresh(p, looks_at))
+        tracks = self._evaluate(cum_b, cum_c, self._fresh(p, looks_at),
+                                self._success_logs(p, sp.origin, sp.cap, looks_at))
         crossings = {}
         for metric in tracks.metrics:
             j = tracks.first(FAIL, metric)
@@ -237,7 +280,8 @@ class _Replay:
             start_b = None if j == o else cum_b.take([j - 1])
             start_c = None if j == o else cum_c.take([j - 1])
             run_b, run_c = wb.cumulative(start_b), wc.cumulative(start_c)
-            fine = self._evaluate(run_b, run_c, None)
+            fine = self._evaluate(run_b, run_c, None,
+                                  self._success_logs(p, origin, cap, ends))
             k = first_index(fine.metrics[metric].state == FAIL) if metric in fine.metrics \
                 else None
             if k is not None:

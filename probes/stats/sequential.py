@@ -205,13 +205,16 @@ def evaluate(
     attempts_max: int = DEFAULT_ATTEMPTS_MAX,
     min_samples: int = DEFAULT_MIN_SAMPLES,
     fresh: npt.ArrayLike | None = None,
+    success_logs: tuple[F64, F64] | None = None,
 ) -> Tracks:
     """Every metric's test at each row of the cumulative totals (rows are looks in time).
 
     The parameters are `judge`'s: `alpha_share` is α / (4 × paths judged); a look where a
     cohort has fewer than `min_samples` requests, or where `fresh` is False (the data a gate
     would have seen was stale), is inconclusive whatever the e-values say, and so are all
-    its metrics, as in `judge`.
+    its metrics, as in `judge`. `success_logs`, (log E_fail, log E_pass) per row, replaces
+    the pooled success-rate test: the pod-level test's e-values at each look
+    (`probes.stats.pods`), as `judge` uses when it has the pods.
     """
     n = len(baseline)
     if len(canary) != n:
@@ -241,6 +244,8 @@ def evaluate(
         return MetricTrack(name, state, log_fail, log_pass)
 
     def success(r: I64) -> tuple[F64, F64]:
+        if success_logs is not None:
+            return success_logs[0][r], success_logs[1][r]
         t = bounded.two_sample(b.errors[r], b.requests[r], c.errors[r], c.requests[r], 1.0,
                                tol.success_rate_drop_pp / 100.0)
         return t.log_e_fail, t.log_e_pass

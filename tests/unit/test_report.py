@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from probes._spec import DEFAULT_WARMUP_S
 from probes._timeparse import parse_time
 from probes.report._grid import MAX_LOOKS, MAX_POINTS, choose_grid
 from probes.report.cli import ReportFiles, write_report
+from probes.stats.pods import pod_grids
 from probes.store import Store
 from probes.verdict import judge
 from tests.servers.report_store import (
@@ -102,16 +104,24 @@ def test_json_has_the_first_divergence_of_the_regressed_path(report: ReportFiles
 
 
 def test_first_divergence_is_where_judge_first_fails(store: Path, report: ReportFiles) -> None:
-    """Brute force: judge the windows up to every window boundary; the report's crossing is
-    the first boundary at which `judge` fails success rate on checkout."""
+    """Brute force: judge the windows up to every window boundary, with the pods as the live
+    verdict has them; the report's crossing is the first boundary at which `judge` fails
+    success rate on checkout (one verdict core: the replay and the live verdict agree)."""
     doc = _json(report)
     at = parse_time(_path(doc, "checkout")["first_divergence"]["at"], now=0)
+    warm = DEFAULT_WARMUP_S
     with Store.open(store, readonly=True) as s:
         table = s.read_table(*SPAN)
+        cols = s.read_endpoint_columns(since=T0 - warm, until=SPAN[1])
     first_fail = None
     for end in np.arange(T0 + WINDOW_S, at + WINDOW_S + 1e-6, WINDOW_S):
+        keep = cols.start < end
+        pods = pod_grids(cols.start[keep], cols.path[keep], cols.endpoint[keep],
+                         cols.cohort[keep], cols.requests[keep], cols.errors[keep],
+                         paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts,
+                         since=T0, warmup_s=warm)
         v = judge(table.select(table.start < end), now=float(end), since=T0,
-                  window_s=WINDOW_S)
+                  window_s=WINDOW_S, pods=pods)
         checkout = v.path("checkout")
         assert checkout is not None
         metric = checkout.metric("success_rate")
