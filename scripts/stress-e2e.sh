@@ -10,7 +10,7 @@ work=$(mktemp -d)
 trap 'kill $hogs 2>/dev/null; rm -rf "$work"' EXIT
 git clone -q "$repo" "$work/clone"
 cd "$work/clone"
-make -s lint >/dev/null  # bootstraps .venv
+make -s lint >/dev/null 2>&1 || { echo "make lint failed in the clone"; exit 2; }  # bootstraps .venv
 hogs=""
 for _ in 1 2; do (while :; do :; done) & hogs="$hogs $!"; done
 failed=0
