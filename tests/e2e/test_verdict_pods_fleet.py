@@ -8,6 +8,7 @@ one in the baseline, as the issue that asked for the pod as the unit measured on
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from probes.store import Store
 from probes.verdict import judge
-from probes.verdict_service import JudgingSettings, compute_verdict
+from probes.verdict_service import JudgingSettings, verdict_from_source
 from targets.fleet import Fleet
 from targets.profile import parse_profiles
 from tests.servers.probe_run import Windows, http_config, probe_runner, running
@@ -49,6 +50,18 @@ def _success(verdict: Any, path: str) -> dict[str, Any]:
     return dict(found.get("metrics", {}).get("success_rate", {}))
 
 
+def _both(store: str, canary: str, now: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pod-level verdict (`verdict_from_source`, as a gate gets it, on every window the
+    probe wrote: this test is about pods, not about the loaded machine's overload rule,
+    which tests/integration/test_runner.py covers) and the pooled one, on the same windows."""
+    with Store.open(store, readonly=True) as s:
+        pods = dict(verdict_from_source(s, JUDGING, baseline=BASELINE, canary=canary, now=now))
+        origin = s.first_window(canary)
+        pooled = judge(s.read_table(since=origin), window_s=1.0, now=now, baseline=BASELINE,
+                       canary=canary, since=origin).to_json()
+    return pods, pooled
+
+
 async def _fleet_run(tmp_path: Path, canary: str, until: Any) -> dict[str, Any]:
     """Run the fleet and a probe, roll `canary` onto 3 pods, and judge from the store after
     every window until `until(pod_verdict, pooled_verdict)` holds; return both."""
@@ -65,13 +78,8 @@ async def _fleet_run(tmp_path: Path, canary: str, until: Any) -> dict[str, Any]:
         name = {BASELINE: BASELINE, canary: canary}
         while True:
             await written.next()
-            now = time.time()
-            pods = dict(compute_verdict(store, JUDGING, baseline=BASELINE,
-                                        canary=name[canary], now=now, overload=None))
-            with Store.open(store, readonly=True) as s:
-                origin = s.first_window(name[canary])
-                pooled = judge(s.read_table(since=origin), window_s=1.0, now=now,
-                               baseline=BASELINE, canary=name[canary], since=origin).to_json()
+            # Judged in a thread: the fleet and the probe share this loop.
+            pods, pooled = await asyncio.to_thread(_both, store, name[canary], time.time())
             if until(pods, pooled):
                 return {"pods": pods, "pooled": pooled,
                         "names": [p.pod for p in fleet.pods]}
