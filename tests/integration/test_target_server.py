@@ -205,11 +205,16 @@ versions:
 
         plain = sorted([await timed("/plain") for _ in range(10)])
         fixed = await asyncio.gather(*(timed("/fixed") for _ in range(10)))
-        tail = await asyncio.gather(*(timed("/tail") for _ in range(40)))
+        # A control group beside the tail calls: on a loaded machine some calls are slow
+        # without the fault, and the tail's upper bound allows for as many as it measured.
+        both = await asyncio.gather(*(timed("/tail") for _ in range(40)),
+                                    *(timed("/plain") for _ in range(40)))
+        tail, control = both[:40], both[40:]
         assert plain[5] < 0.04
         assert min(fixed) >= 0.079
         slow = sum(t >= 0.149 for t in tail)
-        assert 4 <= slow <= 36  # Binomial(40, 0.5), ±5 sd
+        late = sum(t >= 0.149 for t in control)
+        assert 4 <= slow <= 36 + late  # Binomial(40, 0.5), ±5 sd, plus the machine's own
         assert min(tail) < 0.1
 
 
