@@ -253,9 +253,12 @@ def pod_success_rate(
         reason = (head + f": the canary's one pod {worst_name} is worse than the baseline's "
                   "pods, but one pod cannot tell a sick pod from a sick version; add a canary "
                   "pod to decide")
-    elif lfa >= log_thr:
+    elif lfa >= log_thr and concentrated:
         reason = (head + f": worse only with its worst pod in: concentrated on {worst_name} "
                   f"({100 * share:.0f} % of the canary's errors), not across the version's pods")
+    elif lfa >= log_thr:
+        reason = (head + ": worse with every pod in, not yet with its worst pod "
+                  f"({worst_name}, {100 * share:.0f} % of the canary's errors) left out")
     elif factor is not None:
         reason = (head + f": not enough evidence yet; a pass needs about {needs['calls']} more "
                   f"canary calls (~{_duration(needs['seconds'])} at the current rate)" + found)
