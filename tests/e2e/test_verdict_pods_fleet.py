@@ -91,22 +91,27 @@ async def _fleet_run(tmp_path: Path, canary: str, until: Any) -> dict[str, Any]:
 async def test_sick_pods_in_both_cohorts_fail_no_path_and_the_sick_canary_pod_is_named(
     tmp_path: Path,
 ) -> None:
-    # Judge until the pooled test (calls independent, today's main) blames the version on
-    # some path and the pod test has named the sick canary pod.
+    # Judge until the pooled test (calls independent, the method before) blames the version
+    # on some path and the pod test names the sick canary pod as the canary's worst. (On a
+    # loaded machine timeouts add errors on every pod, so the errors may not be concentrated
+    # enough to say so; the worst pod is still the sick one.)
+    sick_canary = f"target-{min(SICK)}"
+
     def decided(pods: Any, pooled: Any) -> bool:
         blamed = any(_success(pooled, p)["verdict"] == "fail" for p in ("checkout", "catalog")
                      if _success(pooled, p))
-        named = _success(pods, "checkout").get("pods", {}).get("concentrated")
-        return blamed and bool(named)
+        worst = _success(pods, "checkout").get("pods", {}).get("worst")
+        return blamed and worst == sick_canary
 
     got = await _fleet_run(tmp_path, CANARY, decided)
     pods, names = got["pods"], got["names"]
+    assert names[min(SICK)] == sick_canary
     assert all(p["verdict"] != "fail" for p in pods["paths"]), pods
     for path in ("checkout", "catalog"):
         m = _success(pods, path)
         if m.get("pods", {}).get("concentrated"):
-            assert m["pods"]["worst"] == names[0], m
-            assert f"concentrated on {names[0]}" in m["reason"]
+            assert m["pods"]["worst"] == sick_canary, m
+            assert f"concentrated on {sick_canary}" in m["reason"]
         assert m["pods"]["canary"] == CANARY_PODS and m["pods"]["baseline"] == PODS - CANARY_PODS
 
 

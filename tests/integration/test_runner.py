@@ -126,10 +126,22 @@ async def test_overload_is_written_to_the_store_for_store_only_verdicts(tmp_path
         assert stored.startswith("probe overloaded:") and "calls skipped" in stored
         assert stored_overload(s, later) == stored
         assert stored_overload(s, events[0].at - 1) is None  # before the probe was starved
-    result = compute_verdict(str(store), config, now=later)
+    # Asked while the probe still writes (its newest window just ended): vetoed, with the
+    # stored reason first. (Asked long after, the probe has stopped and its sound windows
+    # are judged: test_a_probe_that_stopped_overloaded_is_judged_on_its_sound_windows.)
+    with Store.open(store, readonly=True) as s:
+        newest = s.newest_window_end()
+    assert newest is not None
+    result = compute_verdict(str(store), config, now=max(newest, stored_at(store)) + 1)
     assert result["verdict"] == "inconclusive"
     assert result["reasons"][0] == stored
     assert all(p["verdict"] == "inconclusive" for p in result["paths"])
+
+
+def stored_at(store: Path) -> float:
+    """When the probe wrote its last overload event."""
+    with Store.open(store, readonly=True) as s:
+        return s.read_events(kinds=[OVERLOAD_EVENT])[-1].at
 
 
 def test_a_cleared_overload_judges_again(tmp_path: Path) -> None:
