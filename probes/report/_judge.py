@@ -137,9 +137,18 @@ class _Replay:
             canary = np.array([x == c for x in grid.cohorts], dtype=bool)[rows]
             track = pod_track(grid.calls[rows], grid.errors[rows], canary, 1.0,
                               self.settings.tolerances.success_rate_drop_pp / 100.0)
-            out = (grid.starts + self.data.window_s, track)
+            out = (self._stratum_ends(cols.start, origin, grid.starts), track)
         self._pod_cache[p] = out
         return out
+
+    def _stratum_ends(self, start: F64, origin: float, strata: F64) -> F64:
+        """When each column of a pod grid had ended: its last window's end. A column is one
+        window, or several adjacent ones when `pod_grids` merged them to bound its size (its
+        starts are then every k-th window's)."""
+        raw = np.unique(start[start >= origin])
+        k = int(np.searchsorted(raw, strata[1])) if strata.size > 1 else 1
+        last = np.minimum((np.arange(strata.size) + 1) * max(k, 1), raw.size) - 1
+        return np.asarray(raw[last] + self.data.window_s, dtype=np.float64)
 
     def _pod_looks(self, p: int, origin: float, cap: float, at: F64) -> PodLooks | None:
         """The pod-level test as it stood at each time in `at` (the last window ended by

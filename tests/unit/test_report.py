@@ -4,6 +4,7 @@ they say, and that the first divergence is exactly where `judge` first says fail
 from __future__ import annotations
 
 import json
+import math
 import re
 from html import escape
 from pathlib import Path
@@ -129,7 +130,7 @@ def test_first_divergence_is_where_judge_first_fails(store: Path, report: Report
         if metric is not None and metric.verdict == "fail":
             first_fail = float(end)
             break
-    assert first_fail == pytest.approx(at)
+    assert first_fail == pytest.approx(at, abs=1e-6)  # (epoch seconds: no relative slack)
 
 
 def test_markdown_names_the_worst_endpoints(report: ReportFiles) -> None:
@@ -349,3 +350,31 @@ def test_without_endpoint_windows_the_replay_pools_and_says_so(tmp_path: Path) -
             "(endpoint) windows for this path")
     assert said in files.markdown.read_text() and said in files.html.read_text()
     assert "warm-up (first" not in files.markdown.read_text()
+
+
+def test_merged_pod_strata_are_looked_at_when_their_last_window_ends(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pods × windows grid too large for `MAX_GRID_CELLS` is judged in strata of
+    adjacent windows; the replay reads each stratum's state once its last window ended."""
+    from probes.stats import pods as pods_module
+    from probes.stats.pods import pod_states, pod_track
+
+    monkeypatch.setattr(pods_module, "MAX_GRID_CELLS", 500)  # checkout: 10 pods x 150 windows
+    files = write_report(str(store), tmp_path, since=SPAN[0], until=SPAN[1],
+                         paths=["checkout"], now=SPAN[1])
+    doc = _json(files)
+    checkout = _path(doc, "checkout")
+    origin = parse_time(checkout["origin"], now=0)
+    at = parse_time(checkout["first_divergence"]["at"], now=0)
+    with Store.open(store, readonly=True) as s:
+        cols = s.read_endpoint_columns(since=origin - DEFAULT_WARMUP_S, until=SPAN[1],
+                                       paths=["checkout"])
+    grid = pod_grids(cols.start, cols.path, cols.endpoint, cols.cohort, cols.requests,
+                     cols.errors, paths=cols.paths, endpoints=cols.endpoints,
+                     cohorts=cols.cohorts, since=origin, warmup_s=DEFAULT_WARMUP_S)["checkout"]
+    assert grid.calls.shape[1] == 50  # strata of 3 windows
+    track = pod_track(grid.calls, grid.errors, grid.of("1.21.0"), 1.0, 0.001)
+    states = pod_states(track, math.log(4 / 0.01))
+    k = int(np.argmax(states == "fail"))
+    assert states[k] == "fail" and (states[:k] != "fail").all()
+    assert at == pytest.approx(float(grid.starts[k]) + 3 * WINDOW_S, abs=1e-6)
