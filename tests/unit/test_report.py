@@ -20,6 +20,7 @@ from probes.report.cli import ReportFiles, write_report
 from probes.stats.pods import pod_grids
 from probes.store import Store
 from probes.verdict import judge
+from tests.servers.probe_run import http_config
 from tests.servers.report_store import (
     BAD_POD,
     EARLIER,
@@ -378,3 +379,24 @@ def test_merged_pod_strata_are_looked_at_when_their_last_window_ends(
     k = int(np.argmax(states == "fail"))
     assert states[k] == "fail" and (states[:k] != "fail").all()
     assert at == pytest.approx(float(grid.starts[k]) + 3 * WINDOW_S, abs=1e-6)
+
+
+def test_the_config_sets_the_warm_up(store: Path, tmp_path: Path) -> None:
+    """`verdict.warmup` reaches the report as it reaches the live verdict."""
+    from probes.verdict_service import load_judging_config
+
+    (tmp_path / "endpoints.yaml").write_text("[]\n")
+    cfg = tmp_path / "probe.yaml"
+    cfg.write_text(http_config(tmp_path / "endpoints.yaml", rate="1/s", warmup="1m")
+                   .replace("window: 1s", "window: 10s"))
+    files = write_report(str(store), tmp_path / "out", since=SPAN[0], until=SPAN[1],
+                         paths=["checkout"], settings=load_judging_config(str(cfg)),
+                         now=SPAN[1])
+    doc = _json(files)
+    assert doc["settings"]["warmup_s"] == 60.0
+    band = _path(doc, "checkout")["warmup"]
+    assert band["seconds"] == 60.0
+    assert band["cohorts"]["1.21.0"]["calls"] == 4 * 6 * 40  # 6 windows of 40 calls a pod
+    assert band["calls"] == _path(doc, "checkout")["success_rate_per_pod"]["pods"]["warmup"][
+        "calls"]
+    assert "warm-up (first 1 min of each pod)" in files.markdown.read_text()
