@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from probes._timeparse import rfc3339
-from probes.report.model import METRIC_LABELS, Divergence, PathSection, Period
+from probes.report._judge import POOLED
+from probes.report.model import METRIC_LABELS, Divergence, PathSection, Period, WarmupBand
 from probes.report.summary import CohortFigures
 
-__all__ = ["divergence_sentence", "figure_cells", "metric_value", "pod_lines", "share", "when"]
+__all__ = ["divergence_sentence", "duration", "figure_cells", "metric_value", "pod_lines",
+           "pod_method", "replay_line", "share", "warmup_line", "when"]
 
 
 def when(t: float) -> str:
@@ -74,18 +76,46 @@ def first_line(section: PathSection, period: Period) -> str:
     return "no test crossed (no divergence)"
 
 
-def pod_lines(section: PathSection, warmup_s: float) -> list[str]:
+def duration(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+def pod_lines(section: PathSection) -> list[str]:
     """The success rate as the live verdict judges it at the end of the range (the pod as
-    the unit: a sick pod named, not blamed on the version), and the warm-up band."""
+    the unit: a sick pod named, not blamed on the version); its concentration finding is
+    `PathSection.concentration`."""
     m = section.pods
     if not m:
         return []
-    pods = m.get("pods", {})
-    lines = [f"success rate per pod at the end of this range: {str(m.get('verdict')).upper()}"
-             f": {m.get('reason', '')}"]
-    warm = pods.get("warmup") or {}
-    if warm.get("calls"):
-        minutes = f"{warmup_s / 60:g} min" if warmup_s >= 60 else f"{warmup_s:g} s"
-        lines.append(f"warm-up (each pod's first {minutes}, kept out of the comparison): "
-                     f"{warm['calls']:,} calls, {warm.get('errors', 0):,} errors")
-    return lines
+    return [f"success rate per pod at the end of this range: {str(m.get('verdict')).upper()}"
+            f": {m.get('reason', '')}"]
+
+
+def pod_method(warmup_s: float) -> str:
+    """How success rate is judged per pod, for the report's "how this was computed"."""
+    return ("Success rate takes the pod as the unit, as the live verdict does: one pod-level "
+            "test per path over its pods × windows (each canary call compared with the "
+            "baseline in the same window, the spread between pods counted), its state at "
+            "each look decided by the live verdict's own rule (a fail only with the canary's "
+            f"worst pod left out). Each pod's first {duration(warmup_s)} is its warm-up: "
+            "shown as its own band, kept out of the comparison. Where the store has no "
+            "per-pod counts for a path, its success rate is replayed on calls pooled per "
+            "cohort, and the path says so.")
+
+
+def replay_line(section: PathSection) -> str | None:
+    """Says so when the replay could not judge success rate per pod."""
+    if section.success_unit != POOLED:
+        return None
+    return ("success rate replayed on calls pooled per cohort: the store has no per-pod "
+            "(endpoint) windows for this path, so the pod-level test could not run")
+
+
+def warmup_line(band: WarmupBand) -> str:
+    """The warm-up band in one sentence, e.g. "warm-up (first 2 min of each pod): 1,920
+    calls, 31 errors, kept out of the comparison (1.20.3: 6 pods, ...)"."""
+    per = "; ".join(
+        f"{c.cohort}: {len(c.pods)} {'pod' if len(c.pods) == 1 else 'pods'}, "
+        f"{c.calls:,} calls, {c.errors:,} errors" for c in band.cohorts)
+    return (f"warm-up (first {duration(band.seconds)} of each pod): {band.calls:,} calls, "
+            f"{band.errors:,} errors, kept out of the comparison ({per})")

@@ -28,15 +28,19 @@ import numpy.typing as npt
 
 from probes.report._collect import LAYOUT, SCALARS, Collected
 from probes.report._settings import Settings
-from probes.stats.pods import pod_grids, pod_track
+from probes.stats.pods import PodTrack, pod_grids, pod_track
 from probes.stats.quantile import quantile_estimate
-from probes.stats.sequential import FAIL, Totals, Tracks, evaluate, first_index
+from probes.stats.sequential import FAIL, PodLooks, Totals, Tracks, evaluate, first_index
 from probes.stats.series import columns
 from probes.store import Store
 
-__all__ = ["Crossing", "PathJudgement", "estimates", "judge_paths"]
+__all__ = ["PODS", "POOLED", "Crossing", "PathJudgement", "estimates", "judge_paths"]
 
 F64 = npt.NDArray[np.float64]
+
+# How a path's success rate was replayed: per pod, as the live verdict judges it when the
+# store holds endpoint windows, or on calls pooled per cohort when it does not.
+PODS, POOLED = "pods", "pooled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,7 @@ class PathJudgement:
     tracks: Tracks | None
     crossings: dict[str, Crossing]
     final: dict[str, float | None]  # estimates at the last look, per "<metric>:<role>"
+    success_unit: str | None = None  # PODS or POOLED (None: no comparison)
 
     @property
     def first(self) -> Crossing | None:
@@ -102,19 +107,19 @@ class _Replay:
         self.c = data.cohort_index(canary)
         self.settings = settings
         self.alpha_share = settings.alpha / (4 * max(1, paths_judged))
-        self._pod_cache: dict[int, tuple[F64, F64, F64] | None] = {}
+        self._pod_cache: dict[int, tuple[F64, PodTrack] | None] = {}
 
     def _evaluate(self, tb: Totals, tc: Totals, fresh: npt.ArrayLike | None,
-                  success_logs: tuple[F64, F64] | None = None) -> Tracks:
+                  success_pods: PodLooks | None = None) -> Tracks:
         s = self.settings
         return evaluate(tb, tc, tolerances=s.tolerances, alpha_share=self.alpha_share,
                         attempts_max=s.attempts_max, min_samples=s.min_samples, fresh=fresh,
-                        success_logs=success_logs)
+                        success_pods=success_pods)
 
-    def _pods(self, p: int, origin: float, cap: float) -> tuple[F64, F64, F64] | None:
+    def _pods(self, p: int, origin: float, cap: float) -> tuple[F64, PodTrack] | None:
         """The path's pod-level success-rate test over [origin, cap] (`probes.stats.pods`, as
-        the live verdict runs it): each window's end, and log E_fail, log E_pass after it.
-        None when the store holds no per-pod counts for both cohorts there."""
+        the live verdict runs it), run once: each window's end and the track, one look per
+        window. None when the store holds no per-pod counts for both cohorts there."""
         if p in self._pod_cache:
             return self._pod_cache[p]
         name = self.data.paths[p]
@@ -132,22 +137,28 @@ class _Replay:
             canary = np.array([x == c for x in grid.cohorts], dtype=bool)[rows]
             track = pod_track(grid.calls[rows], grid.errors[rows], canary, 1.0,
                               self.settings.tolerances.success_rate_drop_pp / 100.0)
-            out = (grid.starts + self.data.window_s, track.log_e_fail, track.log_e_pass)
+            out = (self._stratum_ends(cols.start, origin, grid.starts), track)
         self._pod_cache[p] = out
         return out
 
-    def _success_logs(self, p: int, origin: float, cap: float,
-                      at: F64) -> tuple[F64, F64] | None:
-        """The pod-level test's log e-values as they stood at each time in `at`."""
+    def _stratum_ends(self, start: F64, origin: float, strata: F64) -> F64:
+        """When each column of a pod grid had ended: its last window's end. A column is one
+        window, or several adjacent ones when `pod_grids` merged them to bound its size (its
+        starts are then every k-th window's)."""
+        raw = np.unique(start[start >= origin])
+        k = int(np.searchsorted(raw, strata[1])) if strata.size > 1 else 1
+        last = np.minimum((np.arange(strata.size) + 1) * max(k, 1), raw.size) - 1
+        return np.asarray(raw[last] + self.data.window_s, dtype=np.float64)
+
+    def _pod_looks(self, p: int, origin: float, cap: float, at: F64) -> PodLooks | None:
+        """The pod-level test as it stood at each time in `at` (the last window ended by
+        then), for `evaluate` to take the success rate's states and e-values from."""
         pods = self._pods(p, origin, cap)
         if pods is None:
             return None
-        ends, log_fail, log_pass = pods
+        ends, track = pods
         idx = np.searchsorted(ends, np.asarray(at) + 1e-6, side="right") - 1
-        seen = idx >= 0
-        pick = np.maximum(idx, 0)
-        return (np.where(seen, log_fail[pick], -np.inf),
-                np.where(seen, log_pass[pick], -np.inf))
+        return PodLooks(track, idx.astype(np.int64))
 
     def _window_sums(self, path: str, lo: float, hi: float,
                      origin: float, cap: float) -> tuple[Totals, Totals, F64]:
@@ -243,8 +254,8 @@ class _Replay:
                 _subtract(tc, xc, row)
         cum_b, cum_c = tb.cumulative(), tc.cumulative()
         looks_at = np.minimum(data.grid.look_ends, data.until)
-        tracks = self._evaluate(cum_b, cum_c, self._fresh(p, looks_at),
-                                self._success_logs(p, sp.origin, sp.cap, looks_at))
+        pod_looks = self._pod_looks(p, sp.origin, sp.cap, looks_at)
+        tracks = self._evaluate(cum_b, cum_c, self._fresh(p, looks_at), pod_looks)
         crossings = {}
         for metric in tracks.metrics:
             j = tracks.first(FAIL, metric)
@@ -256,7 +267,8 @@ class _Replay:
         for role, cum in (("baseline", cum_b), ("canary", cum_c)):
             for metric, value in estimates(cum, last).items():
                 final[f"{metric}:{role}"] = value
-        return PathJudgement(name, sp.origin, tracks, crossings, final)
+        return PathJudgement(name, sp.origin, tracks, crossings, final,
+                             POOLED if pod_looks is None else PODS)
 
     def _has_data(self, p: int, lo: float, hi: float) -> bool:
         for c in (self.b, self.c):
@@ -280,8 +292,7 @@ class _Replay:
             start_b = None if j == o else cum_b.take([j - 1])
             start_c = None if j == o else cum_c.take([j - 1])
             run_b, run_c = wb.cumulative(start_b), wc.cumulative(start_c)
-            fine = self._evaluate(run_b, run_c, None,
-                                  self._success_logs(p, origin, cap, ends))
+            fine = self._evaluate(run_b, run_c, None, self._pod_looks(p, origin, cap, ends))
             k = first_index(fine.metrics[metric].state == FAIL) if metric in fine.metrics \
                 else None
             if k is not None:

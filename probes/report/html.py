@@ -19,7 +19,10 @@ from probes.report._format import (
     first_line,
     metric_value,
     pod_lines,
+    pod_method,
+    replay_line,
     share,
+    warmup_line,
     when,
 )
 from probes.report._rollout import INVENTORY
@@ -70,6 +73,7 @@ svg.chart { width:100%%; height:auto; display:block; }
 .path h2 { display:flex; align-items:center; gap:10px; }
 .lead { margin:0 0 4px; } .note { margin:0 0 10px; color:var(--muted); }
 .regressed { color:var(--fail); font-weight:600; }
+.finding { margin:0 0 10px; color:var(--fail); }
 details summary { cursor:pointer; color:var(--muted); margin:8px 0 4px; }
 .method p { margin:0 0 8px; max-width:980px; }
 ul.tight { margin:4px 0; padding-left:20px; }
@@ -205,10 +209,17 @@ def _path_section(report: Report, s: PathSection, charts: Sequence[Chart],
         for c in charts:
             parts.append(_figure(c, wide=c.kind == "rollout"))
     parts.append("</div>")
-    pod_text = pod_lines(s, report.settings.warmup_s)
+    pod_text = pod_lines(s)
     if pod_text:
         parts.append('<p class="note pods">' + "<br>".join(escape(x) for x in pod_text)
                      + "</p>")
+    if s.concentration:
+        parts.append(f'<p class="finding"><b>finding: {escape(s.concentration)}</b></p>')
+    if s.warmup is not None:
+        parts.append('<p class="note warmup">' + escape(warmup_line(s.warmup)) + "</p>")
+    pooled = replay_line(s)
+    if pooled:
+        parts.append('<p class="note">' + escape(pooled) + "</p>")
     if s.errors:
         items = ", ".join(f"{escape(e.pod)} ({_chip(e.version, colours)}, "
                           f"{escape(e.namespace or '–')}): {e.errors:,}" for e in s.errors)
@@ -247,6 +258,7 @@ def _method(report: Report) -> str:
         "stale data and too few samples are inconclusive. The first divergence is the first "
         "look at which E_fail ≥ 1/α, pinned to the window inside that look. A crossing "
         "that reverted before the next look is not seen.",
+        escape(pod_method(report.settings.warmup_s)),
         "Rollout progress comes from " + escape(cur.rollout_source) + ". "
         + " ".join(escape(n) for n in cur.notes),
     ]

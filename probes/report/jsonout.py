@@ -20,6 +20,14 @@ The shape (`"schema": "skewprobe-report/1"`):
                 "success_rate_per_pod": {"verdict", "reason", "pods", "needs"} or null
                     (the live verdict at the end of the range, the pod as the unit: the
                     worst pod, its share, concentrated, the warm-up's calls and errors),
+                "concentration": {"pod", "share", "finding"} or null (the live rule says
+                    the canary's errors are concentrated on that pod: the finding in words),
+                "warmup": {"seconds", "calls", "errors", "cohorts": {cohort: {"calls",
+                    "errors", "pods": [{"pod", "calls", "errors"}]}}} or null (each pod's
+                    first `warmup_s`, baseline and canary, kept out of the comparison; null
+                    without per-pod counts),
+                "success_rate_replay": "pods" (the replay judged success rate per pod, as
+                    the live verdict) or "pooled" (no per-pod counts) or null,
                 "compared": {"verdict", "first_divergence", "note"} or null,
                 "charts": [chart kinds]}],
      "worst_endpoints": [{"pod", "namespace", "version", "requests", "errors",
@@ -40,7 +48,7 @@ from typing import Any
 from probes._timeparse import rfc3339
 from probes.report._endpoints import WorstEndpoint
 from probes.report.charts import Chart
-from probes.report.model import Divergence, PathSection, Period, Report
+from probes.report.model import Divergence, PathSection, Period, Report, WarmupBand
 from probes.report.summary import CohortFigures
 from probes.stats.sequential import STATE_NAMES
 
@@ -119,6 +127,9 @@ def report_json(report: Report, charts: Mapping[str, Sequence[Chart]]) -> dict[s
             "success_rate_per_pod": None if s.pods is None else {
                 "verdict": s.pods.get("verdict"), "reason": s.pods.get("reason"),
                 "pods": s.pods.get("pods"), "needs": s.pods.get("needs")},
+            "concentration": _concentration(s),
+            "warmup": None if s.warmup is None else _warmup(s.warmup),
+            "success_rate_replay": s.success_unit,
             "compared": None if cmp_ is None else {
                 "verdict": before.verdict if before else None,
                 "first_divergence": _divergence(before.first) if before else None,
@@ -148,6 +159,24 @@ def report_json(report: Report, charts: Mapping[str, Sequence[Chart]]) -> dict[s
              "cohort": e.cohort or None, "endpoint": e.endpoint or None, "detail": dict(e.detail)}
             for e in cur.events[:_MAX_EVENTS]
         ],
+    }
+
+
+def _concentration(s: PathSection) -> dict[str, Any] | None:
+    found = s.concentration
+    if found is None or s.pods is None:
+        return None
+    pods = s.pods.get("pods") or {}
+    return {"pod": pods.get("worst"), "share": pods.get("worst_share"), "finding": found}
+
+
+def _warmup(band: WarmupBand) -> dict[str, Any]:
+    return {
+        "seconds": band.seconds, "calls": band.calls, "errors": band.errors,
+        "cohorts": {c.cohort: {"calls": c.calls, "errors": c.errors,
+                               "pods": [{"pod": p, "calls": n, "errors": e}
+                                        for p, n, e in c.pods]}
+                    for c in band.cohorts},
     }
 
 

@@ -11,11 +11,15 @@ from collections.abc import Sequence
 
 from probes.report._format import (
     FIGURE_HEADERS,
+    duration,
     figure_cells,
     first_line,
     metric_value,
     pod_lines,
+    pod_method,
+    replay_line,
     share,
+    warmup_line,
     when,
 )
 from probes.report.model import METRIC_LABELS, Period, Report
@@ -91,9 +95,20 @@ def report_markdown(report: Report) -> str:
     add("## Summary", _table(headers, rows))
     add("## First divergence per path and metric", _divergences(cur))
     per_pod = [f"- **{s.path}**: {line}" for s in cur.sections
-               for line in pod_lines(s, report.settings.warmup_s)]
+               for line in [*pod_lines(s),
+                            *([f"**finding: {s.concentration}**"] if s.concentration else []),
+                            *filter(None, [replay_line(s)])]]
     if per_pod:
         add("## The pod as the unit (success rate, at the end of the range)", per_pod)
+    bands = [(s.path, s.warmup) for s in cur.sections if s.warmup is not None]
+    if bands:
+        add(f"## Warm-up (first {duration(report.settings.warmup_s)} of each pod, kept out "
+            "of the comparison)",
+            [*(f"- **{path}**: {warmup_line(band)}" for path, band in bands), "",
+             *_table(["path", "cohort", "pods", "calls", "errors", "error rate"],
+                     [[path, c.cohort, str(len(c.pods)), f"{c.calls:,}", f"{c.errors:,}",
+                       f"{100 * c.errors / c.calls:.2f}%" if c.calls else "–"]
+                      for path, band in bands for c in band.cohorts])])
     add("## Worst endpoints (pods) by errors", _worst(cur))
     fig_rows = [[s.path, f.cohort, *figure_cells(f)] for s in cur.sections for f in s.figures]
     add("## Figures per path and cohort (pooled over the range)",
@@ -120,5 +135,6 @@ def report_markdown(report: Report) -> str:
         "A crossing is the first look at which E_fail ≥ 1/α, pinned to the window within "
         "that look; a crossing that reverted before the next look is not seen. p99 comes "
         "from histograms pooled per bucket, never from averaged percentiles. Calls the "
-        "probe could not make (probe_error) are not counted as the callee's errors."])
+        "probe could not make (probe_error) are not counted as the callee's errors.",
+        "", pod_method(report.settings.warmup_s)])
     return "\n".join(lines)

@@ -28,6 +28,8 @@ from probes.report._rollout import INVENTORY, PROBED, Rollout, from_endpoints, f
 from probes.report._settings import Settings
 from probes.report.summary import CohortFigures
 from probes.stats.cohorts import pick_cohorts, version_key
+from probes.stats.metrics import concentration_finding
+from probes.stats.pods import pod_grids
 from probes.stats.sequential import STATE_NAMES
 from probes.store import Event, Store
 
@@ -37,6 +39,8 @@ __all__ = [
     "PathSection",
     "Period",
     "Report",
+    "WarmupBand",
+    "WarmupCohort",
     "build_period",
     "cohort_order",
 ]
@@ -63,6 +67,36 @@ class Divergence:
     share_at: float | None = None  # the time of the snapshot (or bucket) the share is from
 
 
+@dataclass(frozen=True, slots=True)
+class WarmupCohort:
+    """One cohort's warm-up on one path: how many pods had one in the range, their calls
+    and errors then (each pod's own, `pods` the pod names with theirs)."""
+
+    cohort: str
+    calls: int
+    errors: int
+    pods: tuple[tuple[str, int, int], ...]  # (pod, calls, errors), pods with warm-up calls
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupBand:
+    """Each pod's first `seconds` on a path (from the first window the store shows it in,
+    a pod restarted onto the new proxy being a new pod), per cohort of the comparison:
+    recorded, and kept out of it (`probes.stats.pods.pod_grids`, read as the live verdict
+    reads it over the range)."""
+
+    seconds: float
+    cohorts: tuple[WarmupCohort, ...]
+
+    @property
+    def calls(self) -> int:
+        return sum(c.calls for c in self.cohorts)
+
+    @property
+    def errors(self) -> int:
+        return sum(c.errors for c in self.cohorts)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class PathSection:
     path: str
@@ -76,6 +110,23 @@ class PathSection:
     # The live verdict's success rate at the end of the range, the pod as the unit (its
     # JSON: verdict, reason, `pods` with the worst pod and the warm-up); None: not judged.
     pods: Mapping[str, Any] | None = None
+    warmup: WarmupBand | None = None  # None: no per-pod counts (or no comparison)
+
+    @property
+    def concentration(self) -> str | None:
+        """The live verdict's concentration finding at the end of the range, when its rule
+        says the canary's errors are concentrated on one pod ("concentrated on shop-0 (71 %
+        of the canary's errors)"); None otherwise."""
+        found = (self.pods or {}).get("pods") or {}
+        if not found.get("concentrated") or not found.get("worst"):
+            return None
+        return concentration_finding(str(found["worst"]), found.get("worst_share"))
+
+    @property
+    def success_unit(self) -> str | None:
+        """How the replay judged success rate: "pods" (per pod, as the live verdict) or
+        "pooled" (the store has no per-pod counts for the path); None: no comparison."""
+        return self.judgement.success_unit
 
     @property
     def first(self) -> Divergence | None:
@@ -279,8 +330,10 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
                      "start of each bucket, not of the fleet's pods")
     events = tuple(store.read_events(since, until))
     order = cohort_order(data.cohorts)
-    per_pod = (_per_pod(store, data, b, c, settings, [data.paths[p] for p in with_data])
-               if comparable else {})
+    names = [data.paths[p] for p in with_data]
+    per_pod = _per_pod(store, data, b, c, settings, names) if comparable else {}
+    bands = (_warmup(store, data, (b, c), settings.warmup_s, names)
+             if comparable and b is not None and c is not None else {})
     sections = []
     for p, j in zip(with_data, judgements, strict=True):
         name = data.paths[p]
@@ -297,6 +350,7 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
             errors=tuple(per_path.get(name, [])),
             events=tuple(e for e in events if e.path in ("", name)),
             pods=per_pod.get(name),
+            warmup=bands.get(name),
         ))
     # The paths that diverged first, earliest first: a long report leads with them.
     sections.sort(key=lambda s: (s.first is None, s.first.at if s.first else 0.0, s.path))
@@ -325,6 +379,31 @@ def _per_pod(store: Store, data: Collected, baseline: str | None, canary: str | 
         metric = p.get("metrics", {}).get("success_rate")
         if metric is not None and "pods" in metric:
             out[p["path"]] = metric
+    return out
+
+
+def _warmup(store: Store, data: Collected, cohorts: tuple[str, str], warmup_s: float,
+            paths: list[str]) -> dict[str, WarmupBand]:
+    """Per path, the warm-up band of the baseline and canary cohorts over the range: the
+    endpoint windows read as the live verdict reads them (from `warmup_s` before the
+    range, so a pod seen then is warm at its start; windows ended by its end), each pod's
+    first `warmup_s` apart (`pod_grids`). Paths without endpoint windows have no band."""
+    cols = store.read_endpoint_columns(since=data.since - warmup_s,
+                                       until=data.until - data.window_s + 1e-6, paths=paths,
+                                       cohorts=list(cohorts))
+    grids = pod_grids(cols.start, cols.path, cols.endpoint, cols.cohort, cols.requests,
+                      cols.errors, paths=cols.paths, endpoints=cols.endpoints,
+                      cohorts=cols.cohorts, since=data.since, warmup_s=warmup_s)
+    out = {}
+    for path, grid in grids.items():
+        rows = []
+        for cohort in cohorts:
+            mine = [i for i, c in enumerate(grid.cohorts) if c == cohort]
+            pods = tuple((grid.pods[i], int(grid.warmup_calls[i]), int(grid.warmup_errors[i]))
+                         for i in mine if grid.warmup_calls[i] > 0)
+            rows.append(WarmupCohort(cohort, sum(p[1] for p in pods),
+                                     sum(p[2] for p in pods), pods))
+        out[path] = WarmupBand(warmup_s, tuple(rows))
     return out
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "CohortEvidence",
     "MetricVerdict",
     "attempts_per_request",
+    "concentration_finding",
     "latency_p99",
     "missing",
     "pod_success_rate",
@@ -188,6 +189,15 @@ def success_rate(
     return out
 
 
+def concentration_finding(pod: str, share: float | None) -> str:
+    """The finding when the canary's errors are concentrated on one pod, in the words the
+    verdict's reason and the report both use: "concentrated on shop-0 (71 % of the canary's
+    errors)". `share` as the verdict's JSON carries it (`pods.worst_share`)."""
+    shown = _num(share, 3)
+    return (f"concentrated on {pod} "
+            f"({'?' if shown is None else f'{100 * shown:.0f}'} % of the canary's errors)")
+
+
 def pod_success_rate(
     grid: pods.PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
     window_s: float,
@@ -224,12 +234,7 @@ def pod_success_rate(
     concentrated = pods_c >= 2 and share >= 0.5 and share >= 2 * call_share
     spread_pp = 100.0 * float(track.tau[-1])
 
-    if lf >= log_thr:
-        verdict = FAIL
-    elif lp >= log_thr:
-        verdict = PASS
-    else:
-        verdict = INCONCLUSIVE
+    verdict = str(pods.pod_states(track, log_thr)[-1])
     # The canary's calls so far came in this much time: the rate a `needs` estimate assumes.
     compared = grid.starts[both]
     elapsed = float(compared[-1] - compared[0]) + window_s
@@ -243,8 +248,8 @@ def pod_success_rate(
     pod_word = "pod" if pods_c == 1 else "pods"
     head = (pooled.reason.split(")")[0]
             + f"; {pods_c} canary {pod_word} vs {int(track.pods_baseline[-1])})")
-    found = (f"; concentrated on {worst_name} ({100 * share:.0f} % of the canary's errors)"
-             if concentrated else "")
+    finding = concentration_finding(str(worst_name), share)
+    found = "; " + finding if concentrated else ""
     if verdict == FAIL:
         reason = head + ": worse across the canary's pods, with its worst pod left out" + found
     elif verdict == PASS:
@@ -254,8 +259,8 @@ def pod_success_rate(
                   "pods, but one pod cannot tell a sick pod from a sick version; add a canary "
                   "pod to decide")
     elif lfa >= log_thr and concentrated:
-        reason = (head + f": worse only with its worst pod in: concentrated on {worst_name} "
-                  f"({100 * share:.0f} % of the canary's errors), not across the version's pods")
+        reason = (head + f": worse only with its worst pod in: {finding}, "
+                  "not across the version's pods")
     elif lfa >= log_thr:
         reason = (head + ": worse with every pod in, not yet with its worst pod "
                   f"({worst_name}, {100 * share:.0f} % of the canary's errors) left out")

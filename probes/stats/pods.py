@@ -38,7 +38,7 @@ decide fast. It is anytime-valid asymptotically (a CLT per window and a consiste
 estimate); `benchmarks/verdict_sim.py` measures what that is worth on simulated estates with
 pods that differ, restart cold and share outages.
 
-Decisions (to be taken by the verdict when it reads pods × windows):
+Decisions (`pod_states`, the one rule the live verdict and the report's replay both apply):
 - fail when E_fail ≥ 1/α *with the canary's worst pod left out*: one pod does not fail a
   version, so with a single canary pod nothing fails and the finding names the pod;
 - pass when E_pass (the mirror image, against "canary beyond tolerance") ≥ 1/α;
@@ -63,6 +63,7 @@ __all__ = [
     "log_e_one_sided",
     "needs_factor",
     "pod_grids",
+    "pod_states",
     "pod_track",
 ]
 
@@ -238,6 +239,18 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
         d=d_all / sd, v_sampling=vs_all / sd2, v_pods=vp_all / sd2,
         d_wo=d_wo / sd, v_sampling_wo=vs_wo / sd2, v_pods_wo=vp_wo / sd2,
     )
+
+
+def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
+    """The pod-level decision at every look of `track`: "fail" when E_fail, with the
+    canary's worst pod left out, reaches 1/α (`log_threshold` = log 1/α); else "pass" when
+    E_pass reaches it; else "inconclusive" (so too while a cohort has no warm calls: its
+    e-values are −inf). The one rule: the live verdict takes its last look
+    (`probes.stats.metrics.pod_success_rate`), the report's replay every look
+    (`probes.stats.sequential.pod_looks`)."""
+    fail = np.asarray(track.log_e_fail) >= log_threshold
+    ok = np.asarray(track.log_e_pass) >= log_threshold
+    return np.where(fail, "fail", np.where(ok, "pass", "inconclusive"))
 
 
 def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, drop_b: I64, ratio: float, margin: float,

@@ -29,6 +29,7 @@ from probes._spec import DEFAULT_ATTEMPTS_MAX, DEFAULT_MIN_SAMPLES, Tolerances
 from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER
 from probes.stats import bounded, quantile, rates
 from probes.stats.metrics import ATTEMPTS, LATENCY_P99, STREAM_RESETS, SUCCESS_RATE
+from probes.stats.pods import PodTrack, pod_states
 from probes.stats.series import Columns
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "PASS",
     "STATE_NAMES",
     "MetricTrack",
+    "PodLooks",
     "Totals",
     "Tracks",
     "evaluate",
@@ -176,6 +178,35 @@ def first_index(mask: npt.ArrayLike) -> int | None:
     return int(np.argmax(m)) if m.any() else None
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class PodLooks:
+    """The pod-level success-rate test (`probes.stats.pods.pod_track`, one look per window
+    of its grid) and, for each row of the totals `evaluate` gets, the index of the track's
+    look that row stands at (−1: before its first look, no evidence yet)."""
+
+    track: PodTrack
+    at: I64
+
+    def read(self, log_threshold: float) -> tuple[I8, F64, F64]:
+        """Per row: the state (codes above) as `pods.pod_states` decides it (the live
+        verdict's rule), and log E_fail (worst canary pod left out), log E_pass."""
+        at = np.asarray(self.at, dtype=np.int64)
+        looks = self.track.log_e_fail.size
+        seen = (at >= 0) & (looks > 0)
+        pick = np.clip(at, 0, max(looks - 1, 0))
+        if looks:
+            names = pod_states(self.track, log_threshold)[pick]
+            log_fail = self.track.log_e_fail[pick]
+            log_pass = self.track.log_e_pass[pick]
+        else:
+            names = np.full(at.size, "inconclusive")
+            log_fail = log_pass = np.full(at.size, -np.inf)
+        state = np.select([names == "fail", names == "pass"], [FAIL, PASS], INCONCLUSIVE)
+        state = np.where(seen, state, INCONCLUSIVE).astype(np.int8)
+        return (state, np.where(seen, log_fail, -np.inf).astype(np.float64),
+                np.where(seen, log_pass, -np.inf).astype(np.float64))
+
+
 def _decide(log_fail: F64, log_pass: F64, thr: float) -> I8:
     return np.where(log_fail >= thr, FAIL, np.where(log_pass >= thr, PASS, INCONCLUSIVE)).astype(
         np.int8)
@@ -205,16 +236,16 @@ def evaluate(
     attempts_max: int = DEFAULT_ATTEMPTS_MAX,
     min_samples: int = DEFAULT_MIN_SAMPLES,
     fresh: npt.ArrayLike | None = None,
-    success_logs: tuple[F64, F64] | None = None,
+    success_pods: PodLooks | None = None,
 ) -> Tracks:
     """Every metric's test at each row of the cumulative totals (rows are looks in time).
 
     The parameters are `judge`'s: `alpha_share` is α / (4 × paths judged); a look where a
     cohort has fewer than `min_samples` requests, or where `fresh` is False (the data a gate
     would have seen was stale), is inconclusive whatever the e-values say, and so are all
-    its metrics, as in `judge`. `success_logs`, (log E_fail, log E_pass) per row, replaces
-    the pooled success-rate test: the pod-level test's e-values at each look
-    (`probes.stats.pods`), as `judge` uses when it has the pods.
+    its metrics, as in `judge`. `success_pods` replaces the pooled success-rate test with the
+    pod-level one, as `judge` does when it has the pods: its e-values at each row, and its
+    states decided by the live verdict's own rule (`probes.stats.pods.pod_states`).
     """
     n = len(baseline)
     if len(canary) != n:
@@ -224,9 +255,14 @@ def evaluate(
     tol = tolerances
     span = float(attempts_max - 1)
 
+    pod_rows = None if success_pods is None else success_pods.read(thr)
+    if pod_rows is not None and pod_rows[0].size != n:
+        raise ValueError("success_pods needs one look index per row")
+
     def track(name: str, applies_b: npt.NDArray[np.bool_], applies_c: npt.NDArray[np.bool_],
               has_b: npt.NDArray[np.bool_], has_c: npt.NDArray[np.bool_], test: _Test,
-              invalid: npt.NDArray[np.bool_] | None = None) -> MetricTrack | None:
+              invalid: npt.NDArray[np.bool_] | None = None,
+              decided: I8 | None = None) -> MetricTrack | None:
         present = applies_b | applies_c
         if not present.any():
             return None
@@ -240,12 +276,13 @@ def evaluate(
         if rows.size:
             f, p = test(rows)
             log_fail[rows], log_pass[rows] = f, p
-            state[rows] = _decide(np.asarray(f), np.asarray(p), thr)
+            state[rows] = (_decide(np.asarray(f), np.asarray(p), thr) if decided is None
+                           else decided[rows])
         return MetricTrack(name, state, log_fail, log_pass)
 
     def success(r: I64) -> tuple[F64, F64]:
-        if success_logs is not None:
-            return success_logs[0][r], success_logs[1][r]
+        if pod_rows is not None:
+            return pod_rows[1][r], pod_rows[2][r]
         t = bounded.two_sample(b.errors[r], b.requests[r], c.errors[r], c.requests[r], 1.0,
                                tol.success_rate_drop_pp / 100.0)
         return t.log_e_fail, t.log_e_pass
@@ -277,7 +314,7 @@ def evaluate(
     streams_c = (c.stream_seconds > 0) | (c.streams_opened > 0)
     found = [
         track(SUCCESS_RATE, b.requests > 0, c.requests > 0, b.requests > 0, c.requests > 0,
-              success),
+              success, decided=None if pod_rows is None else pod_rows[0]),
         track(LATENCY_P99, lat_b, lat_c, lat_b, lat_c, latency),
         track(ATTEMPTS, b.attempts_count > 0, c.attempts_count > 0, b.attempts_count > 0,
               c.attempts_count > 0, attempts, out_of_range(b) | out_of_range(c)),

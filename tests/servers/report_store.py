@@ -55,7 +55,8 @@ def _window(rng: np.random.Generator, start: float, path: str, cohort: str, pods
 
 
 def write_rollout(store: Store, start: float, old: str, new: str, *, minutes: float = 30.0,
-                  seed: int = 1, inventory: bool = True, events: bool = True) -> None:
+                  seed: int = 1, inventory: bool = True, events: bool = True,
+                  endpoints_too: bool = True) -> None:
     rng = np.random.default_rng(seed)
     steps = int(minutes * 60 / WINDOW_S)
     windows: list[PathWindow] = []
@@ -77,9 +78,9 @@ def write_rollout(store: Store, start: float, old: str, new: str, *, minutes: fl
                         t, path, name, cohort, CALLS, int(rng.binomial(CALLS, bad)),
                         {"pod": name, "namespace": NAMESPACE, "proxy_version": cohort}))
         if len(windows) > 300:
-            store.write(windows, endpoints)
+            store.write(windows, endpoints if endpoints_too else [])
             windows, endpoints = [], []
-    store.write(windows, endpoints)
+    store.write(windows, endpoints if endpoints_too else [])
     if inventory:
         for m in range(int(minutes) + 1):
             at = start + 60.0 * m
@@ -98,10 +99,12 @@ def write_rollout(store: Store, start: float, old: str, new: str, *, minutes: fl
 
 
 def build(path: Path, *, minutes: float = 30.0, inventory: bool = True,
-          earlier: bool = True) -> Path:
-    """The store file at `path` (both rollouts unless `earlier` is False)."""
+          earlier: bool = True, endpoints: bool = True) -> Path:
+    """The store file at `path` (both rollouts unless `earlier` is False; without
+    per-pod endpoint windows in the current one if `endpoints` is False)."""
     with Store.open(path) as store:
-        write_rollout(store, T0, "1.20.3", "1.21.0", minutes=minutes, inventory=inventory)
+        write_rollout(store, T0, "1.20.3", "1.21.0", minutes=minutes, inventory=inventory,
+                      endpoints_too=endpoints)
         if earlier:
             write_rollout(store, EARLIER, "1.19.0", "1.20.3", minutes=minutes, seed=2,
                           inventory=inventory)

@@ -4,7 +4,9 @@ they say, and that the first divergence is exactly where `judge` first says fail
 from __future__ import annotations
 
 import json
+import math
 import re
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from probes.report.cli import ReportFiles, write_report
 from probes.stats.pods import pod_grids
 from probes.store import Store
 from probes.verdict import judge
+from tests.servers.probe_run import http_config
 from tests.servers.report_store import (
     BAD_POD,
     EARLIER,
@@ -128,7 +131,7 @@ def test_first_divergence_is_where_judge_first_fails(store: Path, report: Report
         if metric is not None and metric.verdict == "fail":
             first_fail = float(end)
             break
-    assert first_fail == pytest.approx(at)
+    assert first_fail == pytest.approx(at, abs=1e-6)  # (epoch seconds: no relative slack)
 
 
 def test_markdown_names_the_worst_endpoints(report: ReportFiles) -> None:
@@ -239,6 +242,161 @@ def test_each_path_says_how_the_live_verdict_judges_it_per_pod(report: ReportFil
     assert doc["settings"]["warmup_s"] == 120.0
     md = report.markdown.read_text()
     assert "## The pod as the unit (success rate, at the end of the range)" in md
-    assert f"warm-up (each pod's first 2 min, kept out of the comparison): " \
-           f"{pods['warmup']['calls']:,} calls" in md
+    # The warm-up band tells the live verdict's warm-up (baseline and canary) as it is.
+    band = _path(doc, "checkout")["warmup"]
+    assert (band["calls"], band["errors"]) == (pods["warmup"]["calls"],
+                                               pods["warmup"]["errors"])
+    assert f"warm-up (first 2 min of each pod): {band['calls']:,} calls, " \
+           f"{band['errors']:,} errors, kept out of the comparison" in md
     assert "success rate per pod at the end of this range" in report.html.read_text()
+    assert _path(doc, "checkout")["success_rate_replay"] == "pods"
+
+
+def _by_pod(store: Path) -> dict[tuple[str, str, str], list[tuple[float, int, int]]]:
+    """The store's endpoint windows of the range (and the warm-up before it), per (path,
+    cohort, pod): (start, calls, errors), read row by row."""
+    with Store.open(store, readonly=True) as s:
+        cols = s.read_endpoint_columns(since=T0 - DEFAULT_WARMUP_S, until=SPAN[1])
+    out: dict[tuple[str, str, str], list[tuple[float, int, int]]] = {}
+    for t, p, e, c, n, k in zip(cols.start, cols.path, cols.endpoint, cols.cohort,
+                                cols.requests, cols.errors, strict=True):
+        key = (cols.paths[p], cols.cohorts[c], cols.endpoints[e])
+        out.setdefault(key, []).append((float(t), int(n), int(k)))
+    return out
+
+
+def test_the_warm_up_band_counts_are_exact(store: Path, report: ReportFiles) -> None:
+    """Each pod's first 2 minutes (from the first window the store shows it in) counted
+    by hand from the store's rows: the band's calls and errors per cohort and per pod."""
+    doc = _json(report)
+    rows = _by_pod(store)
+    for path in ("catalog", "checkout", "orders"):
+        band = _path(doc, path)["warmup"]
+        assert band is not None and band["seconds"] == DEFAULT_WARMUP_S
+        assert set(band["cohorts"]) == {"1.20.3", "1.21.0"}
+        for cohort, got in band["cohorts"].items():
+            want = {}
+            for (p, c, pod), windows in rows.items():
+                if (p, c) != (path, cohort):
+                    continue
+                first = min(t for t, _, _ in windows)
+                warm = [(n, k) for t, n, k in windows
+                        if SPAN[0] <= t < first + DEFAULT_WARMUP_S]
+                if warm:
+                    want[pod] = (sum(n for n, _ in warm), sum(k for _, k in warm))
+            assert {x["pod"]: (x["calls"], x["errors"]) for x in got["pods"]} == want
+            assert got["calls"] == sum(n for n, _ in want.values())
+            assert got["errors"] == sum(k for _, k in want.values())
+        # Four pods moved to 1.21.0, each warming up for 12 windows of 40 calls.
+        assert band["cohorts"]["1.21.0"]["calls"] == 4 * 12 * 40
+        assert band["calls"] == sum(c["calls"] for c in band["cohorts"].values())
+    checkout = _path(doc, "checkout")["warmup"]
+    line = (f"warm-up (first 2 min of each pod): {checkout['calls']:,} calls, "
+            f"{checkout['errors']:,} errors, kept out of the comparison")
+    assert f"- **checkout**: {line}" in report.markdown.read_text()
+    assert escape(line) in report.html.read_text()
+    md_rows = [r for r in report.markdown.read_text().splitlines()
+               if r.startswith("| checkout | 1.21.0 | 4 | 1,920 |")]
+    assert md_rows == [f"| checkout | 1.21.0 | 4 | 1,920 | "
+                       f"{checkout['cohorts']['1.21.0']['errors']:,} | "
+                       f"{100 * checkout['cohorts']['1.21.0']['errors'] / 1920:.2f}% |"]
+
+
+def test_the_concentration_finding_is_in_every_output(store: Path, report: ReportFiles) -> None:
+    """checkout's canary errors sit mostly on one pod (25 % errors against 5 % on the
+    others): the live rule says concentrated, and HTML, Markdown and JSON all name it with
+    its share of the canary's errors, counted here by hand over the compared windows."""
+    doc = _json(report)
+    rows = _by_pod(store)
+    warm_calls: dict[str, dict[float, int]] = {"1.20.3": {}, "1.21.0": {}}
+    errors: dict[str, int] = {}
+    for (path, cohort, _pod), windows in rows.items():
+        if path != "checkout":
+            continue
+        first = min(t for t, _, _ in windows)
+        for t, n, _ in windows:
+            if t >= max(SPAN[0], first + DEFAULT_WARMUP_S) and n:
+                warm_calls[cohort][t] = warm_calls[cohort].get(t, 0) + n
+    both = set(warm_calls["1.20.3"]) & set(warm_calls["1.21.0"])  # windows compared
+    for (path, cohort, pod), windows in rows.items():
+        if path == "checkout" and cohort == "1.21.0":
+            first = min(t for t, _, _ in windows)
+            errors[pod] = sum(k for t, _, k in windows
+                              if t in both and t >= first + DEFAULT_WARMUP_S)
+    share = errors[BAD_POD] / sum(errors.values())
+    assert share > 0.5 and max(errors, key=errors.__getitem__) == BAD_POD
+    finding = f"concentrated on {BAD_POD} ({100 * share:.0f} % of the canary's errors)"
+
+    checkout = _path(doc, "checkout")
+    assert checkout["success_rate_per_pod"]["pods"]["concentrated"] is True  # the live rule
+    assert checkout["concentration"] == {"pod": BAD_POD, "share": pytest.approx(share, abs=1e-3),
+                                         "finding": finding}
+    assert finding in checkout["success_rate_per_pod"]["reason"]  # the live verdict's words
+    assert f"- **checkout**: **finding: {finding}**" in report.markdown.read_text()
+    assert f"<b>finding: {escape(finding)}</b>" in report.html.read_text()
+    for quiet in ("catalog", "orders"):
+        assert _path(doc, quiet)["concentration"] is None
+        assert f"- **{quiet}**: **finding" not in report.markdown.read_text()
+
+
+def test_without_endpoint_windows_the_replay_pools_and_says_so(tmp_path: Path) -> None:
+    db = build(tmp_path / "noeps.db", minutes=MINUTES, earlier=False, endpoints=False)
+    files = write_report(str(db), tmp_path / "out", since=SPAN[0], until=SPAN[1], now=SPAN[1])
+    doc = _json(files)
+    checkout = _path(doc, "checkout")
+    assert checkout["success_rate_replay"] == "pooled"
+    assert checkout["warmup"] is None and checkout["concentration"] is None
+    assert checkout["first_divergence"]["metric"] == "success_rate"  # pooled, it still fails
+    said = ("success rate replayed on calls pooled per cohort: the store has no per-pod "
+            "(endpoint) windows for this path")
+    assert said in files.markdown.read_text() and said in files.html.read_text()
+    assert "warm-up (first" not in files.markdown.read_text()
+
+
+def test_merged_pod_strata_are_looked_at_when_their_last_window_ends(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pods × windows grid too large for `MAX_GRID_CELLS` is judged in strata of
+    adjacent windows; the replay reads each stratum's state once its last window ended."""
+    from probes.stats import pods as pods_module
+    from probes.stats.pods import pod_states, pod_track
+
+    monkeypatch.setattr(pods_module, "MAX_GRID_CELLS", 500)  # checkout: 10 pods x 150 windows
+    files = write_report(str(store), tmp_path, since=SPAN[0], until=SPAN[1],
+                         paths=["checkout"], now=SPAN[1])
+    doc = _json(files)
+    checkout = _path(doc, "checkout")
+    origin = parse_time(checkout["origin"], now=0)
+    at = parse_time(checkout["first_divergence"]["at"], now=0)
+    with Store.open(store, readonly=True) as s:
+        cols = s.read_endpoint_columns(since=origin - DEFAULT_WARMUP_S, until=SPAN[1],
+                                       paths=["checkout"])
+    grid = pod_grids(cols.start, cols.path, cols.endpoint, cols.cohort, cols.requests,
+                     cols.errors, paths=cols.paths, endpoints=cols.endpoints,
+                     cohorts=cols.cohorts, since=origin, warmup_s=DEFAULT_WARMUP_S)["checkout"]
+    assert grid.calls.shape[1] == 50  # strata of 3 windows
+    track = pod_track(grid.calls, grid.errors, grid.of("1.21.0"), 1.0, 0.001)
+    states = pod_states(track, math.log(4 / 0.01))
+    k = int(np.argmax(states == "fail"))
+    assert states[k] == "fail" and (states[:k] != "fail").all()
+    assert at == pytest.approx(float(grid.starts[k]) + 3 * WINDOW_S, abs=1e-6)
+
+
+def test_the_config_sets_the_warm_up(store: Path, tmp_path: Path) -> None:
+    """`verdict.warmup` reaches the report as it reaches the live verdict."""
+    from probes.verdict_service import load_judging_config
+
+    (tmp_path / "endpoints.yaml").write_text("[]\n")
+    cfg = tmp_path / "probe.yaml"
+    cfg.write_text(http_config(tmp_path / "endpoints.yaml", rate="1/s", warmup="1m")
+                   .replace("window: 1s", "window: 10s"))
+    files = write_report(str(store), tmp_path / "out", since=SPAN[0], until=SPAN[1],
+                         paths=["checkout"], settings=load_judging_config(str(cfg)),
+                         now=SPAN[1])
+    doc = _json(files)
+    assert doc["settings"]["warmup_s"] == 60.0
+    band = _path(doc, "checkout")["warmup"]
+    assert band["seconds"] == 60.0
+    assert band["cohorts"]["1.21.0"]["calls"] == 4 * 6 * 40  # 6 windows of 40 calls a pod
+    assert band["calls"] == _path(doc, "checkout")["success_rate_per_pod"]["pods"]["warmup"][
+        "calls"]
+    assert "warm-up (first 1 min of each pod)" in files.markdown.read_text()

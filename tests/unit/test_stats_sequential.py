@@ -15,12 +15,14 @@ import pytest
 from probes._spec import Tolerances
 from probes._types import PathWindow
 from probes.measure.histogram import BUCKET_COUNT, index_of
+from probes.stats.pods import PodGrid, pod_states, pod_track
 from probes.stats.sequential import (
     FAIL,
     INCONCLUSIVE,
     NOT_APPLICABLE,
     PASS,
     STATE_NAMES,
+    PodLooks,
     Totals,
     evaluate,
     first_index,
@@ -165,3 +167,71 @@ def test_totals_arithmetic() -> None:
         per.cumulative(start=per)
     with pytest.raises(ValueError):
         evaluate(per, per.take([0]), tolerances=Tolerances(), alpha_share=0.01)
+
+
+def _pod_estate(rng: np.random.Generator, rates: list[float], canary: list[bool],
+                looks: int, calls: int = 50) -> tuple[PodGrid, list[PathWindow]]:
+    """A pods × windows grid and the path windows it sums to (one per cohort and window)."""
+    n = rng.poisson(calls, (len(rates), looks))
+    s = rng.binomial(n, np.array(rates)[:, None])
+    flags = np.array(canary)
+    grid = PodGrid(
+        pods=tuple(f"pod-{i}" for i in range(len(rates))),
+        cohorts=tuple(NEW if c else OLD for c in canary),
+        starts=T0 + 10.0 * np.arange(looks), calls=n.astype(float), errors=s.astype(float),
+        warmup_calls=np.zeros(len(rates)), warmup_errors=np.zeros(len(rates)))
+    windows = []
+    for k in range(looks):
+        for name, rows in ((OLD, ~flags), (NEW, flags)):
+            calls_k, errors_k = int(n[rows, k].sum()), int(s[rows, k].sum())
+            windows.append(PathWindow(
+                start=T0 + 10 * k, length=10.0, path="checkout", cohort=name,
+                outcomes={"ok": calls_k - errors_k, "http_5xx": errors_k},
+                latency=tuple([0] * BUCKET_COUNT)))
+    return grid, windows
+
+
+def _upto(grid: PodGrid, k: int) -> PodGrid:
+    return PodGrid(grid.pods, grid.cohorts, grid.starts[:k], grid.calls[:, :k],
+                   grid.errors[:, :k], grid.warmup_calls, grid.warmup_errors)
+
+
+@pytest.mark.parametrize(
+    ("rates", "fails"),
+    [
+        ([0.001] * 4 + [0.02] * 4, True),  # every canary pod worse: the version fails
+        ([0.001] * 4 + [0.2, 0.001, 0.001, 0.001], False),  # one sick canary pod: never
+        ([0.01, 0.001, 0.001, 0.001] + [0.001] * 4, False),  # a sick baseline pod: never
+    ],
+)
+def test_pod_level_success_rate_at_every_look_agrees_with_judge(rates: list[float],
+                                                                fails: bool) -> None:
+    """One rule for both: the replay's success-rate state and e-values at every look, read
+    from one `pod_track` over the whole grid, are what `judge` with the pods says on the
+    windows up to then; its first fail is judge's first fail."""
+    looks = 40
+    canary = [False] * 4 + [True] * 4
+    grid, windows = _pod_estate(np.random.default_rng(7), rates, canary, looks)
+    track = pod_track(grid.calls, grid.errors, np.array(canary), 1.0,
+                      Tolerances().success_rate_drop_pp / 100.0)
+    tracks = _replay(windows, looks,
+                     success_pods=PodLooks(track, np.arange(looks, dtype=np.int64)))
+    mine = tracks.metrics["success_rate"]
+    assert list(mine.state) == [
+        {"fail": FAIL, "pass": PASS}.get(str(x), INCONCLUSIVE)
+        for x in pod_states(track, tracks.log_threshold)]
+    judged_fail = None
+    for k in range(looks):
+        end = T0 + 10 * (k + 1)
+        v = judge([w for w in windows if w.start < end], now=end, alpha=ALPHA,
+                  pods={"checkout": _upto(grid, k + 1)}).paths[0]
+        mv = v.metric("success_rate")
+        assert mv is not None and mv.pods is not None  # judged per pod
+        assert STATE_NAMES[int(mine.state[k])] == mv.verdict, k
+        for log_e, e in ((mine.log_e_fail[k], mv.e_fail), (mine.log_e_pass[k], mv.e_pass)):
+            assert e is not None
+            assert math.isclose(math.exp(min(log_e, 700.0)), e, rel_tol=1e-6), k
+        if mv.verdict == "fail" and judged_fail is None:
+            judged_fail = k
+    assert mine.first(FAIL) == judged_fail
+    assert (judged_fail is not None) == fails
