@@ -47,6 +47,7 @@ __all__ = [
     "overload_spans",
     "stored_overload",
     "verdict_from_source",
+    "verdict_time",
     "with_doubts",
 ]
 
@@ -104,6 +105,17 @@ class _Overload(Enum):
 
 # `compute_verdict(overload=...)` default: read the probe's overload state from the store.
 FROM_STORE = _Overload.FROM_STORE
+
+
+def verdict_time(at: str | None, *, now: float) -> float:
+    """When to judge: `now`, or `at` (`--at`, `?at=`) for the verdict as it stood then.
+    BadInput (exit 2, HTTP 400) for a time that does not parse or lies in the future."""
+    if at is None:
+        return now
+    t = parse_time(at, now=now)
+    if t > now:
+        raise BadInput(f"at {at!r} is in the future")
+    return t
 
 
 def compute_verdict(
