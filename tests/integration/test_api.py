@@ -26,6 +26,7 @@ from probes.store import Store
 from probes.verdict_service import JudgingSettings, compute_verdict
 from tests.servers.asgi import serve_app
 from tests.servers.ports import free_port
+from tests.servers.probe_run import discard_config
 from tests.servers.stores import store_with_a_failing_canary
 from tests.unit.test_verdict import NEW, OLD, _cohort_windows
 
@@ -230,19 +231,6 @@ def test_cli_since_with_a_space_for_the_offset_sign(
     assert len(err.strip().splitlines()) == 1
 
 
-PROBE_CONFIG = """\
-targets:
-  static:
-    - address: 127.0.0.1:9
-      labels: {proxy_version: "1.20.3"}
-window: 10s
-paths:
-  - name: checkout
-    http: {path: /api/checkout}
-    rate: 5/s
-"""
-
-
 async def test_verdict_at_through_the_probes_own_verdict(tmp_path: Path) -> None:
     """`GET /verdict?at=` over the runner's verdict function (what `skewprobe run` serves)
     and a store whose probe stopped an hour ago: the verdict as it stood then, the probe's
@@ -253,7 +241,7 @@ async def test_verdict_at_through_the_probes_own_verdict(tmp_path: Path) -> None
         newest = s.newest_window_end()
     assert newest is not None
     at = rfc3339(newest)
-    runner = ProbeRunner(parse_config(PROBE_CONFIG),
+    runner = ProbeRunner(parse_config(discard_config()),
                          RunOptions(store_path=str(store), listen=None))
     runner.overload.update(0, 0, 0)
     runner.overload.update(24_000, 0, 7)  # this probe is overloaded now

@@ -12,28 +12,13 @@ import time
 from pathlib import Path
 
 from tests.servers.ports import free_port
+from tests.servers.probe_run import discard_config
 
 SKEWPROBE = [sys.executable, "-m", "probes.cli"]
 
-# One path on a port nothing serves (the discard port): the probe runs, its calls fail fast.
-CONFIG = """\
-targets:
-  static:
-    - address: 127.0.0.1:9
-      labels: {{proxy_version: "1.20.3"}}
-window: 1s
-listen: {listen}
-paths:
-  - name: checkout
-    http: {{path: /api/checkout}}
-    rate: 5/s
-    timeout: 200ms
-"""
-
-
 def _config(tmp_path: Path, listen: str = "127.0.0.1:0") -> Path:
     path = tmp_path / "probe.yaml"
-    path.write_text(CONFIG.format(listen=listen))
+    path.write_text(discard_config(window="1s", timeout="200ms", listen=listen))
     return path
 
 
