@@ -63,12 +63,14 @@ ROUTES = {
 
 @dataclass(frozen=True, slots=True)
 class VerdictQuery:
-    """What a gate may narrow a verdict to. Every field is optional."""
+    """What a gate may narrow a verdict to. Every field is optional. `at` (the verdict as it
+    stood then) is read from `GET /verdict` only: a gate judges the rollout now."""
 
     path: str | None = None
     baseline: str | None = None
     canary: str | None = None
     since: str | None = None
+    at: str | None = None
 
 
 VerdictFn = Callable[[VerdictQuery], Awaitable[Mapping[str, Any]]]
@@ -182,7 +184,7 @@ def _query(scope: ASGIScope) -> VerdictQuery | BadInput:
         raw = parse_qs(scope.get("query_string", b"").decode("utf-8"), strict_parsing=False)
     except UnicodeDecodeError:
         return BadInput("query string is not UTF-8")
-    unknown = set(raw) - {"path", "baseline", "canary", "since"}
+    unknown = set(raw) - {"path", "baseline", "canary", "since", "at"}
     if unknown:
         return BadInput(f"unknown query parameter(s): {', '.join(sorted(unknown))}")
     if any(len(v) > 1 for v in raw.values()):

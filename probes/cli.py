@@ -220,16 +220,15 @@ def _run(args: argparse.Namespace) -> int:
 def _verdict(args: argparse.Namespace) -> int:
     import time
 
-    from probes._timeparse import parse_time
-    from probes.verdict_service import compute_verdict, format_table, load_judging_config
+    from probes.verdict_service import (
+        compute_verdict,
+        format_table,
+        load_judging_config,
+        verdict_time,
+    )
 
     config = load_judging_config(args.config)
-    now = time.time()
-    if args.at is not None:
-        at = parse_time(args.at, now=now)
-        if at > now:
-            raise BadInput(f"--at {args.at!r} is in the future")
-        now = at
+    now = verdict_time(args.at, now=time.time())
     query = dict(path=args.path, baseline=args.baseline, canary=args.canary, since=args.since,
                  now=now)
     if args.prometheus:

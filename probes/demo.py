@@ -28,6 +28,7 @@ from probes.report.cli import write_report
 from probes.report.summary import format_figures, summarise
 from probes.runner import ProbeRunner, RunOptions
 from probes.store import Store
+from probes.store.lock import WriterLock
 from probes.verdict_service import compute_verdict, format_table
 
 __all__ = [
@@ -83,10 +84,13 @@ def _profiles() -> Path:
 
 
 def _fresh_store(path: str) -> None:
-    # The demo's store holds one demo run; an older run would mix into the verdict.
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path + suffix)
+    """The demo's store holds one demo run; an older run would mix into the verdict. Removed
+    under the writer lock: a store another probe is writing is refused (StoreLocked, exit 4)
+    before anything of it is removed or the fleet starts."""
+    with WriterLock.acquire(path):
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path + suffix)
 
 
 def run_demo(

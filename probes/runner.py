@@ -46,7 +46,12 @@ from probes.metrics import OVERALL, ProbeMetrics
 from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
-from probes.verdict_service import compute_prometheus_verdict, compute_verdict
+from probes.verdict_service import (
+    FROM_STORE,
+    compute_prometheus_verdict,
+    compute_verdict,
+    verdict_time,
+)
 
 __all__ = [
     "ProbeRunner",
@@ -332,9 +337,12 @@ class ProbeRunner:
         """The verdict from the store; inconclusive, with the reason first, while the probe
         is overloaded (`OverloadWatch`). With `source: prometheus`, from every probe's series
         in Prometheus (each probe's overload is read there); SourceUnavailable (HTTP 503)
-        when Prometheus does not answer."""
-        # VerdictQuery's fields are the verdict functions' query keywords.
-        query_args = {**dataclasses.asdict(query), "now": time.time()}
+        when Prometheus does not answer. With `at`, the verdict as it stood then, the
+        probe's overload state then read from the store, as `skewprobe verdict --at` does."""
+        # VerdictQuery's fields but `at` are the verdict functions' query keywords.
+        query_args: dict[str, Any] = dataclasses.asdict(query)
+        at = query_args.pop("at")
+        query_args["now"] = verdict_time(at, now=time.time())
         if self.config.source == "prometheus":
             assert self.config.prometheus is not None  # the schema requires it
             return await asyncio.to_thread(functools.partial(
@@ -342,7 +350,7 @@ class ProbeRunner:
             ))
         return await asyncio.to_thread(functools.partial(
             compute_verdict, self.options.store_path, self.config,
-            overload=self.overload.reason, **query_args,
+            overload=self.overload.reason if at is None else FROM_STORE, **query_args,
         ))
 
     async def _serve_api(self) -> None:

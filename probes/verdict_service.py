@@ -47,6 +47,7 @@ __all__ = [
     "overload_spans",
     "stored_overload",
     "verdict_from_source",
+    "verdict_time",
     "with_doubts",
 ]
 
@@ -106,6 +107,17 @@ class _Overload(Enum):
 FROM_STORE = _Overload.FROM_STORE
 
 
+def verdict_time(at: str | None, *, now: float) -> float:
+    """When to judge: `now`, or `at` (`--at`, `?at=`) for the verdict as it stood then.
+    BadInput (exit 2, HTTP 400) for a time that does not parse or lies in the future."""
+    if at is None:
+        return now
+    t = parse_time(at, now=now)
+    if t > now:
+        raise BadInput(f"at {at!r} is in the future")
+    return t
+
+
 def compute_verdict(
     store_path: str,
     settings: JudgingSettings | Config,
@@ -137,7 +149,7 @@ def compute_verdict(
         spans = overload_spans(store, now, settings.window_s)
         if overload is FROM_STORE:
             overload = stored_overload(store, now)
-            newest = store.newest_window_end()
+            newest = store.newest_window_end(until=now)  # of then, for `--at`
             if overload is not None and (newest is None
                                          or now - newest > 2 * settings.window_s):
                 overload = None  # the probe has stopped: judge the sound windows it wrote
@@ -247,11 +259,11 @@ def verdict_from_source(
         unknown = [p for p in paths if p not in known]
         if unknown:
             raise BadInput(f"no data for path(s) {', '.join(unknown)} in {source.path}")
-    if since_t is None:
-        recent_s = 3 * (settings.window_s if step is None else float(step))
-        since_t = _origin(source, recent_s, paths, baseline, canary, now)
     # Only windows that had ended by `now`: `--at` asks for the verdict as it stood then.
     until = now - (settings.window_s if step is None else float(step)) + 1e-6
+    if since_t is None:
+        recent_s = 3 * (settings.window_s if step is None else float(step))
+        since_t = _origin(source, recent_s, until, paths, baseline, canary, now)
     table = source.read_table(since=since_t, until=until, paths=paths)
     # Staleness is judged in the windows the probe actually wrote, whatever the settings say.
     if step is not None:
@@ -333,6 +345,7 @@ def with_doubts(result: Mapping[str, Any], doubts: Sequence[str]) -> Mapping[str
 def _origin(
     source: WindowSource,
     recent_s: float,
+    until: float,
     paths: Sequence[str] | None,
     baseline: str | None,
     canary: str | None,
@@ -341,9 +354,10 @@ def _origin(
     """The canary's first window, the canary picked among the cohorts seen recently.
 
     Recent means the last three windows, so a version from an earlier rollout that is no
-    longer served is not taken for this rollout's baseline or canary.
+    longer served is not taken for this rollout's baseline or canary; and among the windows
+    that had ended by `now` (starting before `until`), as the verdict's own.
     """
-    recent = source.read_table(since=now - recent_s, until=now, paths=paths)
+    recent = source.read_table(since=now - recent_s, until=until, paths=paths)
     present = sorted({recent.cohorts[i] for i in np.unique(recent.cohort)})
     if not present:
         return None  # nothing recent: the verdict says the data is stale

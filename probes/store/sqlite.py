@@ -509,10 +509,13 @@ class Store:
             )
         ]
 
-    def newest_window_end(self) -> float | None:
+    def newest_window_end(self, until: float | None = None) -> float | None:
         """When the newest path window ended (None: no windows): a probe that writes this
-        store is running if it is recent."""
-        row = self._read("read windows", "SELECT MAX(start + length) FROM path_windows")
+        store is running if it is recent. `until`: among the windows ended by then."""
+        _, hi = _time_filter(None, until)
+        row = self._read("read windows",
+                         "SELECT MAX(start + length) FROM path_windows WHERE start + length <= ?",
+                         (hi,))
         return None if not row or row[0][0] is None else float(row[0][0])
 
     def first_window(self, cohort: str, since: float | None = None) -> float | None:

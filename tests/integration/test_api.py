@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,17 @@ from hypercorn.config import Config
 from prometheus_client import CollectorRegistry, Counter
 
 from probes._exceptions import BadInput, StoreError
+from probes._timeparse import rfc3339
 from probes.api import ApiApp, VerdictQuery
 from probes.cli import main as skewprobe_main
+from probes.config import parse_config
+from probes.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from probes.verdict_service import JudgingSettings, compute_verdict
 from tests.servers.asgi import serve_app
 from tests.servers.ports import free_port
+from tests.servers.probe_run import discard_config
+from tests.servers.stores import store_with_a_failing_canary
 from tests.unit.test_verdict import NEW, OLD, _cohort_windows
 
 
@@ -223,3 +229,42 @@ def test_cli_since_with_a_space_for_the_offset_sign(
     err = capsys.readouterr().err
     assert code == 2 and "is not a time" in err
     assert len(err.strip().splitlines()) == 1
+
+
+async def test_verdict_at_through_the_probes_own_verdict(tmp_path: Path) -> None:
+    """`GET /verdict?at=` over the runner's verdict function (what `skewprobe run` serves)
+    and a store whose probe stopped an hour ago: the verdict as it stood then, the probe's
+    overload read for then from the store, not this probe's now."""
+    store = tmp_path / "probe.db"
+    store_with_a_failing_canary(store, (time.time() // 10) * 10 - 3600)
+    with Store.open(str(store), readonly=True) as s:
+        newest = s.newest_window_end()
+    assert newest is not None
+    at = rfc3339(newest)
+    runner = ProbeRunner(parse_config(discard_config()),
+                         RunOptions(store_path=str(store), listen=None))
+    runner.overload.update(0, 0, 0)
+    runner.overload.update(24_000, 0, 7)  # this probe is overloaded now
+    app = ApiApp(CollectorRegistry(), verdict=runner.verdict_json, health=lambda: (True, ""))
+    async with serve_app(app) as base, httpx.AsyncClient(base_url=base) as client:
+        now = await client.get("/verdict")
+        assert now.status_code == 200 and now.json()["verdict"] == "inconclusive"
+        assert any(f"--at {at}" in r for r in now.json()["reasons"]), now.json()["reasons"]
+        then = await client.get("/verdict", params={"at": at})
+        assert then.status_code == 200, then.text
+        assert then.json()["verdict"] == "fail", then.json()["reasons"]
+        assert then.json()["window"]["to"] == at
+        # A relative `at` counts back from now; `since` relative counts back from `at`.
+        relative = await client.get("/verdict", params={"at": f"-{time.time() - newest:.0f}s",
+                                                        "since": "-5m"})
+        assert relative.status_code == 200, relative.text
+        assert rfc3339(newest - 302) <= relative.json()["window"]["from"] <= rfc3339(newest - 298)
+        for bad, why in (("2999-01-01T00:00:00Z", "in the future"),
+                         ("yesterday", "is not a time"),
+                         ("2026-01-01T00:00:00", "no time zone")):
+            refused = await client.get("/verdict", params={"at": bad})
+            assert refused.status_code == 400, bad
+            assert refused.json()["verdict"] == "inconclusive" and why in refused.json()["error"]
+        # A gate judges the rollout now: `at` in its metadata is not read.
+        gate = await client.post("/gate/rollback", json={"metadata": {"at": at}})
+        assert gate.status_code == 409 and gate.json()["verdict"] == "inconclusive"

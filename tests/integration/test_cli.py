@@ -16,23 +16,13 @@ import probes
 from probes.cli import build_parser
 from probes.store import InventoryRow, Store
 from probes.verdict_service import format_table
+from tests.servers.probe_run import discard_config
 
 SKEWPROBE = [sys.executable, "-m", "probes.cli"]
 
 # A probe of one path on a port nothing serves (the discard port): `run` starts, fails its
 # calls and stops; enough to see what the command line does.
-CONFIG = """\
-targets:
-  static:
-    - address: 127.0.0.1:9
-      labels: {proxy_version: "1.20.3"}
-window: 1s
-paths:
-  - name: checkout
-    http: {path: /api/checkout}
-    rate: 5/s
-    timeout: 200ms
-"""
+CONFIG = discard_config(window="1s", timeout="200ms")
 
 
 def skewprobe(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:

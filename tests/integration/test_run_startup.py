@@ -12,28 +12,13 @@ import time
 from pathlib import Path
 
 from tests.servers.ports import free_port
+from tests.servers.probe_run import discard_config
 
 SKEWPROBE = [sys.executable, "-m", "probes.cli"]
 
-# One path on a port nothing serves (the discard port): the probe runs, its calls fail fast.
-CONFIG = """\
-targets:
-  static:
-    - address: 127.0.0.1:9
-      labels: {{proxy_version: "1.20.3"}}
-window: 1s
-listen: {listen}
-paths:
-  - name: checkout
-    http: {{path: /api/checkout}}
-    rate: 5/s
-    timeout: 200ms
-"""
-
-
 def _config(tmp_path: Path, listen: str = "127.0.0.1:0") -> Path:
     path = tmp_path / "probe.yaml"
-    path.write_text(CONFIG.format(listen=listen))
+    path.write_text(discard_config(window="1s", timeout="200ms", listen=listen))
     return path
 
 
@@ -123,3 +108,34 @@ def test_a_second_writer_is_refused_and_a_killed_one_blocks_nothing(tmp_path: Pa
     assert third.returncode == 0, third.stderr
     assert _windows(store) > kept  # the third wrote, and the first's windows are all there
     assert not (tmp_path / "probe.db.lock").exists()  # a clean stop removes it
+
+
+def test_a_demo_on_a_store_being_written_is_refused_before_it_removes_anything(
+    tmp_path: Path,
+) -> None:
+    """`demo` starts from an empty store (it removes the old one): on a store another probe
+    is writing, it must be refused first, or the live probe's windows are gone."""
+    store = tmp_path / "probe.db"
+    first = subprocess.Popen([*SKEWPROBE, "run", "--config", str(_config(tmp_path)),
+                              "--store", str(store), "--listen", "none"],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        before = _wait_for_windows(store, first, 2)
+        demo = subprocess.run(
+            [*SKEWPROBE, "demo", "--store", str(store), "--pods", "2", "--rollout", "1s",
+             "--quiet", "--out", str(tmp_path / "report")],
+            capture_output=True, text=True, timeout=120, check=False)
+        assert demo.returncode == 4, demo.stderr
+        assert demo.stderr.count("\n") == 1 and "Traceback" not in demo.stderr
+        assert "another `skewprobe run` is writing this store" in demo.stderr
+        assert demo.stdout == ""  # refused before the fleet started
+        assert not (tmp_path / "report").exists()
+        # The store is the first writer's still, every window of it, and it keeps writing.
+        assert _windows(store) >= before
+        assert _wait_for_windows(store, first, before + 1) > before
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+        assert first.stderr is not None
+        first.stderr.close()
+    assert first.returncode == 0

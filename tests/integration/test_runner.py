@@ -21,20 +21,10 @@ from probes.runner import ProbeRunner, Recorder, RunOptions
 from probes.store import Event, Store
 from probes.verdict_service import compute_verdict, stored_overload
 from tests.servers.hostile import HostileServer
+from tests.servers.probe_run import discard_config
 from tests.servers.stores import store_with_a_failing_canary
 
-CONFIG = """\
-targets:
-  static:
-    - address: 127.0.0.1:9
-      labels: {proxy_version: "1.20.3"}
-window: 10s
-paths:
-  - name: checkout
-    http: {path: /api/checkout}
-    rate: 5/s
-    timeout: 1s
-"""
+CONFIG = discard_config()
 
 
 async def test_an_overloaded_probe_turns_a_fail_into_inconclusive(tmp_path: Path) -> None:

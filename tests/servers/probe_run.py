@@ -25,6 +25,25 @@ PROFILES = Path(__file__).resolve().parents[2] / "targets" / "examples" / "profi
 CHECKOUT_AND_CATALOG = {"checkout": "/api/checkout", "catalog": "/api/catalog"}
 
 
+def discard_config(*, window: str = "10s", timeout: str = "1s", listen: str | None = None) -> str:
+    """Probe config text for one path, checkout, on a port nothing serves (the discard port,
+    127.0.0.1:9, labelled 1.20.3): the probe runs and its calls fail fast. For tests about
+    anything but the calls (the command line, start-up, the store, the API)."""
+    return (
+        "targets:\n"
+        "  static:\n"
+        "    - address: 127.0.0.1:9\n"
+        '      labels: {proxy_version: "1.20.3"}\n'
+        f"window: {window}\n"
+        + (f"listen: {listen}\n" if listen is not None else "")
+        + "paths:\n"
+        "  - name: checkout\n"
+        "    http: {path: /api/checkout}\n"
+        "    rate: 5/s\n"
+        f"    timeout: {timeout}\n"
+    )
+
+
 def http_config(
     endpoints: str | Path,
     *,
