@@ -1,0 +1,619 @@
+"""The upgrade plan: pure functions from plain dataclasses to a JSON-ready plan.
+
+`skewprobe plan --to VERSION` answers the platform team's question — take every sidecar from
+where it is to VERSION without leaving a pod outside the supported skew — from facts the probe
+already holds (`probes.plan_cli` gathers them; nothing here does I/O):
+
+- **steps**: each control-plane move and the fleet restart it requires. The control plane may
+  only move as far as the oldest data plane allows (a proxy at most `behind` minors older than
+  its control plane, never more than `ahead` newer), so n-2 → n with one minor of skew is two
+  moves with a fleet restart after each: two restarts, not one.
+- **the point of no return**: the first step after which moving the control plane back to the
+  version before its last move would leave pods outside the skew (pods restarted onto a newer
+  proxy than that control plane supports): from there a rollback is a restart, not a move.
+- **tiers**: the reference target's namespaces first, then namespaces by a tier label, then by
+  what the probe measured (read paths, write paths, not probed, stream holders last).
+- **time**: each workload's natural recycle interval from the recorded inventory history, the
+  date the fleet would get there without forced restarts, the long tail that never will, and
+  the elapsed time of forced tiered restarts.
+- **pinning**: whether each namespace pins its injected version (an Istio revision), so a
+  rollback is a restart.
+
+Missing data is never planned around: every part says what it came from, and what it lacks
+is listed under `missing`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from types import MappingProxyType
+from typing import Any, Final
+
+from probes._spec import SkewPolicy
+from probes._timeparse import rfc3339
+from probes.discovery.meshes import NONE
+from probes.inventory import Version, parse_version
+from probes.store.records import InventorySnapshot
+
+__all__ = [
+    "DEFAULT_FIRST_NAMESPACES",
+    "DEFAULT_MAX_POD_AGE_S",
+    "DEFAULT_TIER_LABEL",
+    "SKEW_SOURCES",
+    "NamespaceInfo",
+    "PlanInput",
+    "PlanPods",
+    "PlanSettings",
+    "WorkloadHistory",
+    "WorkloadTraffic",
+    "build_plan",
+    "plan_steps",
+    "workload_history",
+]
+
+# Where the reference target is installed (README, "Deploy to a cluster"): the first tier.
+DEFAULT_FIRST_NAMESPACES: Final = ("platform-test",)
+# A namespace label (or annotation) whose value orders restart tiers: 0, 1, 2 ... or names.
+DEFAULT_TIER_LABEL: Final = "skewprobe.io/restart-tier"
+# A pod older than this is not recycled by its team's deploys: the long tail.
+DEFAULT_MAX_POD_AGE_S: Final = 30 * 86400.0
+DAY: Final = 86400.0
+
+# The supported skew each mesh publishes, as the plan cites it.
+SKEW_SOURCES: Final[Mapping[str, str]] = MappingProxyType({
+    "istio": "istio.io/latest/docs/releases/supported-releases (Control Plane/Data Plane Skew:"
+             " the control plane may be one minor version ahead of the data plane; the data"
+             " plane may not be ahead of the control plane)",
+    "linkerd": "linkerd.io/2/tasks/upgrade (Upgrade paths: upgrade to the next major version"
+               " from the latest minor of the previous one, control plane first, then the data"
+               " plane; Linkerd's 2.<major> is the minor number here)",
+    "generic": "the config's targets.kubernetes.supported_skew (no mesh policy known)",
+})
+
+# HTTP methods that only read (RFC 9110 safe methods): their paths form the read tier.
+_READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+_NUMBER = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPods:
+    """Pods of one workload on one proxy version: one live pod (`names` holds it) or one
+    stored inventory row (`names` empty: a snapshot keeps counts, not names)."""
+
+    namespace: str
+    workload: str
+    version: str
+    pods: int = 1
+    max_age_s: float = 0.0
+    names: tuple[str, ...] = ()
+    mode: str = ""  # sidecar, native-sidecar, ambient, none; "" when not recorded
+    revision: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    """A namespace's labels and annotations (tier label, injection and revision)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadTraffic:
+    """The probe's paths that reach a workload, by what they do."""
+
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    streams: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadHistory:
+    """A workload's recycles (its oldest pod replaced) over the recorded span."""
+
+    span_s: float
+    recycles: int
+    snapshots: int
+
+    @property
+    def interval_s(self) -> float | None:
+        """Seconds between recycles; None when none was seen (the interval exceeds the span)."""
+        return self.span_s / self.recycles if self.recycles else None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSettings:
+    """What the user decides: the target, the skew, the tiers' order and pace."""
+
+    target: str
+    policy: SkewPolicy = SkewPolicy()
+    policy_source: str = ""
+    first_namespaces: tuple[str, ...] = DEFAULT_FIRST_NAMESPACES
+    tier_label: str = DEFAULT_TIER_LABEL
+    max_pod_age_s: float = DEFAULT_MAX_POD_AGE_S
+    tier_every_s: float = DAY
+    soak_s: float = DAY
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInput:
+    """The facts: pods, the control plane, and what is known besides (None: not known)."""
+
+    source: str  # "kubernetes" (live) or "store" (recorded)
+    at: float
+    pods: tuple[PlanPods, ...]
+    control_plane: str | None
+    control_plane_source: str = ""
+    mesh: str = ""
+    namespaces: Mapping[str, NamespaceInfo] | None = None
+    namespaces_source: str = ""
+    traffic: Mapping[tuple[str, str], WorkloadTraffic] | None = None
+    traffic_source: str = ""
+    history: Mapping[tuple[str, str], WorkloadHistory] | None = None
+    history_source: str = ""
+
+
+# -- steps -------------------------------------------------------------------------------
+
+
+def _label(major: int, minor: int, target: Version, text: str) -> str:
+    """The version a step moves to: the target itself, or an intermediate minor (its latest
+    patch: `1.23.x`)."""
+    if (major, minor) == (target.major, target.minor):
+        return text
+    return f"{major}.{minor}.x"
+
+
+def _within(v: tuple[int, int], cp_minor: int, policy: SkewPolicy) -> bool:
+    return cp_minor - policy.behind <= v[1] <= cp_minor + policy.ahead
+
+
+def _workloads(groups: Iterable[tuple[PlanPods, Any]]) -> list[dict[str, Any]]:
+    by: dict[tuple[str, str, str], list[PlanPods]] = defaultdict(list)
+    for g, _ in groups:
+        by[(g.namespace, g.workload, g.version)].append(g)
+    return [
+        {"namespace": ns, "workload": wl, "proxy_version": v,
+         "pods": sum(g.pods for g in gs),
+         "names": sorted(n for g in gs for n in g.names)}
+        for (ns, wl, v), gs in sorted(by.items())
+    ]
+
+
+def plan_steps(
+    pods: Sequence[PlanPods], control_plane: str, target: str, policy: SkewPolicy
+) -> dict[str, Any]:
+    """The ordered control-plane moves and fleet restarts from `control_plane` to `target`.
+
+    Raises ValueError for a target that does not parse, a downgrade or a major-version move.
+    Pods without a proxy are left out; pods whose version does not parse are listed under
+    `not_planned` (never assumed to be anywhere).
+    """
+    tv, cv = parse_version(target), parse_version(control_plane)
+    if tv is None:
+        raise ValueError(f"--to {target!r} is not a version like 1.24.2")
+    if cv is None:
+        raise ValueError(f"control-plane version {control_plane!r} is not comparable")
+    if tv.major != cv.major:
+        raise ValueError(f"{control_plane} → {target} changes the major version: not planned")
+    if tv < cv:
+        raise ValueError(f"--to {target} is older than the control plane ({control_plane}):"
+                         " a downgrade is not planned")
+
+    # Each group's (major, minor) now, and whether it is on the target's exact version.
+    state: list[tuple[PlanPods, tuple[int, int], Version]] = []
+    not_planned: list[PlanPods] = []
+    without_proxy = 0
+    for g in pods:
+        if g.version == NONE:
+            without_proxy += g.pods
+            continue
+        v = parse_version(g.version)
+        if v is None or v.major != tv.major:
+            not_planned.append(g)
+        else:
+            state.append((g, (v.major, v.minor), v))
+    initial = list(state)
+
+    steps: list[dict[str, Any]] = []
+    cp_minor = cv.minor
+    cp_label = control_plane
+    prev_cp: tuple[int, str] | None = None  # the control plane before the last move
+
+    def add_restart(to_minor: int, why: str, *, final: bool, label: str = "") -> None:
+        nonlocal state
+        moved: list[tuple[PlanPods, Any]] = []
+        kept = []
+        for g, mv, v in state:
+            behind = mv[1] < to_minor or (final and mv[1] == to_minor and v < tv)
+            if behind:
+                moved.append((g, mv))
+                kept.append((g, (tv.major, to_minor),
+                             tv if final else Version(tv.major, to_minor, 0, True)))
+            else:
+                kept.append((g, mv, v))
+        if not moved:
+            return
+        state = kept
+        step: dict[str, Any] = {
+            "kind": "restart",
+            "to": target if final else label or _label(tv.major, to_minor, tv, target),
+            "pods": sum(g.pods for g, _ in moved),
+            "workloads": len({(g.namespace, g.workload) for g, _ in moved}),
+            "from": _version_counts((g.version, g.pods) for g, _ in moved),
+            "why": why,
+        }
+        if prev_cp is not None and not _within((tv.major, to_minor), prev_cp[0], policy):
+            step["unsupported_if_control_plane_moves_back"] = {
+                "control_plane": prev_cp[1],
+                "pods": step["pods"],
+                "workloads": _workloads(moved),
+            }
+        steps.append(step)
+
+    # Pods already outside the skew of today's control plane: restart them first.
+    outside_now = [(g, mv) for g, mv, _ in state if not _within(mv, cp_minor, policy)]
+    if outside_now:
+        add_restart(cp_minor, f"outside the supported skew of the control plane in force"
+                    f" ({control_plane}) already", final=False, label=control_plane)
+
+    at_target = cv.minor == tv.minor and not cv < tv
+    while not at_target:
+        lowest = min((mv[1] for _, mv, _ in state), default=cp_minor)
+        if cp_minor < tv.minor and lowest < cp_minor and lowest + policy.behind <= cp_minor:
+            # The oldest proxies are as far behind as allowed: any move would push them out.
+            add_restart(cp_minor, (
+                f"onto the control plane's version ({cp_label}): pods on {tv.major}.{lowest}"
+                f" would be more than {policy.behind} minor behind its next move"
+            ), final=False, label=cp_label)
+            lowest = cp_minor
+        if cp_minor == tv.minor:
+            nxt = tv.minor  # a patch move of the control plane
+        else:
+            nxt = max(cp_minor + 1, min(tv.minor, lowest + policy.behind))
+        # Pods outside after the move: as the plan leaves them, and were it made now.
+        left = [(g, mv) for g, mv, _ in state if not _within(mv, nxt, policy)]
+        now = [(g, mv) for g, mv, _ in initial if not _within(mv, nxt, policy)]
+        move: dict[str, Any] = {
+            "kind": "control_plane", "from": cp_label, "to": _label(tv.major, nxt, tv, target),
+            "left_outside": {"pods": sum(g.pods for g, _ in left), "workloads": _workloads(left)},
+            "outside_if_made_now": {
+                "pods": sum(g.pods for g, _ in now), "workloads": _workloads(now)},
+        }
+        if nxt < tv.minor:
+            move["why"] = (
+                f"as far as the oldest proxy allows: {tv.major}.{lowest} may be at most"
+                f" {policy.behind} minor behind, so not yet {tv.major}.{tv.minor}")
+        prev_cp = (cp_minor, cp_label)
+        cp_minor, cp_label = nxt, move["to"]
+        steps.append(move)
+        at_target = cp_minor == tv.minor
+        add_restart(cp_minor, (
+            f"onto the target {target}" if at_target else
+            f"onto {cp_label}: the pods below it would be more than {policy.behind} minor"
+            f" behind the next control-plane move"
+        ), final=at_target)
+    if any(v < tv for _, _, v in state):
+        add_restart(cp_minor, f"onto the target {target}", final=True)
+
+    for number, step in enumerate(steps, 1):
+        step["step"] = number
+    restarts = [s for s in steps if s["kind"] == "restart"]
+    moves = [s for s in steps if s["kind"] == "control_plane"]
+    return {
+        "steps": steps,
+        "control_plane_moves": len(moves),
+        "fleet_restarts": len(restarts),
+        "why": _why(cv, tv, policy, len(restarts), [m["to"] for m in moves]),
+        "point_of_no_return": _point_of_no_return(steps),
+        "without_proxy": without_proxy,
+        "not_planned": _workloads((g, None) for g in not_planned),
+    }
+
+
+def _why(cv: Version, tv: Version, policy: SkewPolicy, restarts: int,
+         moves: Sequence[str]) -> str:
+    span = tv.minor - cv.minor
+    rule = (f"a proxy may be at most {policy.behind} minor behind its control plane and"
+            f" {'never' if policy.ahead == 0 else f'at most {policy.ahead} minor'} ahead")
+    if restarts <= 1:
+        return f"{restarts} fleet restart{'s' if restarts != 1 else ''}: {rule}."
+    return (
+        f"{restarts} fleet restarts, not one: {rule}, so the control plane cannot go"
+        f" {span} minor{'s' if span != 1 else ''} in one move while pods run the old version,"
+        f" and pods cannot be restarted onto a version newer than the control plane in force;"
+        f" each control-plane move ({', '.join(moves)}) is followed by a restart that brings"
+        f" the pods up to it before the next."
+    )
+
+
+def _point_of_no_return(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    for step in steps:
+        unsupported = step.get("unsupported_if_control_plane_moves_back")
+        if unsupported:
+            return {
+                "step": step["step"],
+                "what": f"restart onto {step['to']}",
+                "why": (
+                    f"after it, {unsupported['pods']} pods run {step['to']}, newer than the"
+                    f" control plane before the last move ({unsupported['control_plane']}):"
+                    " moving the control plane back would leave them outside the supported"
+                    " skew, so a rollback means restarting pods (forward, or back onto a"
+                    " pinned older revision while its control plane still runs), not moving"
+                    " the control plane back"
+                ),
+                "unsupported": unsupported,
+            }
+    return None
+
+
+def _version_counts(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    totals: dict[str, int] = defaultdict(int)
+    for v, n in pairs:
+        totals[v] += n
+    return dict(sorted(totals.items(), key=lambda kv: _sort_version(kv[0])))
+
+
+def _sort_version(text: str) -> tuple[int, Any]:
+    parsed = parse_version(text)
+    return (0, parsed) if parsed is not None else (1, text)
+
+
+# -- history -----------------------------------------------------------------------------
+
+
+def workload_history(
+    snapshots: Sequence[InventorySnapshot], *, tolerance_s: float = 60.0
+) -> dict[tuple[str, str], WorkloadHistory]:
+    """Recycles per workload from stored snapshots: between two snapshots the workload's
+    oldest pod is younger than it would be had nothing restarted (age + elapsed)."""
+    ordered = sorted(snapshots, key=lambda s: s.at)
+    seen: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for snap in ordered:
+        oldest: dict[tuple[str, str], float] = {}
+        for row in snap.rows:
+            key = (row.namespace, row.workload)
+            oldest[key] = max(oldest.get(key, 0.0), row.max_age_s)
+        for key, age in oldest.items():
+            seen[key].append((snap.at, age))
+    history: dict[tuple[str, str], WorkloadHistory] = {}
+    for key, points in seen.items():
+        recycles = sum(
+            1 for (t0, a0), (t1, a1) in pairwise(points)
+            if a1 < a0 + (t1 - t0) - tolerance_s
+        )
+        history[key] = WorkloadHistory(points[-1][0] - points[0][0], recycles, len(points))
+    return history
+
+
+# -- tiers -------------------------------------------------------------------------------
+
+
+def _natural(text: str) -> tuple[Any, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in _NUMBER.split(text))
+
+
+def _measured_tier(traffic: WorkloadTraffic | None) -> tuple[int, str]:
+    if traffic is None:
+        return 3, "not probed"
+    if traffic.streams:
+        return 4, "stream holders"
+    if traffic.writes:
+        return 2, "write paths"
+    if traffic.reads:
+        return 1, "read paths"
+    return 3, "not probed"
+
+
+def _tier_of(ns: str, wl: str, inp: PlanInput, settings: PlanSettings) -> tuple[Any, str, str]:
+    """(order key, tier name, what decided it)."""
+    if ns in settings.first_namespaces:
+        return (0,), "reference target", "plan.first_namespaces"
+    info = (inp.namespaces or {}).get(ns)
+    if info is not None:
+        value = info.labels.get(settings.tier_label, info.annotations.get(settings.tier_label))
+        if value:
+            return (1, _natural(value)), f"{settings.tier_label}={value}", "namespace label"
+    if inp.traffic is None:
+        return (2, 0), "unmeasured", "no probe data"
+    order, name = _measured_tier(inp.traffic.get((ns, wl)))
+    return (2, order), name, "probe measurements"
+
+
+def _tiers(inp: PlanInput, settings: PlanSettings, rates: Mapping[tuple[str, str], Any]
+           ) -> list[dict[str, Any]]:
+    tiers: dict[str, dict[str, Any]] = {}
+    for g in inp.pods:
+        if g.version == NONE:
+            continue
+        key = (g.namespace, g.workload)
+        order, name, basis = _tier_of(g.namespace, g.workload, inp, settings)
+        tier = tiers.setdefault(name, {
+            "name": name, "order": order, "basis": basis, "pods": 0, "workloads": set(),
+            "namespaces": set(), "stream_holders": set(),
+        })
+        tier["pods"] += g.pods
+        tier["workloads"].add(key)
+        tier["namespaces"].add(g.namespace)
+        traffic = (inp.traffic or {}).get(key)
+        if traffic is not None and traffic.streams:
+            tier["stream_holders"].add(key)
+    out: list[dict[str, Any]] = []
+    for tier in sorted(tiers.values(), key=lambda t: t["order"]):
+        per_day = 0.0
+        slowest: float | None = 0.0
+        unknown = 0
+        for key in tier["workloads"]:
+            rate = rates.get(key)
+            if rate is None or rate["interval_days"] is None:
+                unknown += 1
+                continue
+            per_day += rate["pods"] / rate["interval_days"]
+            slowest = max(slowest or 0.0, rate["interval_days"])
+        out.append({
+            "tier": len(out) + 1,
+            "name": tier["name"],
+            "basis": tier["basis"],
+            "pods": tier["pods"],
+            "namespaces": sorted(tier["namespaces"]),
+            "workloads": [f"{ns}/{wl}" for ns, wl in sorted(tier["workloads"])],
+            "stream_holders": [f"{ns}/{wl}" for ns, wl in sorted(tier["stream_holders"])],
+            "natural_recycle": None if inp.history is None else {
+                "pods_per_day": round(per_day, 2),
+                "slowest_interval_days": round(slowest, 2) if slowest else None,
+                "workloads_not_seen_recycling": unknown,
+            },
+        })
+    return out
+
+
+# -- time --------------------------------------------------------------------------------
+
+
+def _rates(inp: PlanInput, settings: PlanSettings) -> dict[tuple[str, str], dict[str, Any]]:
+    pods: dict[tuple[str, str], int] = defaultdict(int)
+    oldest: dict[tuple[str, str], float] = defaultdict(float)
+    for g in inp.pods:
+        if g.version == NONE:
+            continue
+        key = (g.namespace, g.workload)
+        pods[key] += g.pods
+        oldest[key] = max(oldest[key], g.max_age_s)
+    rates = {}
+    for key, n in pods.items():
+        hist = (inp.history or {}).get(key)
+        interval = hist.interval_s if hist is not None else None
+        rates[key] = {
+            "namespace": key[0], "workload": key[1], "pods": n,
+            "oldest_age_days": round(oldest[key] / DAY, 2),
+            "recycles": hist.recycles if hist else None,
+            "observed_days": round(hist.span_s / DAY, 2) if hist else None,
+            "interval_days": round(interval / DAY, 3) if interval else None,
+            "long_tail": oldest[key] > settings.max_pod_age_s,
+        }
+    return rates
+
+
+def _time(inp: PlanInput, settings: PlanSettings, rates: Mapping[tuple[str, str], Any],
+          restarts: int, tiers: int) -> dict[str, Any]:
+    tail = sorted((r for r in rates.values() if r["long_tail"]),
+                  key=lambda r: (-r["oldest_age_days"], r["namespace"], r["workload"]))
+    forced_s = restarts * (tiers * settings.tier_every_s + settings.soak_s)
+    result: dict[str, Any] = {
+        "max_pod_age_days": round(settings.max_pod_age_s / DAY, 2),
+        "long_tail": {"pods": sum(r["pods"] for r in tail), "workloads": tail},
+        "forced": {
+            "elapsed_days": round(forced_s / DAY, 2),
+            "arithmetic": (
+                f"{restarts} restart{'s' if restarts != 1 else ''} × ({tiers} tier"
+                f"{'s' if tiers != 1 else ''} × {settings.tier_every_s / DAY:g} d + soak"
+                f" {settings.soak_s / DAY:g} d) = {forced_s / DAY:g} d"
+            ),
+            "done_by": rfc3339(inp.at + forced_s),
+        },
+    }
+    if inp.history is None:
+        result["natural"] = None
+        return result
+    known = [r for r in rates.values() if not r["long_tail"] and r["interval_days"]]
+    unseen = sorted(
+        (r for r in rates.values() if not r["long_tail"] and not r["interval_days"]),
+        key=lambda r: (r["namespace"], r["workload"]))
+    slowest = max(known, key=lambda r: r["interval_days"], default=None)
+    days = restarts * slowest["interval_days"] if slowest else None
+    result["natural"] = {
+        "workloads": sorted(rates.values(), key=lambda r: (r["namespace"], r["workload"])),
+        "slowest": None if slowest is None else f"{slowest['namespace']}/{slowest['workload']}",
+        "days": round(days, 2) if days is not None else None,
+        "arithmetic": None if slowest is None else (
+            f"{restarts} restart{'s' if restarts != 1 else ''} × the slowest natural recycle"
+            f" ({slowest['namespace']}/{slowest['workload']}: every"
+            f" {slowest['interval_days']:g} d) = {days:g} d"
+        ),
+        "done_by": rfc3339(inp.at + days * DAY) if days is not None else None,
+        "at_least": bool(unseen),
+        "not_seen_recycling": [f"{r['namespace']}/{r['workload']}" for r in unseen],
+        "never": [f"{r['namespace']}/{r['workload']}" for r in tail],
+    }
+    return result
+
+
+# -- pinning -----------------------------------------------------------------------------
+
+
+def _pinning(inp: PlanInput) -> list[dict[str, Any]] | None:
+    """Per namespace with pods: a revision label pins the injected version; Istio's default
+    injector (`istio-injection=enabled`) follows whatever the default control plane is."""
+    if inp.namespaces is None:
+        return None
+    present = sorted({g.namespace for g in inp.pods if g.version != NONE})
+    out = []
+    for ns in present:
+        info = inp.namespaces.get(ns, NamespaceInfo(ns))
+        rev = info.labels.get("istio.io/rev")
+        if inp.mesh == "linkerd":
+            state, detail = "n/a", "Linkerd has no revisions: the injector is the control plane's"
+        elif rev:
+            state, detail = "pinned", f"istio.io/rev={rev}"
+        elif info.labels.get("istio-injection") == "enabled":
+            state, detail = "default injector", "istio-injection=enabled: follows the default"
+        else:
+            revs = sorted({g.revision for g in inp.pods if g.namespace == ns and g.revision})
+            state = "pinned per pod" if revs else "not pinned"
+            detail = f"pod revisions {', '.join(revs)}" if revs else "no revision label"
+        out.append({"namespace": ns, "state": state, "detail": detail})
+    return out
+
+
+# -- the whole plan ----------------------------------------------------------------------
+
+
+def build_plan(inp: PlanInput, settings: PlanSettings) -> dict[str, Any]:
+    """The plan (JSON-ready). Raises ValueError for a target that cannot be planned."""
+    missing: list[str] = []
+    if inp.control_plane is None:
+        raise ValueError(
+            "control-plane version unknown: none discovered or recorded; give --control-plane")
+    steps = plan_steps(inp.pods, inp.control_plane, settings.target, settings.policy)
+    if steps["not_planned"]:
+        n = sum(w["pods"] for w in steps["not_planned"])
+        missing.append(f"{n} pods with a proxy version that cannot be compared: not planned")
+    if inp.namespaces is None:
+        missing.append(f"namespace labels ({inp.namespaces_source or 'not read'}): no"
+                       " tiers by label, pinning not judged")
+    if inp.traffic is None:
+        missing.append(f"probe measurements ({inp.traffic_source or 'none'}): no tiers by"
+                       " read/write/stream paths")
+    if inp.history is None:
+        missing.append(f"inventory history ({inp.history_source or 'none'}): no natural"
+                       " recycle rates or dates")
+    rates = _rates(inp, settings)
+    tiers = _tiers(inp, settings, rates)
+    plan: dict[str, Any] = {
+        "at": rfc3339(inp.at),
+        "to": settings.target,
+        "mesh": inp.mesh,
+        "sources": {
+            "pods": inp.source,
+            "control_plane": inp.control_plane_source,
+            "namespaces": inp.namespaces_source if inp.namespaces is not None else None,
+            "measurements": inp.traffic_source if inp.traffic is not None else None,
+            "history": inp.history_source if inp.history is not None else None,
+        },
+        "pods": sum(g.pods for g in inp.pods),
+        "versions": _version_counts((g.version, g.pods) for g in inp.pods),
+        "control_plane": inp.control_plane,
+        "supported_skew": {"behind": settings.policy.behind, "ahead": settings.policy.ahead,
+                           "source": settings.policy_source},
+    }
+    plan.update(steps)
+    plan["tiers"] = tiers
+    plan["time"] = _time(inp, settings, rates, steps["fleet_restarts"], len(tiers))
+    plan["pinning"] = _pinning(inp)
+    plan["missing"] = missing
+    return plan
