@@ -33,7 +33,7 @@ from itertools import pairwise
 from types import MappingProxyType
 from typing import Any, Final
 
-from probes._spec import SkewPolicy
+from probes._spec import PlanSpec, SkewPolicy
 from probes._timeparse import rfc3339
 from probes.discovery.meshes import NONE
 from probes.inventory import Version, parse_version
@@ -55,23 +55,27 @@ __all__ = [
     "workload_history",
 ]
 
+_DEFAULTS: Final = PlanSpec()  # the config's defaults are the planner's, written once
 # Where the reference target is installed (README, "Deploy to a cluster"): the first tier.
-DEFAULT_FIRST_NAMESPACES: Final = ("platform-test",)
+DEFAULT_FIRST_NAMESPACES: Final = _DEFAULTS.first_namespaces
 # A namespace label (or annotation) whose value orders restart tiers: 0, 1, 2 ... or names.
-DEFAULT_TIER_LABEL: Final = "skewprobe.io/restart-tier"
+DEFAULT_TIER_LABEL: Final = _DEFAULTS.tier_label
 # A pod older than this is not recycled by its team's deploys: the long tail.
-DEFAULT_MAX_POD_AGE_S: Final = 30 * 86400.0
+DEFAULT_MAX_POD_AGE_S: Final = _DEFAULTS.max_pod_age_s
 DAY: Final = 86400.0
 
 # The supported skew each mesh publishes, as the plan cites it.
 SKEW_SOURCES: Final[Mapping[str, str]] = MappingProxyType({
-    "istio": "istio.io/latest/docs/releases/supported-releases (Control Plane/Data Plane Skew:"
-             " the control plane may be one minor version ahead of the data plane; the data"
-             " plane may not be ahead of the control plane)",
+    "istio": "Istio's supported releases, istio.io/latest/docs/releases/supported-releases"
+             " (Control Plane/Data Plane Skew: the control plane may be one minor version"
+             " ahead of the data plane; the data plane may not be ahead of the control plane)",
     "linkerd": "linkerd.io/2/tasks/upgrade (Upgrade paths: upgrade to the next major version"
                " from the latest minor of the previous one, control plane first, then the data"
                " plane; Linkerd's 2.<major> is the minor number here)",
-    "generic": "the config's targets.kubernetes.supported_skew (no mesh policy known)",
+    "generic": "the default, one minor behind and never ahead (no mesh policy known;"
+               " set targets.kubernetes.supported_skew)",
+    "": "the default, one minor behind and never ahead, as Istio and Linkerd publish (the"
+        " mesh is not recorded in a store: give --config to name it)",
 })
 
 # HTTP methods that only read (RFC 9110 safe methods): their paths form the read tier.
@@ -136,8 +140,8 @@ class PlanSettings:
     first_namespaces: tuple[str, ...] = DEFAULT_FIRST_NAMESPACES
     tier_label: str = DEFAULT_TIER_LABEL
     max_pod_age_s: float = DEFAULT_MAX_POD_AGE_S
-    tier_every_s: float = DAY
-    soak_s: float = DAY
+    tier_every_s: float = _DEFAULTS.tier_every_s
+    soak_s: float = _DEFAULTS.soak_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +252,12 @@ def plan_steps(
             "from": _version_counts((g.version, g.pods) for g, _ in moved),
             "why": why,
         }
+        ambient = sum(g.pods for g, _ in moved if g.mode == "ambient")
+        if ambient:
+            # An ambient pod's proxy is its node's ztunnel: the DaemonSet moves it, no restart.
+            step["ambient_pods"] = ambient
+            step["ztunnel_note"] = (f"{ambient} ambient pods move with the ztunnel on their"
+                                    " nodes (a DaemonSet upgrade), not by restarting them")
         if prev_cp is not None and not _within((tv.major, to_minor), prev_cp[0], policy):
             step["unsupported_if_control_plane_moves_back"] = {
                 "control_plane": prev_cp[1],
@@ -259,8 +269,8 @@ def plan_steps(
     # Pods already outside the skew of today's control plane: restart them first.
     outside_now = [(g, mv) for g, mv, _ in state if not _within(mv, cp_minor, policy)]
     if outside_now:
-        add_restart(cp_minor, f"outside the supported skew of the control plane in force"
-                    f" ({control_plane}) already", final=False, label=control_plane)
+        add_restart(cp_minor, f"onto {control_plane}: they are outside the supported skew of"
+                    " the control plane in force already", final=False, label=control_plane)
 
     at_target = cv.minor == tv.minor and not cv < tv
     while not at_target:
@@ -268,8 +278,8 @@ def plan_steps(
         if cp_minor < tv.minor and lowest < cp_minor and lowest + policy.behind <= cp_minor:
             # The oldest proxies are as far behind as allowed: any move would push them out.
             add_restart(cp_minor, (
-                f"onto the control plane's version ({cp_label}): pods on {tv.major}.{lowest}"
-                f" would be more than {policy.behind} minor behind its next move"
+                f"onto the control plane's version ({cp_label}) first: on {tv.major}.{lowest}"
+                f" they would be more than {policy.behind} minor behind its next move"
             ), final=False, label=cp_label)
             lowest = cp_minor
         if cp_minor == tv.minor:
@@ -295,8 +305,9 @@ def plan_steps(
         at_target = cp_minor == tv.minor
         add_restart(cp_minor, (
             f"onto the target {target}" if at_target else
-            f"onto {cp_label}: the pods below it would be more than {policy.behind} minor"
-            f" behind the next control-plane move"
+            f"onto {cp_label}: below it they would be more than {policy.behind} minor"
+            f" behind the next control-plane move, and they cannot go to {target} before"
+            f" the control plane does"
         ), final=at_target)
     if any(v < tv for _, _, v in state):
         add_restart(cp_minor, f"onto the target {target}", final=True)
@@ -309,27 +320,25 @@ def plan_steps(
         "steps": steps,
         "control_plane_moves": len(moves),
         "fleet_restarts": len(restarts),
-        "why": _why(cv, tv, policy, len(restarts), [m["to"] for m in moves]),
+        "why": _why(policy, steps),
         "point_of_no_return": _point_of_no_return(steps),
         "without_proxy": without_proxy,
         "not_planned": _workloads((g, None) for g in not_planned),
     }
 
 
-def _why(cv: Version, tv: Version, policy: SkewPolicy, restarts: int,
-         moves: Sequence[str]) -> str:
-    span = tv.minor - cv.minor
+def _why(policy: SkewPolicy, steps: Sequence[Mapping[str, Any]]) -> str:
+    """Why this many restarts: the skew rule, then what each restart is for."""
+    restarts = [s for s in steps if s["kind"] == "restart"]
     rule = (f"a proxy may be at most {policy.behind} minor behind its control plane and"
             f" {'never' if policy.ahead == 0 else f'at most {policy.ahead} minor'} ahead")
-    if restarts <= 1:
-        return f"{restarts} fleet restart{'s' if restarts != 1 else ''}: {rule}."
-    return (
-        f"{restarts} fleet restarts, not one: {rule}, so the control plane cannot go"
-        f" {span} minor{'s' if span != 1 else ''} in one move while pods run the old version,"
-        f" and pods cannot be restarted onto a version newer than the control plane in force;"
-        f" each control-plane move ({', '.join(moves)}) is followed by a restart that brings"
-        f" the pods up to it before the next."
-    )
+    count = len(restarts)
+    head = (f"{count} fleet restarts, not one" if count > 1 else
+            f"{count} fleet restart{'s' if count != 1 else ''}")
+    parts = [f"step {r['step']} restarts {r['pods']} pods {r['why']}" for r in restarts]
+    if parts:
+        parts[0] = "S" + parts[0][1:]
+    return f"{head}: {rule}" + (". " + "; ".join(parts) if parts else "") + "."
 
 
 def _point_of_no_return(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -563,7 +572,8 @@ def _pinning(inp: PlanInput) -> list[dict[str, Any]] | None:
         elif info.labels.get("istio-injection") == "enabled":
             state, detail = "default injector", "istio-injection=enabled: follows the default"
         else:
-            revs = sorted({g.revision for g in inp.pods if g.namespace == ns and g.revision})
+            revs = sorted({g.revision for g in inp.pods  # "default": the default injector's
+                           if g.namespace == ns and g.revision not in ("", "default")})
             state = "pinned per pod" if revs else "not pinned"
             detail = f"pod revisions {', '.join(revs)}" if revs else "no revision label"
         out.append({"namespace": ns, "state": state, "detail": detail})

@@ -1,0 +1,224 @@
+"""`skewprobe plan` end to end: live from the fake Kubernetes API (real list protocol), and
+from a store a probe's inventory snapshots filled."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from probes._exceptions import BadInput, DataMissing
+from probes._timeparse import rfc3339
+from probes.cli import main
+from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.plan_cli import add_plan_parser, run_plan
+from probes.store import Event, InventoryRow, Store
+from tests.servers import kube_pods as kp
+from tests.servers.kube_api import FakeKubeApi
+
+DAY = 86400.0
+
+CONFIG = """\
+targets:
+  kubernetes:
+    mesh: istio
+    namespaces: [platform-test, shop, feeds, legacy]
+    port: http
+    kubeconfig: {kubeconfig}
+paths:
+  - name: catalog
+    http: {{path: /api/catalog}}
+    selector: {{workload: deployment/catalog}}
+  - name: checkout
+    http: {{method: POST, path: /api/checkout}}
+    selector: {{workload: deployment/checkout}}
+  - name: feed
+    stream: {{method: /skewprobe.target.v1.Target/Subscribe}}
+    port: http
+    selector: {{namespace: feeds}}
+plan:
+  max_pod_age: 30d
+  soak: 2d
+"""
+
+
+def _ago(days: float) -> str:
+    return rfc3339(time.time() - days * DAY)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[FakeKubeApi, Path]]:
+    """An n-2 estate: istiod 1.21.4, every proxy on 1.21.4 (sidecar, native sidecar and
+    ambient), one pod without a proxy, a pod older than the maximum age, four namespaces."""
+    api = FakeKubeApi()
+    objects = [
+        kp.namespace("platform-test", labels={"istio.io/rev": "1-21-4"}),
+        kp.namespace("shop", labels={"istio-injection": "enabled"}),
+        kp.namespace("feeds", labels={"istio.io/rev": "1-21-4"}),
+        kp.namespace("legacy"),
+        kp.pod("canary-callee-x-1", namespace="platform-test", mesh="istio", version="1.21.4",
+               ip="10.0.0.1", started=_ago(1)),
+        kp.pod("catalog-x-1", mesh="istio", version="1.21.4", ip="10.0.0.2", started=_ago(2)),
+        kp.pod("catalog-x-2", mesh="istio-native", version="1.21.4", ip="10.0.0.3",
+               started=_ago(3)),
+        kp.pod("checkout-x-1", mesh="istio", version="1.21.4", ip="10.0.0.4", started=_ago(2)),
+        kp.pod("cart-x-1", mesh="istio-ambient", ip="10.0.0.5", node="node-a",
+               started=_ago(4)),
+        kp.pod("ticker-x-1", namespace="feeds", mesh="istio", version="1.21.4", ip="10.0.0.6",
+               started=_ago(5)),
+        kp.pod("ledger-x-1", namespace="legacy", mesh="istio", version="1.21.4", ip="10.0.0.7",
+               started=_ago(200)),
+        kp.pod("batch-x-1", namespace="legacy", ip="10.0.0.8", started=_ago(1)),
+        kp.ztunnel_pod("node-a", "1.21.4"),
+        kp.istiod("1.21.4"),
+    ]
+    for obj in objects:
+        api.create(obj)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(api.start(), loop).result(10)
+    config = tmp_path / "skewprobe.yaml"
+    config.write_text(CONFIG.format(kubeconfig=api.kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        yield api, config
+    finally:
+        asyncio.run_coroutine_threadsafe(api.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def _run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="skewprobe")
+    add_plan_parser(parser.add_subparsers(dest="command"))
+    return run_plan(parser.parse_args(["plan", *argv]))
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code = _run(*argv, "--json")
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_live_n_minus_2_to_n(cluster: tuple[FakeKubeApi, Path],
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    api, config = cluster
+    code, plan = _json(capsys, "--config", str(config), "--to", "1.23.0")
+    assert code == 0 and plan["sources"]["pods"].startswith("kubernetes (live list of 8 pods")
+    assert plan["control_plane"] == "1.21.4"
+    assert plan["sources"]["control_plane"] == "deployment istio-system/istiod"
+    assert "istio.io" in plan["supported_skew"]["source"]
+    assert [(s["kind"], s["to"]) for s in plan["steps"]] == [
+        ("control_plane", "1.22.x"), ("restart", "1.22.x"),
+        ("control_plane", "1.23.0"), ("restart", "1.23.0")]
+    assert plan["fleet_restarts"] == 2 and "2 fleet restarts, not one" in plan["why"]
+    restart = plan["steps"][1]
+    assert restart["pods"] == 7 and restart["ambient_pods"] == 1  # the ztunnel's node pod
+    assert plan["without_proxy"] == 1
+    ponr = plan["point_of_no_return"]
+    assert ponr["step"] == 2 and ponr["unsupported"]["pods"] == 7
+    assert "ledger-x-1" in {n for w in ponr["unsupported"]["workloads"] for n in w["names"]}
+    # tiers: the reference target, then by what the probe's paths do, streams last
+    assert [(t["name"], t["pods"]) for t in plan["tiers"]] == [
+        ("reference target", 1), ("read paths", 2), ("write paths", 1), ("not probed", 2),
+        ("stream holders", 1)]
+    assert plan["tiers"][-1]["stream_holders"] == ["feeds/deployment/ticker"]
+    pins = {p["namespace"]: p["state"] for p in plan["pinning"]}
+    assert pins == {"feeds": "pinned", "legacy": "not pinned", "platform-test": "pinned",
+                    "shop": "default injector"}
+    tail = plan["time"]["long_tail"]
+    assert tail["pods"] == 1 and tail["workloads"][0]["workload"] == "deployment/ledger"
+    assert plan["time"]["natural"] is None
+    assert plan["time"]["forced"]["elapsed_days"] == 2 * (5 + 2)  # 5 tiers a day, 2 d soak
+    assert any("inventory history" in m for m in plan["missing"])
+    # the namespaces were listed through the API, as the pods were
+    assert api.lists("/namespaces")
+
+
+def test_live_n_minus_1_text_markdown_and_gate(cluster: tuple[FakeKubeApi, Path],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    _, config = cluster
+    assert _run("--config", str(config), "--to", "1.22.1") == 0
+    text = capsys.readouterr().out
+    assert "1 fleet restart:" in text and "POINT OF NO RETURN" in text
+    assert "restart onto 1.22.1" in text and "legacy: not pinned" in text
+    assert _run("--config", str(config), "--to", "1.23.0", "--markdown") == 0
+    md = capsys.readouterr().out
+    assert md.startswith("# Upgrade plan: 1.21.4 → 1.23.0")
+    assert "| 2 | restart onto 1.22.x |" in md
+    # the gate: the first move is safe now, the second is not (every pod still on 1.21)
+    assert _run("--config", str(config), "--to", "1.23.0", "--check", "1") == 0
+    capsys.readouterr()
+    code, plan = _json(capsys, "--config", str(config), "--to", "1.23.0", "--check", "3")
+    assert code == 1 and plan["check"]["answer"] == "not safe"
+    assert "7 pods would be outside the supported skew of 1.23.0" in plan["check"]["reasons"][0]
+
+
+def test_live_bad_target_is_exit_2(cluster: tuple[FakeKubeApi, Path],
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    _, config = cluster
+    assert main(["plan", "--config", str(config), "--to", "1.20.0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "downgrade" in err
+
+
+def _store(path: Path, now: float, *, control_plane: bool = True) -> None:
+    """Ten days of snapshots: `catalog` redeploys every 2 days, `checkout` every 5,
+    `ledger` (200 days old) never; the probe recorded istiod 1.22.3."""
+    with Store.open(path) as store:
+        if control_plane:
+            store.write_events([Event(CONTROL_PLANE_EVENT, now - 10 * DAY, detail={"versions": [
+                {"version": "1.22.3", "revision": "default",
+                 "source": "deployment istio-system/istiod"}]})])
+        for day in range(11):
+            at = now - (10 - day) * DAY
+            store.write_inventory(at, [
+                InventoryRow("shop", "deployment/catalog", "1.22.3", 4, (day % 2) * DAY + 60),
+                InventoryRow("shop", "deployment/checkout", "1.22.3", 3, (day % 5) * DAY + 60),
+                InventoryRow("legacy", "statefulset/ledger", "1.21.2", 2, (200 + day) * DAY),
+            ])
+
+
+def test_plan_from_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    now = time.time()
+    path = tmp_path / "probe.db"
+    _store(path, now)
+    code, plan = _json(capsys, "--store", str(path), "--to", "1.23.0")
+    assert code == 0 and plan["sources"]["pods"].startswith(f"store {path}")
+    assert plan["sources"]["control_plane"].startswith("recorded by the probe")
+    assert plan["sources"]["history"] == "store: 11 inventory snapshots over 10.0 days"
+    # ledger's 1.21.2 is inside 1.22.3's skew but would not be inside 1.23.0's: it goes first.
+    assert [(s["kind"], s["to"]) for s in plan["steps"]] == [
+        ("restart", "1.22.3"), ("control_plane", "1.23.0"), ("restart", "1.23.0")]
+    natural = plan["time"]["natural"]
+    assert natural["never"] == ["legacy/statefulset/ledger"]
+    assert natural["slowest"] == "shop/deployment/checkout"
+    assert natural["days"] == pytest.approx(2 * 10 / 2)  # 2 recycles in 10 days, 2 restarts
+    rates = {w["workload"]: w for w in natural["workloads"]}
+    assert rates["deployment/catalog"]["recycles"] == 5
+    assert plan["tiers"][0]["name"] == "unmeasured"  # no --config: path kinds unknown
+    assert plan["pinning"] is None
+    assert any("namespace labels" in m for m in plan["missing"])
+    # the text names where each answer came from
+    assert _run("--store", str(path), "--to", "1.23.0") == 0
+    text = capsys.readouterr().out
+    assert "without forced restarts: 2 restarts × the slowest natural recycle" in text
+    assert "long tail, never there on their own" in text and "legacy/statefulset/ledger" in text
+    assert "history: store: 11 inventory snapshots" in text
+
+
+def test_store_without_a_control_plane_is_exit_3(tmp_path: Path) -> None:
+    path = tmp_path / "probe.db"
+    _store(path, time.time(), control_plane=False)
+    with pytest.raises(DataMissing, match="control-plane version unknown") as info:
+        _run("--store", str(path), "--to", "1.23.0")
+    assert info.value.exit_code == 3
+    with pytest.raises(BadInput, match="--config FILE"):
+        _run("--to", "1.23.0")
