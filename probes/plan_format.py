@@ -14,6 +14,10 @@ __all__ = ["format_markdown", "format_text"]
 Table = tuple[list[str], list[list[Any]]]
 
 
+def _pods(n: int) -> str:
+    return f"{n} pod{'s' if n != 1 else ''}"
+
+
 def _step_what(step: Mapping[str, Any]) -> str:
     if step["kind"] == "control_plane":
         return f"control plane {step['from']} → {step['to']}"
@@ -78,7 +82,7 @@ def _sections(plan: Mapping[str, Any], limit: int) -> list[tuple[str, list[str],
     sections: list[tuple[str, list[str], Table | None]] = [("plan", head, None)]
     lines = [plan["why"]]
     if plan["without_proxy"]:
-        lines.append(f"{plan['without_proxy']} pods without a proxy are not in the plan")
+        lines.append(f"{_pods(plan['without_proxy'])} without a proxy: not in the plan")
     if plan["not_planned"]:
         lines.append("NOT PLANNED (version cannot be compared): "
                      + _names(plan["not_planned"], limit))
@@ -93,7 +97,7 @@ def _sections(plan: Mapping[str, Any], limit: int) -> list[tuple[str, list[str],
         sections.append(("point of no return", [
             f"step {ponr['step']} ({ponr['what']}): {ponr['why']}.",
             f"unsupported if the control plane moved back to {un['control_plane']}:"
-            f" {un['pods']} pods: {_names(un['workloads'], limit)}",
+            f" {_pods(un['pods'])}: {_names(un['workloads'], limit)}",
         ], None))
 
     basis = sorted({t["basis"] for t in plan["tiers"]})
@@ -122,7 +126,7 @@ def _sections(plan: Mapping[str, Any], limit: int) -> list[tuple[str, list[str],
     if tail["workloads"]:
         lines.append(
             f"long tail, never there on their own (oldest pod older than"
-            f" {time['max_pod_age_days']:g} d): {tail['pods']} pods: "
+            f" {time['max_pod_age_days']:g} d): {_pods(tail['pods'])}: "
             + ", ".join(f"{w['namespace']}/{w['workload']} ({w['oldest_age_days']:g} d)"
                         for w in tail["workloads"][:limit]))
     else:
