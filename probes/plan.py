@@ -160,6 +160,10 @@ class PlanInput:
     traffic_source: str = ""
     history: Mapping[tuple[str, str], WorkloadHistory] | None = None
     history_source: str = ""
+    # stream path → the latest lifetime check per cohort (`lifetime` events' details, with
+    # `cohort`): is a maximum connection / stream duration in effect?
+    lifetimes: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
+    lifetimes_source: str = ""
 
 
 # -- steps -------------------------------------------------------------------------------
@@ -251,6 +255,7 @@ def plan_steps(
             "workloads": len({(g.namespace, g.workload) for g, _ in moved}),
             "from": _version_counts((g.version, g.pods) for g, _ in moved),
             "why": why,
+            "touches": sorted({f"{g.namespace}/{g.workload}" for g, _ in moved}),
         }
         ambient = sum(g.pods for g, _ in moved if g.mode == "ambient")
         if ambient:
@@ -472,6 +477,7 @@ def _tiers(inp: PlanInput, settings: PlanSettings, rates: Mapping[tuple[str, str
             "namespaces": sorted(tier["namespaces"]),
             "workloads": [f"{ns}/{wl}" for ns, wl in sorted(tier["workloads"])],
             "stream_holders": [f"{ns}/{wl}" for ns, wl in sorted(tier["stream_holders"])],
+            "_stream_keys": sorted(tier["stream_holders"]),
             "natural_recycle": None if inp.history is None else {
                 "pods_per_day": round(per_day, 2),
                 "slowest_interval_days": round(slowest, 2) if slowest else None,
@@ -552,6 +558,70 @@ def _time(inp: PlanInput, settings: PlanSettings, rates: Mapping[tuple[str, str]
     return result
 
 
+# -- connection lifetime -----------------------------------------------------------------
+
+WEEK: Final = 7 * DAY
+# What each lever does to a stream that never ends on its own.
+LEVERS: Final = (
+    "Envoy max_connection_duration drains the connection with GOAWAY but does not end the"
+    " streams active on it (envoyproxy/envoy#10274): an endless stream outlives it",
+    "Envoy max_stream_duration ends each stream at the limit",
+    "gRPC MAX_CONNECTION_AGE with MAX_CONNECTION_AGE_GRACE: GOAWAY at the age, active"
+    " streams cut when the grace ends",
+    "the client's own rotation (re-opening streams older than a limit) ends them without"
+    " a reset",
+)
+
+
+def _lifetime(inp: PlanInput, tiers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per tier holding streams: each stream path's cap, and without a proven cap the step
+    to take weeks before the tier, with the streams a restart now would reset together."""
+    out = []
+    for tier in tiers:
+        paths = sorted({p for key in tier["_stream_keys"]
+                        for p in (inp.traffic or {})[key].streams})
+        for path in paths:
+            found = None if inp.lifetimes is None else inp.lifetimes.get(path)
+            entry: dict[str, Any] = {"tier": tier["tier"], "tier_name": tier["name"],
+                                     "path": path}
+            if not found:
+                entry.update(capped=None, why=(
+                    "no lifetime check recorded for this path"
+                    f" ({inp.lifetimes_source or 'no store'}): not known to be capped"))
+            else:
+                capped = all(f.get("capped") for f in found)
+                caps = [f["cap_s"] for f in found if f.get("cap_s")]
+                held = max(float(f.get("oldest_s") or 0.0) for f in found)
+                entry.update(
+                    capped=capped, cap_s=max(caps) if capped and caps else None,
+                    why="; ".join(f"{f.get('cohort', '?')}: {f.get('why', '')}" for f in found),
+                    open_streams=sum(int(f.get("open_streams") or 0) for f in found),
+                    aged=sum(int(f.get("aged") or 0) for f in found),
+                    oldest_s=held,
+                )
+            if not entry["capped"]:
+                oldest: float | None = entry.get("oldest_s")
+                weeks = max(1, -(-int(oldest or 0) // int(WEEK))) if oldest else None
+                entry["step"] = (
+                    f"roll out a maximum connection duration {weeks} week"
+                    f"{'s' if weeks != 1 else ''} before tier {tier['tier']}" if weeks else
+                    f"roll out a maximum connection duration before tier {tier['tier']}, at"
+                    " least as long before it as its longest-lived connection"
+                )
+                if weeks and oldest:
+                    entry["lead"] = (
+                        f"a cap applies to connections opened after it is in force; the oldest"
+                        f" stream the probe holds on {path} is {oldest / 3600:.1f} h old:"
+                        f" {weeks} week{'s' if weeks != 1 else ''} covers it")
+                if "open_streams" in entry:
+                    entry["storm"] = (
+                        f"restarting tier {tier['tier']} now resets the {entry['open_streams']}"
+                        f" streams the probe holds on {path} together ({entry['aged']} older"
+                        " than an hour); the mesh's own callers hold more")
+            out.append(entry)
+    return out
+
+
 # -- pinning -----------------------------------------------------------------------------
 
 
@@ -602,8 +672,14 @@ def build_plan(inp: PlanInput, settings: PlanSettings) -> dict[str, Any]:
     if inp.history is None:
         missing.append(f"inventory history ({inp.history_source or 'none'}): no natural"
                        " recycle rates or dates")
+    if inp.lifetimes is None and inp.traffic and any(t.streams for t in inp.traffic.values()):
+        missing.append(f"stream lifetimes ({inp.lifetimes_source or 'none'}): no stream"
+                       " tier is known to have a lifetime cap")
     rates = _rates(inp, settings)
     tiers = _tiers(inp, settings, rates)
+    lifetime = _lifetime(inp, tiers)
+    for tier in tiers:
+        del tier["_stream_keys"]
     plan: dict[str, Any] = {
         "at": rfc3339(inp.at),
         "to": settings.target,
@@ -614,6 +690,7 @@ def build_plan(inp: PlanInput, settings: PlanSettings) -> dict[str, Any]:
             "namespaces": inp.namespaces_source if inp.namespaces is not None else None,
             "measurements": inp.traffic_source if inp.traffic is not None else None,
             "history": inp.history_source if inp.history is not None else None,
+            "stream_lifetimes": inp.lifetimes_source if inp.lifetimes is not None else None,
         },
         "pods": sum(g.pods for g in inp.pods),
         "versions": _version_counts((g.version, g.pods) for g in inp.pods),
@@ -624,6 +701,7 @@ def build_plan(inp: PlanInput, settings: PlanSettings) -> dict[str, Any]:
     plan.update(steps)
     plan["tiers"] = tiers
     plan["time"] = _time(inp, settings, rates, steps["fleet_restarts"], len(tiers))
+    plan["connection_lifetime"] = {"streams": lifetime, "levers": list(LEVERS)}
     plan["pinning"] = _pinning(inp)
     plan["missing"] = missing
     return plan

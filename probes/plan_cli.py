@@ -179,6 +179,8 @@ def _live(args: argparse.Namespace, config: Config | None) -> PlanInput:
         namespaces=namespaces, namespaces_source=ns_source,
         traffic=traffic, traffic_source="the config's paths matched to the probed pods",
         history=None, history_source="live: one list, no history (--store has it)",
+        lifetimes=None,
+        lifetimes_source="live: the lifetime check is recorded by a running probe (--store)",
     )
 
 
@@ -230,6 +232,7 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
     from probes._timeparse import parse_time
     from probes.inventory_cli import CONTROL_PLANE_EVENT, planes_from_detail
     from probes.store import Store
+    from probes.streams.recorder import LIFETIME_EVENT
 
     spec = config.kubernetes if config is not None else None
     now = time.time()
@@ -242,6 +245,7 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
         events = store.read_events(until=latest.at + 1e-6, kinds=[CONTROL_PLANE_EVENT])
         planes = planes_from_detail(events[-1].detail) if events else ()
         totals = store.read_endpoint_totals(until=latest.at + 1e-6)
+        checks = store.read_events(until=latest.at + 1e-6, kinds=[LIFETIME_EVENT])
     control_plane, cp_source = _control_plane(args, spec, planes)
     if planes and cp_source == planes[0].source:
         cp_source = f"recorded by the probe ({cp_source})"
@@ -260,6 +264,12 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
         )
         traffic_source = (f"store: calls per pod and path ({len(totals)} pod × path totals),"
                           " path kinds from the config")
+    latest_check: dict[tuple[str, str], dict[str, Any]] = {}
+    for event in checks:  # in time order: the last one per (path, cohort) wins
+        latest_check[(event.path, event.cohort)] = {"cohort": event.cohort, **event.detail}
+    lifetimes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (path, _), detail in sorted(latest_check.items()):
+        lifetimes[path].append(detail)
     span = (latest.at - snapshots[0].at) / 86400.0
     return PlanInput(
         source=f"store {args.store} (inventory snapshot at {_rfc(latest.at)})",
@@ -270,6 +280,9 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
         history=workload_history(snapshots) if len(snapshots) > 1 else None,
         history_source=(f"store: {len(snapshots)} inventory snapshots over {span:.1f} days"
                         if len(snapshots) > 1 else "store: one inventory snapshot, no history"),
+        lifetimes=dict(lifetimes) if checks else None,
+        lifetimes_source=(f"store: the probe's lifetime check ({len(checks)} records)"
+                          if checks else "store: no lifetime check recorded"),
     )
 
 
@@ -307,4 +320,10 @@ def check_step(plan: Mapping[str, Any], number: int) -> dict[str, Any]:
             reasons.append(f"control plane {plan['control_plane']} is in force; step"
                            f" {earlier[-1]['step']} (control plane to {earlier[-1]['to']})"
                            " comes first")
+        holders = {t["tier"]: set(t["stream_holders"]) for t in plan["tiers"]}
+        for stream in plan["connection_lifetime"]["streams"]:
+            if not stream["capped"] and holders[stream["tier"]] & set(step["touches"]):
+                state = "no cap recorded" if stream["capped"] is None else "no cap"
+                reasons.append(f"tier {stream['tier']} ({stream['tier_name']}) holds streams on"
+                               f" {stream['path']} with {state}: {stream['step']}")
     return {"step": number, "answer": "not safe" if reasons else "safe", "reasons": reasons}

@@ -106,6 +106,21 @@ def _sections(plan: Mapping[str, Any], limit: int) -> list[tuple[str, list[str],
         + f" (measurements: {src['measurements'] or 'none'})",
     ], _tiers_table(plan)))
 
+    streams = plan["connection_lifetime"]["streams"]
+    if streams:
+        lines = []
+        for st in streams:
+            state = {True: f"capped ({st.get('cap_s') or '?'} s)", False: "NOT capped",
+                     None: "cap unknown"}[st["capped"]]
+            lines.append(f"tier {st['tier']} ({st['tier_name']}), {st['path']}: {state}:"
+                         f" {st['why']}")
+            for key in ("step", "lead", "storm"):
+                if st.get(key):
+                    lines.append(f"  {st[key]}")
+        lines.append("levers, and what each does to an endless stream:")
+        lines += [f"  {lever}" for lever in plan["connection_lifetime"]["levers"]]
+        sections.append(("connection lifetime first", lines, None))
+
     time = plan["time"]
     forced = time["forced"]
     lines = [f"forced, tier by tier: {forced['arithmetic']}: done by {forced['done_by']}"]

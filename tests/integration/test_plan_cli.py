@@ -16,8 +16,10 @@ import pytest
 
 from probes._exceptions import BadInput, DataMissing
 from probes._timeparse import rfc3339
+from probes._types import CallOutcome, CallResult, Outcome
 from probes.cli import main
 from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.measure.window import WindowAggregator
 from probes.plan_cli import add_plan_parser, run_plan
 from probes.store import Event, InventoryRow, Store
 from tests.servers import kube_pods as kp
@@ -159,6 +161,9 @@ def test_live_n_minus_1_text_markdown_and_gate(cluster: tuple[FakeKubeApi, Path]
     code, plan = _json(capsys, "--config", str(config), "--to", "1.23.0", "--check", "3")
     assert code == 1 and plan["check"]["answer"] == "not safe"
     assert "7 pods would be outside the supported skew of 1.23.0" in plan["check"]["reasons"][0]
+    # a restart with streams on a tier whose lifetime cap nobody recorded is not safe either
+    code, plan = _json(capsys, "--config", str(config), "--to", "1.22.1", "--check", "2")
+    assert code == 1 and any("feed with no cap recorded" in r for r in plan["check"]["reasons"])
 
 
 def test_live_bad_target_is_exit_2(cluster: tuple[FakeKubeApi, Path],
@@ -214,6 +219,59 @@ def test_plan_from_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "history: store: 11 inventory snapshots" in text
 
 
+STORE_CONFIG = """\
+targets: {static: [{address: "127.0.0.1:1"}]}
+paths:
+  - name: catalog
+    http: {path: /api/catalog}
+  - name: feed
+    stream: {method: /skewprobe.target.v1.Target/Subscribe}
+"""
+
+
+def _calls(path: Path, now: float) -> None:
+    """A minute of calls as a probe records them: `catalog` answers a GET path, `checkout`
+    holds the `feed` streams."""
+    agg = WindowAggregator(length_s=10.0, grace_s=0.0)
+    start = (now // 10) * 10 - 60
+    for i in range(60):
+        for name, workload, probe in (("catalog-1", "deployment/catalog", "catalog"),
+                                      ("checkout-1", "deployment/checkout", "feed")):
+            labels = {"namespace": "shop", "workload": workload, "pod": name}
+            agg.add(CallResult(probe, f"shop/{name}", "1.22.3", start + i, 0.01, 0.0,
+                               CallOutcome(Outcome.OK, 200)), labels)
+    with Store.open(path) as store:
+        store.write(*agg.flush(now=now, force=True))
+        store.write_events([Event("lifetime", now - 30, path="feed", cohort="1.22.3", detail={
+            "capped": False, "cap_s": None, "why": "no band of ended lifetimes",
+            "open_streams": 8, "aged": 8, "oldest_s": 3 * 3600.0})])
+
+
+def test_plan_from_the_store_with_the_probes_measurements(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    now = time.time()
+    path = tmp_path / "probe.db"
+    _store(path, now - 5)
+    _calls(path, now - 5)
+    config = tmp_path / "probe.yaml"
+    config.write_text(STORE_CONFIG)
+    code, plan = _json(capsys, "--store", str(path), "--config", str(config), "--to", "1.23.0")
+    assert code == 0 and plan["sources"]["stream_lifetimes"].startswith("store: the probe's")
+    assert plan["sources"]["measurements"].startswith("store: calls per pod and path")
+    assert [(t["name"], t["workloads"]) for t in plan["tiers"]] == [
+        ("read paths", ["shop/deployment/catalog"]),
+        ("not probed", ["legacy/statefulset/ledger"]),
+        ("stream holders", ["shop/deployment/checkout"])]
+    (stream,) = plan["connection_lifetime"]["streams"]
+    assert stream["capped"] is False and stream["tier"] == 3
+    assert stream["step"] == "roll out a maximum connection duration 1 week before tier 3"
+    assert "resets the 8 streams the probe holds on feed" in stream["storm"]
+    gate = ("--store", str(path), "--config", str(config), "--to", "1.23.0", "--check")
+    assert _run(*gate, "1") == 0  # the ledger restart: no streams there
+    assert _run(*gate, "3") == 1  # the fleet restart would cut the uncapped streams
+    assert "connection lifetime first:" in capsys.readouterr().out
+
+
 def test_store_without_a_control_plane_is_exit_3(tmp_path: Path) -> None:
     path = tmp_path / "probe.db"
     _store(path, time.time(), control_plane=False)
@@ -222,3 +280,34 @@ def test_store_without_a_control_plane_is_exit_3(tmp_path: Path) -> None:
     assert info.value.exit_code == 3
     with pytest.raises(BadInput, match="--config FILE"):
         _run("--to", "1.23.0")
+
+
+async def test_a_running_probe_records_the_lifetime_check_plan_reads(tmp_path: Path) -> None:
+    """Real streams held on the reference target: the run leaves `lifetime` events that
+    `skewprobe plan --store` turns into the stream tier's cap."""
+    from probes.config import parse_config
+    from probes.runner import ProbeRunner, RunOptions
+    from probes.streams.recorder import LIFETIME_EVENT
+    from targets.profile import VersionProfile
+    from targets.server import TargetServer
+
+    async with TargetServer(VersionProfile("1.22.3"), pod="feed-0") as server:
+        config = parse_config(f"""\
+targets:
+  static:
+    - address: {server.grpc_address}
+      labels: {{proxy_version: "1.22.3", namespace: shop, workload: deployment/feed}}
+window: 1s
+paths:
+  - name: feed
+    stream: {{method: /skewprobe.target.v1.Target/Subscribe, per_endpoint: 2}}
+""")
+        store = tmp_path / "probe.db"
+        runner = ProbeRunner(config, RunOptions(store_path=str(store), listen=None,
+                                                duration_s=2.0))
+        await asyncio.wait_for(runner.run(), 30)
+    with Store.open(store, readonly=True) as s:
+        events = s.read_events(kinds=[LIFETIME_EVENT])
+    assert events and {(e.path, e.cohort) for e in events} == {("feed", "1.22.3")}
+    last = events[-1].detail
+    assert last["open_streams"] == 2 and last["capped"] is False  # captured before the stop

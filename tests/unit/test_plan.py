@@ -200,3 +200,51 @@ def test_time_long_tail_and_dates() -> None:
 def test_unknown_control_plane_is_an_error_not_a_guess() -> None:
     with pytest.raises(ValueError, match="control-plane version unknown"):
         build_plan(_input(control_plane=None), PlanSettings("1.22.0"))
+
+
+def _lifetime(capped: bool) -> dict[str, object]:
+    return {"cohort": "1.21.0", "capped": capped, "cap_s": 1800.0 if capped else None,
+            "why": "cap ~30 min" if capped else "no band of ended lifetimes",
+            "open_streams": 6, "aged": 4, "oldest_s": 9 * 86400.0}
+
+
+def test_a_stream_tier_without_a_cap_gets_the_lifetime_step_first() -> None:
+    plan = build_plan(_input(traffic=TRAFFIC, traffic_source="store",
+                             lifetimes={"feed": [_lifetime(False)]}, lifetimes_source="store"),
+                      PlanSettings("1.22.0"))
+    (stream,) = plan["connection_lifetime"]["streams"]
+    assert stream["tier_name"] == "stream holders" and stream["capped"] is False
+    assert stream["step"] == "roll out a maximum connection duration 2 weeks before tier 5"
+    assert "9 days" not in stream["lead"] and "216.0 h old" in stream["lead"]
+    assert stream["storm"].startswith("restarting tier 5 now resets the 6 streams")
+    assert any("envoyproxy/envoy#10274" in lever
+               for lever in plan["connection_lifetime"]["levers"])
+
+
+def test_a_capped_stream_tier_needs_no_step_and_an_unrecorded_one_is_not_assumed_capped() -> None:
+    plan = build_plan(_input(traffic=TRAFFIC, traffic_source="store",
+                             lifetimes={"feed": [_lifetime(True)]}, lifetimes_source="store"),
+                      PlanSettings("1.22.0"))
+    (stream,) = plan["connection_lifetime"]["streams"]
+    assert stream["capped"] is True and stream["cap_s"] == 1800.0 and "step" not in stream
+    plan = build_plan(_input(traffic=TRAFFIC, traffic_source="store"), PlanSettings("1.22.0"))
+    (stream,) = plan["connection_lifetime"]["streams"]
+    assert stream["capped"] is None and "before tier 5" in stream["step"]
+    assert any("stream lifetimes" in m for m in plan["missing"])
+
+
+def test_the_recorder_writes_the_lifetime_check_as_events_plan_reads() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from probes.clients import OpenStream
+    from probes.measure.window import WindowAggregator
+    from probes.metrics import ProbeMetrics
+    from probes.streams.recorder import LIFETIME_EVENT, StreamRecorder
+
+    recorder = StreamRecorder(WindowAggregator(length_s=10.0), ProbeMetrics(CollectorRegistry()))
+    held = [OpenStream("feed", f"shop/p{i}", "1.21.0", 0, 0.0, age_s=7200.0 * i)
+            for i in range(3)]
+    (event,) = recorder.lifetime_events(held, now=100.0)
+    assert (event.kind, event.path, event.cohort) == (LIFETIME_EVENT, "feed", "1.21.0")
+    assert event.detail["capped"] is False and event.detail["open_streams"] == 3
+    assert event.detail["aged"] == 2 and event.detail["oldest_s"] == 14400.0
