@@ -164,6 +164,9 @@ class PlanInput:
     # `cohort`): is a maximum connection / stream duration in effect?
     lifetimes: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
     lifetimes_source: str = ""
+    # unary path → (p99 seconds, calls) the probe measured, for drain timers
+    latency: Mapping[str, tuple[float, int]] | None = None
+    latency_source: str = ""
 
 
 # -- steps -------------------------------------------------------------------------------
@@ -478,6 +481,7 @@ def _tiers(inp: PlanInput, settings: PlanSettings, rates: Mapping[tuple[str, str
             "workloads": [f"{ns}/{wl}" for ns, wl in sorted(tier["workloads"])],
             "stream_holders": [f"{ns}/{wl}" for ns, wl in sorted(tier["stream_holders"])],
             "_stream_keys": sorted(tier["stream_holders"]),
+            "_keys": sorted(tier["workloads"]),
             "natural_recycle": None if inp.history is None else {
                 "pods_per_day": round(per_day, 2),
                 "slowest_interval_days": round(slowest, 2) if slowest else None,
@@ -622,6 +626,67 @@ def _lifetime(inp: PlanInput, tiers: Sequence[Mapping[str, Any]]) -> list[dict[s
     return out
 
 
+# -- drain timers ------------------------------------------------------------------------
+
+# The defaults a pod gets without settings, and where they are written: Istio's four
+# termination settings and their defaults are listed in istio/istio#34855; Envoy's hot-restart
+# flags in its command-line options (--drain-time-s, --parent-shutdown-time-s).
+DRAIN_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
+    "istio_termination_drain_duration_s": 5,
+    "kubernetes_termination_grace_period_s": 30,
+    "envoy_drain_time_s": 600,
+    "envoy_parent_shutdown_time_s": 900,
+    "source": "Istio terminationDrainDuration 5 s and the pod's terminationGracePeriodSeconds"
+              " 30 s (istio/istio#34855); Envoy --drain-time-s 600 s and"
+              " --parent-shutdown-time-s 900 s, edge defaults (its docs suggest about 60 and"
+              " 90 s between services)",
+})
+_DRAIN_FACTOR: Final = 3  # the request in flight, the retry it may cause, and a margin
+_GRACE_MARGIN_S: Final = 5  # after the drain: the app's own stop before SIGKILL
+
+
+def _drain(inp: PlanInput, tiers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per tier: the drain its slowest measured path needs, with the arithmetic."""
+    out = []
+    for tier in tiers:
+        paths = sorted({p for key in tier["_keys"] for t in [(inp.traffic or {}).get(key)]
+                        if t is not None for p in (*t.reads, *t.writes)})
+        entry: dict[str, Any] = {"tier": tier["tier"], "name": tier["name"]}
+        measured = {p: (inp.latency or {})[p] for p in paths if p in (inp.latency or {})}
+        if not measured:
+            entry["drain_s"] = None
+            entry["why"] = ("no measured request durations for this tier's paths"
+                            f" ({inp.latency_source or 'no store'})")
+            out.append(entry)
+            continue
+        path, (p99, calls) = max(measured.items(), key=lambda kv: kv[1][0])
+        raw = _DRAIN_FACTOR * p99
+        drain = max(DRAIN_DEFAULTS["istio_termination_drain_duration_s"], -(-raw // 1))
+        grace = max(int(drain) + _GRACE_MARGIN_S,
+                    DRAIN_DEFAULTS["kubernetes_termination_grace_period_s"])
+        entry.update(
+            drain_s=int(drain), termination_grace_period_s=grace, slowest_path=path,
+            p99_ms=round(p99 * 1000, 1), calls=calls,
+            arithmetic=(
+                f"terminationDrainDuration = max(5 s, ⌈{_DRAIN_FACTOR} × p99 of {path}"
+                f" {p99 * 1000:.0f} ms⌉) = {int(drain)} s (the request in flight, the retry"
+                f" it may cause, a margin); terminationGracePeriodSeconds = max(30 s,"
+                f" {int(drain)} + {_GRACE_MARGIN_S} s) = {grace} s"
+            ),
+            against_defaults=(
+                f"Istio's default drain (5 s) {'covers' if drain <= 5 else 'is SHORTER than'}"
+                f" it; Envoy's 600 s edge drain would hold each pod {600 - int(drain)} s"
+                " longer than the measured requests need"
+            ),
+        )
+        if tier["_stream_keys"]:
+            entry["streams"] = ("held streams do not finish within any drain: they end when"
+                                " it does unless a lifetime cap ended them first (see"
+                                " connection lifetime)")
+        out.append(entry)
+    return out
+
+
 # -- pinning -----------------------------------------------------------------------------
 
 
@@ -669,6 +734,8 @@ def build_plan(inp: PlanInput, settings: PlanSettings) -> dict[str, Any]:
     if inp.traffic is None:
         missing.append(f"probe measurements ({inp.traffic_source or 'none'}): no tiers by"
                        " read/write/stream paths")
+    if inp.latency is None:
+        missing.append(f"request durations ({inp.latency_source or 'none'}): no drain timers")
     if inp.history is None:
         missing.append(f"inventory history ({inp.history_source or 'none'}): no natural"
                        " recycle rates or dates")
@@ -678,8 +745,9 @@ def build_plan(inp: PlanInput, settings: PlanSettings) -> dict[str, Any]:
     rates = _rates(inp, settings)
     tiers = _tiers(inp, settings, rates)
     lifetime = _lifetime(inp, tiers)
+    drain = _drain(inp, tiers)
     for tier in tiers:
-        del tier["_stream_keys"]
+        del tier["_stream_keys"], tier["_keys"]
     plan: dict[str, Any] = {
         "at": rfc3339(inp.at),
         "to": settings.target,
@@ -691,6 +759,7 @@ def build_plan(inp: PlanInput, settings: PlanSettings) -> dict[str, Any]:
             "measurements": inp.traffic_source if inp.traffic is not None else None,
             "history": inp.history_source if inp.history is not None else None,
             "stream_lifetimes": inp.lifetimes_source if inp.lifetimes is not None else None,
+            "request_durations": inp.latency_source if inp.latency is not None else None,
         },
         "pods": sum(g.pods for g in inp.pods),
         "versions": _version_counts((g.version, g.pods) for g in inp.pods),
@@ -702,6 +771,7 @@ def build_plan(inp: PlanInput, settings: PlanSettings) -> dict[str, Any]:
     plan["tiers"] = tiers
     plan["time"] = _time(inp, settings, rates, steps["fleet_restarts"], len(tiers))
     plan["connection_lifetime"] = {"streams": lifetime, "levers": list(LEVERS)}
+    plan["drain"] = {"tiers": drain, "defaults": dict(DRAIN_DEFAULTS)}
     plan["pinning"] = _pinning(inp)
     plan["missing"] = missing
     return plan

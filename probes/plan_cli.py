@@ -181,6 +181,7 @@ def _live(args: argparse.Namespace, config: Config | None) -> PlanInput:
         history=None, history_source="live: one list, no history (--store has it)",
         lifetimes=None,
         lifetimes_source="live: the lifetime check is recorded by a running probe (--store)",
+        latency=None, latency_source="live: request durations are the probe's (--store)",
     )
 
 
@@ -246,6 +247,9 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
         planes = planes_from_detail(events[-1].detail) if events else ()
         totals = store.read_endpoint_totals(until=latest.at + 1e-6)
         checks = store.read_events(until=latest.at + 1e-6, kinds=[LIFETIME_EVENT])
+        table = store.read_table(since=latest.at - _LATENCY_SPAN_S, until=latest.at + 1e-6)
+    latency = _p99s(table, {p.name for p in config.paths if p.stream is None}
+                    if config is not None else None)
     control_plane, cp_source = _control_plane(args, spec, planes)
     if planes and cp_source == planes[0].source:
         cp_source = f"recorded by the probe ({cp_source})"
@@ -280,10 +284,33 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
         history=workload_history(snapshots) if len(snapshots) > 1 else None,
         history_source=(f"store: {len(snapshots)} inventory snapshots over {span:.1f} days"
                         if len(snapshots) > 1 else "store: one inventory snapshot, no history"),
+        latency=latency or None,
+        latency_source=(f"store: p99 per path from the probe's pooled histograms over the"
+                        f" {_LATENCY_SPAN_S / 3600:.0f} h before the snapshot" if latency
+                        else "store: no request windows in the day before the snapshot"),
         lifetimes=dict(lifetimes) if checks else None,
         lifetimes_source=(f"store: the probe's lifetime check ({len(checks)} records)"
                           if checks else "store: no lifetime check recorded"),
     )
+
+
+_LATENCY_SPAN_S = 86400.0  # the day of windows the drain timers are measured on
+
+
+def _p99s(table: Any, unary: set[str] | None) -> dict[str, tuple[float, int]]:
+    """p99 per unary path from the pooled histogram of its windows (every cohort): stream
+    paths' windows hold stream opens, not request durations."""
+    out: dict[str, tuple[float, int]] = {}
+    for path in table.paths:
+        rows = table.mask(paths=[path])
+        if unary is not None and path not in unary:
+            continue
+        if unary is None and int(table.streams_opened[rows].sum()) > 0:
+            continue
+        hist = table.latency_histogram(rows)
+        if hist.count:
+            out[path] = (float(hist.quantile(0.99)), int(hist.count))
+    return out
 
 
 def _rfc(at: float) -> str:

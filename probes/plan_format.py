@@ -121,6 +121,19 @@ def _sections(plan: Mapping[str, Any], limit: int) -> list[tuple[str, list[str],
         lines += [f"  {lever}" for lever in plan["connection_lifetime"]["levers"]]
         sections.append(("connection lifetime first", lines, None))
 
+    drains = plan["drain"]["tiers"]
+    lines = [f"defaults: {plan['drain']['defaults']['source']}"]
+    for d in drains:
+        if d["drain_s"] is None:
+            lines.append(f"tier {d['tier']} ({d['name']}): unknown: {d['why']}")
+            continue
+        lines.append(f"tier {d['tier']} ({d['name']}): drain {d['drain_s']} s, grace"
+                     f" {d['termination_grace_period_s']} s: {d['arithmetic']};"
+                     f" {d['against_defaults']}")
+        if d.get("streams"):
+            lines.append(f"  {d['streams']}")
+    sections.append(("drain timers", lines, None))
+
     time = plan["time"]
     forced = time["forced"]
     lines = [f"forced, tier by tier: {forced['arithmetic']}: done by {forced['done_by']}"]

@@ -266,6 +266,10 @@ def test_plan_from_the_store_with_the_probes_measurements(
     assert stream["capped"] is False and stream["tier"] == 3
     assert stream["step"] == "roll out a maximum connection duration 1 week before tier 3"
     assert "resets the 8 streams the probe holds on feed" in stream["storm"]
+    read = plan["drain"]["tiers"][0]
+    assert (read["name"], read["slowest_path"], read["calls"]) == ("read paths", "catalog", 60)
+    assert read["drain_s"] == 5 and read["p99_ms"] < 20  # 10 ms calls: Istio's 5 s covers it
+    assert plan["sources"]["request_durations"].startswith("store: p99 per path")
     gate = ("--store", str(path), "--config", str(config), "--to", "1.23.0", "--check")
     assert _run(*gate, "1") == 0  # the ledger restart: no streams there
     assert _run(*gate, "3") == 1  # the fleet restart would cut the uncapped streams

@@ -248,3 +248,18 @@ def test_the_recorder_writes_the_lifetime_check_as_events_plan_reads() -> None:
     assert (event.kind, event.path, event.cohort) == (LIFETIME_EVENT, "feed", "1.21.0")
     assert event.detail["capped"] is False and event.detail["open_streams"] == 3
     assert event.detail["aged"] == 2 and event.detail["oldest_s"] == 14400.0
+
+
+def test_drain_timers_from_the_slowest_measured_path_with_the_arithmetic() -> None:
+    latency = {"catalog": (0.040, 5000), "checkout": (2.4, 800), "health": (0.002, 900)}
+    plan = build_plan(_input(traffic=TRAFFIC, traffic_source="store", latency=latency,
+                             latency_source="store"), PlanSettings("1.22.0"))
+    drains = {d["name"]: d for d in plan["drain"]["tiers"]}
+    read, write = drains["read paths"], drains["write paths"]
+    assert read["drain_s"] == 5 and read["termination_grace_period_s"] == 30  # defaults do
+    assert write["slowest_path"] == "checkout" and write["drain_s"] == 8  # ⌈3 × 2.4 s⌉
+    assert write["termination_grace_period_s"] == 30
+    assert "⌈3 × p99 of checkout 2400 ms⌉) = 8 s" in write["arithmetic"]
+    assert "is SHORTER than" in write["against_defaults"]
+    assert drains["stream holders"]["drain_s"] is None  # no unary path measured there
+    assert plan["drain"]["defaults"]["envoy_drain_time_s"] == 600
