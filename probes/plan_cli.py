@@ -8,6 +8,8 @@ The same two sources as `skewprobe inventory`:
 - `--store PATH`: the latest inventory snapshot (or the one in force `--at`), the recorded
   control plane, every snapshot before it (each workload's natural recycle rate) and the
   paths each pod answered (kinds from `--config` when given).
+- `--config FILE --with-store PATH`: the live pods, with what the store adds (history,
+  measured paths, request durations, stream lifetime checks).
 
 `--control-plane VERSION` names the control plane in force when none was discovered or
 recorded. Exit 0 with the plan; 2 for a target that cannot be planned; 3 when a fact the
@@ -20,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from probes._exceptions import (
@@ -36,6 +40,7 @@ from probes._exceptions import (
 )
 from probes._spec import Config, KubernetesSpec, PathSpec, PlanSpec, SkewPolicy
 from probes._stdout import emit
+from probes.discovery.meshes import ControlPlane
 from probes.inventory import control_plane_for
 from probes.plan import (
     SKEW_SOURCES,
@@ -43,10 +48,12 @@ from probes.plan import (
     PlanInput,
     PlanPods,
     PlanSettings,
+    WorkloadHistory,
     WorkloadTraffic,
     build_plan,
     workload_history,
 )
+from probes.store.records import InventorySnapshot
 
 __all__ = ["add_plan_parser", "check_step", "path_role", "run_plan"]
 
@@ -63,6 +70,9 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--config", help="list pods live, as the config's targets.kubernetes")
     parser.add_argument("--store", help="plan from the inventory this store recorded")
     parser.add_argument("--at", help="with --store: the snapshot in force then (RFC 3339, -2h)")
+    parser.add_argument("--with-store", metavar="PATH",
+                        help="with --config: add what a running probe recorded here (history,"
+                             " measured paths, request durations, stream lifetimes)")
     parser.add_argument("--control-plane", metavar="VERSION",
                         help="the control-plane version in force (default: discovered,"
                              " configured, or recorded)")
@@ -86,6 +96,8 @@ def run_plan(args: argparse.Namespace) -> int:
         raise BadInput("plan needs --config FILE (live) or --store PATH (recorded)")
     if args.at and not args.store:
         raise BadInput("--at reads a recorded snapshot: give --store")
+    if args.with_store and (args.store or not args.config):
+        raise BadInput("--with-store adds a store to a live plan: give --config, not --store")
     config = _load(args.config)
     spec = config.kubernetes if config is not None else None
     plan_spec = config.plan if config is not None else PlanSpec()
@@ -173,15 +185,27 @@ def _live(args: argparse.Namespace, config: Config | None) -> PlanInput:
          for e in endpoints for path in config.paths if path.matches(e)),
         {p.name: path_role(p) for p in config.paths},
     )
-    return PlanInput(
+    inp = PlanInput(
         source=f"kubernetes (live list of {len(counted)} pods)", at=state.at, pods=pods,
         control_plane=control_plane, control_plane_source=cp_source, mesh=state.mesh,
         namespaces=namespaces, namespaces_source=ns_source,
         traffic=traffic, traffic_source="the config's paths matched to the probed pods",
-        history=None, history_source="live: one list, no history (--store has it)",
+        history=None, history_source="live: one list, no history (--with-store adds it)",
         lifetimes=None,
-        lifetimes_source="live: the lifetime check is recorded by a running probe (--store)",
-        latency=None, latency_source="live: request durations are the probe's (--store)",
+        lifetimes_source="live: the lifetime check is a running probe's (--with-store)",
+        latency=None, latency_source="live: request durations are a probe's (--with-store)",
+    )
+    if not args.with_store:
+        return inp
+    rec = _recorded(args.with_store, state.at, config, live=True)
+    measured = rec.traffic is not None
+    return dataclasses.replace(
+        inp,
+        traffic=rec.traffic if measured else inp.traffic,
+        traffic_source=rec.traffic_source if measured else inp.traffic_source,
+        history=rec.history, history_source=rec.history_source,
+        latency=rec.latency, latency_source=rec.latency_source,
+        lifetimes=rec.lifetimes, lifetimes_source=rec.lifetimes_source,
     )
 
 
@@ -229,32 +253,40 @@ def _traffic(hits: Iterable[tuple[str, str, str]], roles: Mapping[str, str]
 # -- recorded ----------------------------------------------------------------------------
 
 
-def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
-    from probes._timeparse import parse_time
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    """What a probe's store adds to the pods: each fact with where it came from."""
+
+    snapshots: tuple[InventorySnapshot, ...]
+    planes: tuple[ControlPlane, ...]
+    traffic: dict[tuple[str, str], WorkloadTraffic] | None
+    traffic_source: str
+    history: dict[tuple[str, str], WorkloadHistory] | None
+    history_source: str
+    latency: dict[str, tuple[float, int]] | None
+    latency_source: str
+    lifetimes: dict[str, list[dict[str, Any]]] | None
+    lifetimes_source: str
+
+
+def _recorded(path: str, until: float, config: Config | None, *, live: bool) -> _Recorded:
+    """The store's facts up to `until` (recorded: up to the last snapshot by then, so every
+    fact is of the same moment): snapshots, control plane, calls per pod and path, lifetime
+    checks and a day of request durations."""
     from probes.inventory_cli import CONTROL_PLANE_EVENT, planes_from_detail
     from probes.store import Store
     from probes.streams.recorder import LIFETIME_EVENT
 
-    spec = config.kubernetes if config is not None else None
-    now = time.time()
-    at = parse_time(args.at, now=now) if args.at else now
-    with Store.open(args.store, readonly=True) as store:
-        snapshots = store.read_inventory(since=0.0, until=at + 1e-6)
-        if not snapshots:
-            raise SourceUnavailable(f"{args.store}: no inventory snapshot at or before that time")
-        latest = snapshots[-1]
-        events = store.read_events(until=latest.at + 1e-6, kinds=[CONTROL_PLANE_EVENT])
+    with Store.open(path, readonly=True) as store:
+        snapshots = tuple(store.read_inventory(since=0.0, until=until + 1e-6))
+        last = until if live or not snapshots else snapshots[-1].at
+        events = store.read_events(until=last + 1e-6, kinds=[CONTROL_PLANE_EVENT])
         planes = planes_from_detail(events[-1].detail) if events else ()
-        totals = store.read_endpoint_totals(until=latest.at + 1e-6)
-        checks = store.read_events(until=latest.at + 1e-6, kinds=[LIFETIME_EVENT])
-        table = store.read_table(since=latest.at - _LATENCY_SPAN_S, until=latest.at + 1e-6)
+        totals = store.read_endpoint_totals(until=last + 1e-6)
+        checks = store.read_events(until=last + 1e-6, kinds=[LIFETIME_EVENT])
+        table = store.read_table(since=last - _LATENCY_SPAN_S, until=last + 1e-6)
     latency = _p99s(table, {p.name for p in config.paths if p.stream is None}
                     if config is not None else None)
-    control_plane, cp_source = _control_plane(args, spec, planes)
-    if planes and cp_source == planes[0].source:
-        cp_source = f"recorded by the probe ({cp_source})"
-    pods = tuple(PlanPods(r.namespace, r.workload, r.proxy_version, r.pods, r.max_age_s)
-                 for r in latest.rows)
     traffic: dict[tuple[str, str], WorkloadTraffic] | None = None
     if config is None:
         traffic_source = "the store has the paths each pod answered, not their kinds: give --config"
@@ -272,25 +304,49 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
     for event in checks:  # in time order: the last one per (path, cohort) wins
         latest_check[(event.path, event.cohort)] = {"cohort": event.cohort, **event.detail}
     lifetimes: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for (path, _), detail in sorted(latest_check.items()):
-        lifetimes[path].append(detail)
-    span = (latest.at - snapshots[0].at) / 86400.0
+    for (stream_path, _), detail in sorted(latest_check.items()):
+        lifetimes[stream_path].append(detail)
+    span = (last - snapshots[0].at) / 86400.0 if snapshots else 0.0
+    return _Recorded(
+        snapshots=snapshots, planes=planes, traffic=traffic, traffic_source=traffic_source,
+        history=workload_history(snapshots) if len(snapshots) > 1 else None,
+        history_source=(f"store: {len(snapshots)} inventory snapshots over {span:.1f} days"
+                        if len(snapshots) > 1 else
+                        f"store: {len(snapshots) or 'no'} inventory snapshot, no history"),
+        latency=latency or None,
+        latency_source=(f"store: p99 per path from the probe's pooled histograms over the"
+                        f" {_LATENCY_SPAN_S / 3600:.0f} h before {_rfc(last)}" if latency
+                        else f"store: no request windows in the day before {_rfc(last)}"),
+        lifetimes=dict(lifetimes) if checks else None,
+        lifetimes_source=(f"store: the probe's lifetime check ({len(checks)} records)"
+                          if checks else "store: no lifetime check recorded"),
+    )
+
+
+def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
+    from probes._timeparse import parse_time
+
+    spec = config.kubernetes if config is not None else None
+    now = time.time()
+    at = parse_time(args.at, now=now) if args.at else now
+    rec = _recorded(args.store, at, config, live=False)
+    if not rec.snapshots:
+        raise SourceUnavailable(f"{args.store}: no inventory snapshot at or before that time")
+    latest = rec.snapshots[-1]
+    control_plane, cp_source = _control_plane(args, spec, rec.planes)
+    if rec.planes and cp_source == rec.planes[0].source:
+        cp_source = f"recorded by the probe ({cp_source})"
+    pods = tuple(PlanPods(r.namespace, r.workload, r.proxy_version, r.pods, r.max_age_s)
+                 for r in latest.rows)
     return PlanInput(
         source=f"store {args.store} (inventory snapshot at {_rfc(latest.at)})",
         at=latest.at, pods=pods, control_plane=control_plane, control_plane_source=cp_source,
         mesh=spec.mesh if spec is not None else "",
         namespaces=None, namespaces_source="namespace labels are not recorded in the store",
-        traffic=traffic, traffic_source=traffic_source,
-        history=workload_history(snapshots) if len(snapshots) > 1 else None,
-        history_source=(f"store: {len(snapshots)} inventory snapshots over {span:.1f} days"
-                        if len(snapshots) > 1 else "store: one inventory snapshot, no history"),
-        latency=latency or None,
-        latency_source=(f"store: p99 per path from the probe's pooled histograms over the"
-                        f" {_LATENCY_SPAN_S / 3600:.0f} h before the snapshot" if latency
-                        else "store: no request windows in the day before the snapshot"),
-        lifetimes=dict(lifetimes) if checks else None,
-        lifetimes_source=(f"store: the probe's lifetime check ({len(checks)} records)"
-                          if checks else "store: no lifetime check recorded"),
+        traffic=rec.traffic, traffic_source=rec.traffic_source,
+        history=rec.history, history_source=rec.history_source,
+        latency=rec.latency, latency_source=rec.latency_source,
+        lifetimes=rec.lifetimes, lifetimes_source=rec.lifetimes_source,
     )
 
 

@@ -315,3 +315,47 @@ paths:
     assert events and {(e.path, e.cohort) for e in events} == {("feed", "1.22.3")}
     last = events[-1].detail
     assert last["open_streams"] == 2 and last["capped"] is False  # captured before the stop
+
+
+def test_live_with_a_store_a_capped_stream_tier_and_measured_drains(
+        cluster: tuple[FakeKubeApi, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Live pods, plus what a running probe recorded: the `feed` streams are capped, so the
+    stream tier needs no lifetime step and its restart passes the gate."""
+    _, config = cluster
+    now = time.time()
+    path = tmp_path / "probe.db"
+    agg = WindowAggregator(length_s=10.0, grace_s=0.0)
+    start = (now // 10) * 10 - 60
+    for i in range(60):
+        for name, ns, workload, probe in (
+                ("catalog-x-1", "shop", "deployment/catalog", "catalog"),
+                ("ticker-x-1", "feeds", "deployment/ticker", "feed")):
+            agg.add(CallResult(probe, f"{ns}/{name}", "1.21.4", start + i, 0.2, 0.0,
+                               CallOutcome(Outcome.OK, 200)),
+                    {"namespace": ns, "workload": workload, "pod": name})
+    with Store.open(path) as store:
+        store.write(*agg.flush(now=now, force=True))
+        for day in range(3):
+            store.write_inventory(now - (3 - day) * DAY, [
+                InventoryRow("shop", "deployment/catalog", "1.21.4", 2, (day % 2) * DAY + 60)])
+        store.write_events([Event("lifetime", now - 60, path="feed", cohort="1.21.4", detail={
+            "capped": True, "cap_s": 1800.0, "why": "cap ~30 min", "open_streams": 2,
+            "aged": 0, "oldest_s": 1700.0})])
+    code, plan = _json(capsys, "--config", str(config), "--with-store", str(path),
+                       "--to", "1.22.1", "--check", "2")
+    assert code == 1  # the control-plane move (step 1) comes first, and only that
+    assert len(plan["check"]["reasons"]) == 1 and "comes first" in plan["check"]["reasons"][0]
+    code, plan = _json(capsys, "--config", str(config), "--with-store", str(path),
+                       "--control-plane", "1.22.1", "--to", "1.22.1", "--check", "1")
+    assert code == 0 and plan["check"]["answer"] == "safe"  # the restart, streams capped
+    assert plan["sources"]["pods"].startswith("kubernetes (live list")
+    assert plan["sources"]["measurements"].startswith("store: calls per pod and path")
+    (stream,) = plan["connection_lifetime"]["streams"]
+    assert stream["capped"] is True and "step" not in stream
+    read = next(d for d in plan["drain"]["tiers"] if d["name"] == "read paths")
+    assert read["slowest_path"] == "catalog" and read["drain_s"] == 5  # ⌈3 × ~200 ms⌉ < 5
+    assert "shop/deployment/catalog" in {f"{w['namespace']}/{w['workload']}"
+                                         for w in plan["time"]["natural"]["workloads"]}
+    with pytest.raises(BadInput, match="--with-store"):
+        _run("--store", str(path), "--with-store", str(path), "--to", "1.22.1")
