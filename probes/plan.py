@@ -118,16 +118,23 @@ class WorkloadTraffic:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadHistory:
-    """A workload's recycles (its oldest pod replaced) over the recorded span."""
+    """A workload's recycles (its oldest pod replaced) over the recorded span: how many, and
+    the first and last snapshot that saw one."""
 
     span_s: float
     recycles: int
     snapshots: int
+    first_s: float = 0.0
+    last_s: float = 0.0
 
     @property
     def interval_s(self) -> float | None:
-        """Seconds between recycles; None when none was seen (the interval exceeds the span)."""
-        return self.span_s / self.recycles if self.recycles else None
+        """Seconds between recycles: between the first and the last seen when there are two
+        or more (the span's ends cut a cycle short), else the span (an upper bound); None
+        when none was seen (the interval exceeds the span)."""
+        if self.recycles >= 2:
+            return (self.last_s - self.first_s) / (self.recycles - 1)
+        return self.span_s if self.recycles else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,11 +407,9 @@ def workload_history(
             seen[key].append((snap.at, age))
     history: dict[tuple[str, str], WorkloadHistory] = {}
     for key, points in seen.items():
-        recycles = sum(
-            1 for (t0, a0), (t1, a1) in pairwise(points)
-            if a1 < a0 + (t1 - t0) - tolerance_s
-        )
-        history[key] = WorkloadHistory(points[-1][0] - points[0][0], recycles, len(points))
+        at = [t1 for (t0, a0), (t1, a1) in pairwise(points) if a1 < a0 + (t1 - t0) - tolerance_s]
+        history[key] = WorkloadHistory(points[-1][0] - points[0][0], len(at), len(points),
+                                       at[0] if at else 0.0, at[-1] if at else 0.0)
     return history
 
 

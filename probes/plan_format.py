@@ -148,8 +148,10 @@ def _sections(plan: Mapping[str, Any], limit: int) -> list[tuple[str, list[str],
                      f" {'at the earliest ' if natural['at_least'] else ''}{natural['done_by']}"
                      f" (history: {src['history']})")
         if natural["not_seen_recycling"]:
-            lines.append(f"  not seen recycling in the recorded span:"
-                         f" {len(natural['not_seen_recycling'])} workloads")
+            unseen = natural["not_seen_recycling"]
+            lines.append(f"  not seen recycling in the recorded span: {len(unseen)}"
+                         f" workload{'s' if len(unseen) != 1 else ''}: "
+                         + ", ".join(unseen[:limit]))
     tail = time["long_tail"]
     if tail["workloads"]:
         lines.append(

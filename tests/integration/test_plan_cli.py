@@ -205,9 +205,10 @@ def test_plan_from_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     natural = plan["time"]["natural"]
     assert natural["never"] == ["legacy/statefulset/ledger"]
     assert natural["slowest"] == "shop/deployment/checkout"
-    assert natural["days"] == pytest.approx(2 * 10 / 2)  # 2 recycles in 10 days, 2 restarts
+    assert natural["days"] == pytest.approx(2 * 5)  # 2 restarts × every 5 days
     rates = {w["workload"]: w for w in natural["workloads"]}
     assert rates["deployment/catalog"]["recycles"] == 5
+    assert rates["deployment/catalog"]["interval_days"] == pytest.approx(2)
     assert plan["tiers"][0]["name"] == "unmeasured"  # no --config: path kinds unknown
     assert plan["pinning"] is None
     assert any("namespace labels" in m for m in plan["missing"])

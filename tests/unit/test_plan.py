@@ -104,7 +104,7 @@ def test_history_counts_recycles_from_the_oldest_pods_age() -> None:
         )))
     hist = workload_history(snaps)
     assert hist[("shop", "deployment/weekly")].recycles == 2
-    assert hist[("shop", "deployment/weekly")].interval_s == pytest.approx(4.5 * DAY)
+    assert hist[("shop", "deployment/weekly")].interval_s == pytest.approx(4 * DAY)
     assert hist[("shop", "deployment/stuck")].recycles == 0
     assert hist[("shop", "deployment/stuck")].interval_s is None
 
