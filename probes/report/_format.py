@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from probes._timeparse import rfc3339
 from probes.report.model import METRIC_LABELS, Divergence, PathSection, Period
 from probes.report.summary import CohortFigures
 
-__all__ = ["divergence_sentence", "figure_cells", "metric_value", "pod_lines", "share", "when"]
+__all__ = [
+    "UPGRADE_HEADERS", "divergence_sentence", "figure_cells", "metric_value", "pod_lines",
+    "share", "upgrade_line", "upgrade_rows", "when",
+]
 
 
 def when(t: float) -> str:
@@ -89,3 +94,29 @@ def pod_lines(section: PathSection, warmup_s: float) -> list[str]:
         lines.append(f"warm-up (each pod's first {minutes}, kept out of the comparison): "
                      f"{warm['calls']:,} calls, {warm.get('errors', 0):,} errors")
     return lines
+
+
+def upgrade_rows(upgrade: Mapping[str, Any], most: int = 12) -> list[list[str]]:
+    """The upgrade's progress as table rows (time, pods on target, namespaces done, long
+    tail), at most `most`: the first, the last and evenly spaced ones between."""
+    points = upgrade["points"]
+    if len(points) > most:
+        step = (len(points) - 1) / (most - 1)
+        points = [points[round(i * step)] for i in range(most)]
+    return [
+        [p["at"], f"{p['on_target']}/{p['pods']}" + (f" ({p['share'] * 100:.1f} %)"
+                                                        if p["share"] is not None else ""),
+         f"{p['namespaces_done']}/{p['namespaces']}", str(p["long_tail_pods"])]
+        for p in points
+    ]
+
+
+UPGRADE_HEADERS = ("snapshot", "pods on the target", "namespaces done", "long tail (pods)")
+
+
+def upgrade_line(upgrade: Mapping[str, Any]) -> str:
+    """One line: the target, the projected date and how it was projected."""
+    done = upgrade["projected_done_by"]
+    return (f"target {upgrade['target']} (the newest version seen); every pod on it by"
+            f" {done or 'no date'} ({upgrade['projection']}); long tail: pods off the target"
+            f" older than {upgrade['max_pod_age_days']:g} d; {upgrade['tiers']}")

@@ -360,3 +360,29 @@ def test_live_with_a_store_a_capped_stream_tier_and_measured_drains(
                                          for w in plan["time"]["natural"]["workloads"]}
     with pytest.raises(BadInput, match="--with-store"):
         _run("--store", str(path), "--with-store", str(path), "--to", "1.22.1")
+
+
+def test_the_report_shows_the_upgrade_progress(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    now = time.time()
+    path = tmp_path / "probe.db"
+    with Store.open(path) as store:
+        for day in range(5):  # two pods a day move to 1.23.0; the ledger never does
+            store.write_inventory(now - (4 - day) * DAY - 120, [
+                InventoryRow("shop", "deployment/catalog", "1.23.0", 2 * day, 600.0),
+                InventoryRow("shop", "deployment/catalog", "1.22.3", 10 - 2 * day, 9 * DAY),
+                InventoryRow("legacy", "statefulset/ledger", "1.22.3", 2, 200 * DAY),
+            ])
+    _calls(path, now - 5)
+    out = tmp_path / "report"
+    assert main(["report", "--store", str(path), "--from", "-5d", "--out", str(out)]) == 0
+    capsys.readouterr()
+    upgrade = json.loads((out / "report.json").read_text())["period"]["upgrade"]
+    assert upgrade["target"] == "1.23.0" and len(upgrade["points"]) == 5
+    assert [p["on_target"] for p in upgrade["points"]] == [0, 2, 4, 6, 8]
+    assert {p["long_tail_pods"] for p in upgrade["points"]} == {2}
+    assert upgrade["projected_done_by"] is not None
+    markdown = (out / "report.md").read_text()
+    assert "## Upgrade progress (inventory snapshots)" in markdown
+    assert "| snapshot | pods on the target | namespaces done | long tail (pods) |" in markdown
+    assert "Upgrade progress" in (out / "report.html").read_text()

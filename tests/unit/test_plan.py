@@ -263,3 +263,25 @@ def test_drain_timers_from_the_slowest_measured_path_with_the_arithmetic() -> No
     assert "is SHORTER than" in write["against_defaults"]
     assert drains["stream holders"]["drain_s"] is None  # no unary path measured there
     assert plan["drain"]["defaults"]["envoy_drain_time_s"] == 600
+
+
+def test_progress_share_namespaces_long_tail_and_projection() -> None:
+    from probes.plan import progress
+
+    snaps = [InventorySnapshot(day * DAY, (
+        InventoryRow("shop", "deployment/a", "1.22.0", day, DAY),
+        InventoryRow("shop", "deployment/a", "1.21.0", 4 - day, DAY),
+        InventoryRow("legacy", "statefulset/old", "1.21.0", 2, 90 * DAY),
+        InventoryRow("batch", "deployment/x", "none", 1, DAY),
+    )) for day in range(4)]
+    out = progress(snaps)
+    assert out is not None and out["target"] == "1.22.0"
+    shares = [p["share"] for p in out["points"]]
+    assert shares == [0.0, round(1 / 6, 4), round(2 / 6, 4), 0.5]
+    assert [p["long_tail_pods"] for p in out["points"]] == [2, 2, 2, 2]
+    assert out["points"][-1]["namespaces_done"] == 0
+    # a straight line: +1/6 a day from 0.5 → 1.0 three days after the last snapshot
+    assert out["projected_done_by"] == "1970-01-07T00:00:00Z"
+    flat = progress(snaps[:1] * 2)
+    assert flat is not None and flat["projected_done_by"] is None
+    assert progress([]) is None
