@@ -125,7 +125,8 @@ def run_plan(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     code = EXIT_PASS
     if args.check is not None:
-        plan["check"] = check_step(plan, args.check)
+        verdict = _verdict(args.store or args.with_store, config, inp.at)
+        plan["check"] = check_step(plan, args.check, verdict=verdict)
         code = {"safe": EXIT_PASS, "not safe": EXIT_FAIL}.get(
             plan["check"]["answer"], EXIT_INCONCLUSIVE)
     if args.json:
@@ -378,9 +379,26 @@ def _rfc(at: float) -> str:
 # -- the gate ----------------------------------------------------------------------------
 
 
-def check_step(plan: Mapping[str, Any], number: int) -> dict[str, Any]:
+def _verdict(store: str | None, config: Config | None, at: float) -> Mapping[str, Any] | None:
+    """The verdict on the tiers restarted so far (the canary cohort against the baseline),
+    once the store holds two cohorts; None before the first restart or without a store."""
+    if store is None:
+        return None
+    from probes.store import Store
+    from probes.verdict_service import JudgingSettings, compute_verdict
+
+    with Store.open(store, readonly=True) as opened:
+        cohorts = [c for c in opened.cohorts() if c not in ("none", "unknown")]
+    if len(cohorts) < 2:
+        return None
+    return compute_verdict(store, config if config is not None else JudgingSettings(), now=at)
+
+
+def check_step(plan: Mapping[str, Any], number: int, *,
+               verdict: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Is step `number` of this plan safe to take now? `safe`, `not safe` (with reasons) or
-    `unknown` (the data to decide is missing)."""
+    `unknown` (the data to decide is missing). A restart also needs the verdict on what was
+    restarted before it to pass, when there is one (`verdict`: two cohorts in the store)."""
     steps = plan["steps"]
     if not 1 <= number <= len(steps):
         raise BadInput(f"--check {number}: the plan has {len(steps)} steps")
@@ -403,10 +421,21 @@ def check_step(plan: Mapping[str, Any], number: int) -> dict[str, Any]:
             reasons.append(f"control plane {plan['control_plane']} is in force; step"
                            f" {earlier[-1]['step']} (control plane to {earlier[-1]['to']})"
                            " comes first")
+        if verdict is not None and verdict.get("verdict") != "pass":
+            why = [r for r in verdict.get("reasons") or () if ": " in r][:3]
+            reasons.append(
+                f"the verdict on the pods restarted so far ({verdict.get('canary')} against"
+                f" {verdict.get('baseline')}) is {verdict.get('verdict')}"
+                + (": " + "; ".join(why) if why else ""))
         holders = {t["tier"]: set(t["stream_holders"]) for t in plan["tiers"]}
         for stream in plan["connection_lifetime"]["streams"]:
             if not stream["capped"] and holders[stream["tier"]] & set(step["touches"]):
                 state = "no cap recorded" if stream["capped"] is None else "no cap"
                 reasons.append(f"tier {stream['tier']} ({stream['tier_name']}) holds streams on"
                                f" {stream['path']} with {state}: {stream['step']}")
-    return {"step": number, "answer": "not safe" if reasons else "safe", "reasons": reasons}
+    out: dict[str, Any] = {"step": number, "answer": "not safe" if reasons else "safe",
+                           "reasons": reasons}
+    if step["kind"] == "restart":
+        out["verdict"] = None if verdict is None else {
+            k: verdict.get(k) for k in ("verdict", "baseline", "canary")}
+    return out

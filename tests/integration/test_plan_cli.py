@@ -386,3 +386,23 @@ def test_the_report_shows_the_upgrade_progress(tmp_path: Path,
     assert "## Upgrade progress (inventory snapshots)" in markdown
     assert "| snapshot | pods on the target | namespaces done | long tail (pods) |" in markdown
     assert "Upgrade progress" in (out / "report.html").read_text()
+
+
+def test_the_gate_wants_the_verdict_on_what_was_restarted_to_pass(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.servers.stores import store_with_a_failing_canary
+
+    now = time.time()
+    path = tmp_path / "probe.db"
+    store_with_a_failing_canary(path, now)  # checkout: the 1.21.0 pods fail one call in five
+    with Store.open(path) as store:
+        store.write_inventory(now - 5, [
+            InventoryRow("shop", "deployment/checkout", "1.21.0", 3, 600.0),
+            InventoryRow("shop", "deployment/checkout", "1.20.3", 3, 5 * DAY)])
+        store.write_events([Event(CONTROL_PLANE_EVENT, now - DAY, detail={"versions": [
+            {"version": "1.21.0", "revision": "default", "source": "deployment"}]})])
+    code, plan = _json(capsys, "--store", str(path), "--to", "1.21.0", "--check", "1")
+    assert plan["steps"][0]["kind"] == "restart" and code == 1
+    assert plan["check"]["verdict"] == {"verdict": "fail", "baseline": "1.20.3",
+                                        "canary": "1.21.0"}
+    assert "is fail: checkout: fail: success rate" in plan["check"]["reasons"][0]
