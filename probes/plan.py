@@ -97,6 +97,8 @@ class PlanPods:
     names: tuple[str, ...] = ()
     mode: str = ""  # sidecar, native-sidecar, ambient, none; "" when not recorded
     revision: str = ""
+    grace_s: float | None = None  # terminationGracePeriodSeconds (None: not known)
+    drain_s: float | None = None  # Istio terminationDrainDuration set on the pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -685,12 +687,33 @@ def _drain(inp: PlanInput, tiers: Sequence[Mapping[str, Any]]) -> list[dict[str,
                 " longer than the measured requests need"
             ),
         )
+        entry["in_force"] = _in_force(inp, tier["_keys"], int(drain), grace)
         if tier["_stream_keys"]:
             entry["streams"] = ("held streams do not finish within any drain: they end when"
                                 " it does unless a lifetime cap ended them first (see"
                                 " connection lifetime)")
         out.append(entry)
     return out
+
+
+def _in_force(inp: PlanInput, keys: Sequence[tuple[str, str]], drain: int, grace: int
+              ) -> dict[str, Any] | None:
+    """The tier's pods' own settings against the recommendation (None: not known, as in a
+    store, which keeps counts, not pod specs)."""
+    pods = [g for g in inp.pods if (g.namespace, g.workload) in set(keys) and g.names]
+    if not pods:
+        return None
+    graces = [g.grace_s if g.grace_s is not None else 30.0 for g in pods]
+    drains = [g.drain_s if g.drain_s is not None else 5.0 for g in pods]
+    short_grace = sorted({f"{g.namespace}/{g.workload}" for g, v in zip(pods, graces, strict=True)
+                          if v < grace})
+    short_drain = sorted({f"{g.namespace}/{g.workload}" for g, v in zip(pods, drains, strict=True)
+                          if v < drain})
+    return {
+        "pods": len(pods),
+        "grace_s": [min(graces), max(graces)], "drain_s": [min(drains), max(drains)],
+        "grace_too_short": short_grace, "drain_too_short": short_drain,
+    }
 
 
 # -- pinning -----------------------------------------------------------------------------

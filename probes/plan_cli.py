@@ -176,7 +176,7 @@ def _live(args: argparse.Namespace, config: Config | None) -> PlanInput:
     counted = [p for p in state.pods if p.counted]
     pods = tuple(
         PlanPods(p.namespace, p.workload, p.proxy.version, 1, p.age_s(state.at), (p.name,),
-                 p.proxy.mode, p.proxy.revision)
+                 p.proxy.mode, p.proxy.revision, p.grace_s, p.drain_s)
         for p in counted
     )
     control_plane, cp_source = _control_plane(args, spec, state.control_planes)

@@ -14,6 +14,11 @@ __all__ = ["format_markdown", "format_text"]
 Table = tuple[list[str], list[list[Any]]]
 
 
+def _span(values: Sequence[float]) -> str:
+    low, high = values
+    return f"{low:g} s" if low == high else f"{low:g}–{high:g} s"
+
+
 def _pods(n: int) -> str:
     return f"{n} pod{'s' if n != 1 else ''}"
 
@@ -130,6 +135,15 @@ def _sections(plan: Mapping[str, Any], limit: int) -> list[tuple[str, list[str],
         lines.append(f"tier {d['tier']} ({d['name']}): drain {d['drain_s']} s, grace"
                      f" {d['termination_grace_period_s']} s: {d['arithmetic']};"
                      f" {d['against_defaults']}")
+        force = d.get("in_force")
+        if force:
+            lines.append(
+                f"  in force on its {_pods(force['pods'])}: grace {_span(force['grace_s'])},"
+                f" drain {_span(force['drain_s'])}"
+                + (f"; grace too short: {', '.join(force['grace_too_short'][:limit])}"
+                   if force["grace_too_short"] else "")
+                + (f"; drain too short: {', '.join(force['drain_too_short'][:limit])}"
+                   if force["drain_too_short"] else ""))
         if d.get("streams"):
             lines.append(f"  {d['streams']}")
     sections.append(("drain timers", lines, None))

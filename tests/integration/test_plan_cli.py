@@ -70,7 +70,8 @@ def cluster(tmp_path: Path) -> Iterator[tuple[FakeKubeApi, Path]]:
         kp.pod("catalog-x-1", mesh="istio", version="1.21.4", ip="10.0.0.2", started=_ago(2)),
         kp.pod("catalog-x-2", mesh="istio-native", version="1.21.4", ip="10.0.0.3",
                started=_ago(3)),
-        kp.pod("checkout-x-1", mesh="istio", version="1.21.4", ip="10.0.0.4", started=_ago(2)),
+        kp.pod("checkout-x-1", mesh="istio", version="1.21.4", ip="10.0.0.4", started=_ago(2),
+               annotations={"proxy.istio.io/config": "terminationDrainDuration: 2s\n"}),
         kp.pod("cart-x-1", mesh="istio-ambient", ip="10.0.0.5", node="node-a",
                started=_ago(4)),
         kp.pod("ticker-x-1", namespace="feeds", mesh="istio", version="1.21.4", ip="10.0.0.6",
@@ -329,10 +330,11 @@ def test_live_with_a_store_a_capped_stream_tier_and_measured_drains(
     agg = WindowAggregator(length_s=10.0, grace_s=0.0)
     start = (now // 10) * 10 - 60
     for i in range(60):
-        for name, ns, workload, probe in (
-                ("catalog-x-1", "shop", "deployment/catalog", "catalog"),
-                ("ticker-x-1", "feeds", "deployment/ticker", "feed")):
-            agg.add(CallResult(probe, f"{ns}/{name}", "1.21.4", start + i, 0.2, 0.0,
+        for name, ns, workload, probe, latency in (
+                ("catalog-x-1", "shop", "deployment/catalog", "catalog", 0.2),
+                ("checkout-x-1", "shop", "deployment/checkout", "checkout", 3.0),
+                ("ticker-x-1", "feeds", "deployment/ticker", "feed", 0.2)):
+            agg.add(CallResult(probe, f"{ns}/{name}", "1.21.4", start + i, latency, 0.0,
                                CallOutcome(Outcome.OK, 200)),
                     {"namespace": ns, "workload": workload, "pod": name})
     with Store.open(path) as store:
@@ -354,8 +356,14 @@ def test_live_with_a_store_a_capped_stream_tier_and_measured_drains(
     assert plan["sources"]["measurements"].startswith("store: calls per pod and path")
     (stream,) = plan["connection_lifetime"]["streams"]
     assert stream["capped"] is True and "step" not in stream
-    read = next(d for d in plan["drain"]["tiers"] if d["name"] == "read paths")
+    drains = {d["name"]: d for d in plan["drain"]["tiers"]}
+    read, write = drains["read paths"], drains["write paths"]
     assert read["slowest_path"] == "catalog" and read["drain_s"] == 5  # ⌈3 × ~200 ms⌉ < 5
+    assert read["in_force"]["grace_s"] == [30.0, 30.0] and not read["in_force"]["drain_too_short"]
+    # checkout's p99 is about 3 s: 3 × p99 ≈ 9-10 s, and the pod sets a 2 s drain
+    assert 9 <= write["drain_s"] <= 10 and write["termination_grace_period_s"] == 30
+    assert write["in_force"]["drain_s"] == [2.0, 2.0]
+    assert write["in_force"]["drain_too_short"] == ["shop/deployment/checkout"]
     assert "shop/deployment/catalog" in {f"{w['namespace']}/{w['workload']}"
                                          for w in plan["time"]["natural"]["workloads"]}
     with pytest.raises(BadInput, match="--with-store"):
