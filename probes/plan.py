@@ -79,8 +79,6 @@ SKEW_SOURCES: Final[Mapping[str, str]] = MappingProxyType({
         " mesh is not recorded in a store: give --config to name it)",
 })
 
-# HTTP methods that only read (RFC 9110 safe methods): their paths form the read tier.
-_READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 _NUMBER = re.compile(r"(\d+)")
 
 
@@ -226,7 +224,7 @@ def plan_steps(
         raise ValueError(f"--to {target} is older than the control plane ({control_plane}):"
                          " a downgrade is not planned")
 
-    # Each group's (major, minor) now, and whether it is on the target's exact version.
+    # Each group's (major, minor) and version as the plan moves it; `initial` keeps today's.
     state: list[tuple[PlanPods, tuple[int, int], Version]] = []
     not_planned: list[PlanPods] = []
     without_proxy = 0

@@ -57,6 +57,7 @@ from probes.store.records import InventorySnapshot
 
 __all__ = ["add_plan_parser", "check_step", "path_role", "run_plan"]
 
+# HTTP methods that only read (RFC 9110's safe methods): their paths form the read tier.
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
