@@ -6,7 +6,8 @@
     ├── StoreError            → exit 4: the store cannot be opened or read
     │   ├── StoreCorrupt
     │   └── StoreLocked       (another `skewprobe run` writes it)
-    └── SourceUnavailable     → exit 4: a data source (Prometheus, API) did not answer
+    ├── SourceUnavailable     → exit 4: a data source (Prometheus, API) did not answer
+    └── DataMissing           → exit 3: the source answered, but without what is needed
 
 Library errors (httpx, grpc, sqlite3, yaml) are translated at the edge where they are caught
 (`raise ... from exc`), so callers only ever see these.
@@ -62,3 +63,10 @@ class StoreLocked(StoreError):
 
 class SourceUnavailable(SkewprobeError):
     exit_code = EXIT_UNAVAILABLE
+
+
+class DataMissing(SkewprobeError):
+    """The data source answered but lacks a fact the answer needs (a control-plane version):
+    inconclusive, never planned around."""
+
+    exit_code = EXIT_INCONCLUSIVE

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 DURATION = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)$"
+DAYS = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h|d)$"
 RATE = r"^[0-9]+(\.[0-9]+)?/(s|m|min|h)$"
 
 _str_map: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
@@ -273,6 +274,29 @@ SCHEMA: dict[str, Any] = {
                     "properties": {"path": {"type": "string", "minLength": 1}},
                 },
                 "kubernetes": _kubernetes,
+            },
+        },
+        "plan": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": "skewprobe plan: tiers and pace of the restarts",
+            "properties": {
+                "first_namespaces": {
+                    "type": "array", "items": {"type": "string", "minLength": 1},
+                    "description": "the first restart tier (default: [platform-test], where"
+                    " the reference target is installed)",
+                },
+                "tier_label": {
+                    "type": "string", "minLength": 1,
+                    "description": "namespace label or annotation ordering the tiers"
+                    " (default skewprobe.io/restart-tier)",
+                },
+                "max_pod_age": {"type": "string", "pattern": DAYS,
+                                "description": "older pods are the long tail (default 30d)"},
+                "tier_every": {"type": "string", "pattern": DAYS,
+                               "description": "one tier restarted per (default 1d)"},
+                "soak": {"type": "string", "pattern": DAYS,
+                         "description": "wait after each fleet restart (default 1d)"},
             },
         },
         "inventory": {

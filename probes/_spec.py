@@ -206,6 +206,19 @@ class KubernetesSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanSpec:
+    """`skewprobe plan`'s choices (`probes.plan`): the first tier's namespaces, the namespace
+    label or annotation that orders tiers, the pod age past which a workload is the long
+    tail, and the pace of forced restarts (one tier every `tier_every_s`, then `soak_s`)."""
+
+    first_namespaces: tuple[str, ...] = ("platform-test",)
+    tier_label: str = "skewprobe.io/restart-tier"
+    max_pod_age_s: float = 30 * 86400.0
+    tier_every_s: float = 86400.0
+    soak_s: float = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
 class ApiTlsSpec:
     """TLS for the probe's own API: `cert` and `key` files; with `client_ca`, only clients
     presenting a certificate it signed complete the handshake (mTLS)."""
@@ -258,6 +271,7 @@ class Config:
     store: str = "skewprobe.db"
     listen: str = "127.0.0.1:9464"
     inventory_every_s: float = 60.0
+    plan: PlanSpec = PlanSpec()
     # `source: prometheus`: where `/verdict` reads every probe's series (PrometheusSettings).
     prometheus: PrometheusSettings | None = None
     api: ApiSpec = ApiSpec()

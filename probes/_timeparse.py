@@ -30,6 +30,17 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
+def parse_days(text: str) -> float:
+    """`30d`, `12h`, `2.5d` → seconds: the plan's spans (pod ages, soaks) run to days."""
+    value = text.strip()
+    if value.endswith("d") and re.fullmatch(r"[0-9]+(?:\.[0-9]+)?d", value):
+        return float(value[:-1]) * 86400.0
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration like 30d, 12h, 90m") from None
+
+
 def parse_time(text: str, *, now: float) -> float:
     """Return epoch seconds for `text`.
 

@@ -106,9 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     verdict.add_argument("--json", action="store_true", help="print the verdict JSON")
 
     from probes.inventory_cli import add_inventory_parser
+    from probes.plan_cli import add_plan_parser
     from probes.report.cli import add_report_parser
 
     add_inventory_parser(sub)
+    add_plan_parser(sub)
     add_report_parser(sub)
 
     demo = sub.add_parser("demo", help="run the local fleet with a simulated rollout and probe it")
@@ -164,6 +166,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from probes.inventory_cli import run_inventory
 
         return run_inventory(args)
+    if args.command == "plan":
+        from probes.plan_cli import run_plan
+
+        return run_plan(args)
     if args.command == "demo":
         from probes.demo import run_demo
 

@@ -36,13 +36,14 @@ from probes._spec import (
     HttpSpec,
     KubernetesSpec,
     PathSpec,
+    PlanSpec,
     SkewPolicy,
     StreamSpec,
     TlsSpec,
     Tolerances,
     VersionSource,
 )
-from probes._timeparse import parse_duration
+from probes._timeparse import parse_days, parse_duration
 from probes._types import Endpoint
 
 __all__ = ["load_config", "parse_config", "parse_duration", "parse_rate"]
@@ -292,6 +293,7 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
     probe = data.get("probe") or {}
     cohort = data.get("cohort") or {}
     inventory = data.get("inventory") or {}
+    plan = _plan(data.get("plan") or {}, b)
     prometheus = None
     if "prometheus" in data:
         from probes.store.prometheus import PrometheusSettings
@@ -333,11 +335,35 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
         store=(data.get("store") or {}).get("path", "skewprobe.db"),
         listen=data.get("listen", "127.0.0.1:9464"),
         api=_api(data.get("api") or {}),
+        plan=plan,
         inventory_every_s=(
             b.duration(inventory["snapshot_every"], ["inventory", "snapshot_every"])
             if "snapshot_every" in inventory
             else 60.0
         ),
+    )
+
+
+def _plan(raw: Mapping[str, Any], b: _Builder) -> PlanSpec:
+    base = PlanSpec()
+
+    def days(key: str, default: float) -> float:
+        if key not in raw:
+            return default
+        try:
+            seconds = parse_days(raw[key])
+        except ValueError as exc:
+            raise b.fail(str(exc), ["plan", key]) from None
+        if seconds <= 0 and key != "soak":
+            raise b.fail(f"{raw[key]!r} must be longer than zero", ["plan", key])
+        return seconds
+
+    return PlanSpec(
+        first_namespaces=tuple(raw.get("first_namespaces", base.first_namespaces)),
+        tier_label=raw.get("tier_label", base.tier_label),
+        max_pod_age_s=days("max_pod_age", base.max_pod_age_s),
+        tier_every_s=days("tier_every", base.tier_every_s),
+        soak_s=days("soak", base.soak_s),
     )
 
 

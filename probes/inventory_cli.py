@@ -28,7 +28,10 @@ from probes._stdout import emit
 from probes.discovery.meshes import NONE, ControlPlane
 from probes.inventory import report_from_pods, report_from_rows
 
-__all__ = ["CONTROL_PLANE_EVENT", "add_inventory_parser", "format_report", "run_inventory"]
+__all__ = [
+    "CONTROL_PLANE_EVENT", "add_inventory_parser", "format_report", "planes_from_detail",
+    "run_inventory",
+]
 
 # The store event a running probe writes when the control plane it sees changes
 # (detail: {"versions": [{"version", "revision", "source"}, ...]}).
@@ -113,11 +116,12 @@ def _from_store(args: argparse.Namespace) -> dict[str, Any]:
             planes: Sequence[ControlPlane] = (ControlPlane(control_plane, "", "command line"),)
         else:
             events = store.read_events(until=snapshot.at + 1e-6, kinds=[CONTROL_PLANE_EVENT])
-            planes = _planes(events[-1].detail) if events else ()
+            planes = planes_from_detail(events[-1].detail) if events else ()
     return report_from_rows(snapshot.rows, planes, policy, at=snapshot.at)
 
 
-def _planes(detail: Mapping[str, Any]) -> tuple[ControlPlane, ...]:
+def planes_from_detail(detail: Mapping[str, Any]) -> tuple[ControlPlane, ...]:
+    """The control planes a recorded `control_plane` event names."""
     return tuple(
         ControlPlane(str(p.get("version", "")), str(p.get("revision", "")),
                      str(p.get("source", "")))

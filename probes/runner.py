@@ -150,6 +150,7 @@ class ProbeRunner:
         )
         self.streams = StreamRecorder(self.aggregator, self.metrics)
         self.stream_prober: StreamProber | None = None
+        self._lifetime_at = 0.0
         self.open_at_stop: tuple[OpenStream, ...] = ()
         self.last_verdict: Mapping[str, Any] | None = None
         # Events made on the loop (overload changes), written with the next window.
@@ -293,6 +294,12 @@ class ProbeRunner:
             self.stream_prober.checkpoint(now)  # stream-seconds up to now, before flushing
         events = [*self._events, *self.restarts.drain(), *self.streams.storm_events(now)]
         self._events.clear()
+        if self.stream_prober is not None and (force or now - self._lifetime_at >= 300.0):
+            # The lifetime check for `skewprobe plan`, every 5 minutes and at the end (the
+            # streams open then were captured before the prober closed them).
+            held = self.open_at_stop if force else self.stream_prober.open_streams()
+            events += self.streams.lifetime_events(held, now)
+            self._lifetime_at = now
         await self.writer.write(now, events, force=force)
 
     @property

@@ -56,7 +56,9 @@ from probes.discovery._reflector import (
 from probes.discovery.meshes import UNKNOWN, ControlPlane, NodeProxy, extractor_for
 from probes.discovery.pods import PodRecord, endpoint_for, pod_record
 
-__all__ = ["SERVICE_ACCOUNT_DIR", "ClusterState", "KubernetesSource", "WatchTiming"]
+__all__ = [
+    "SERVICE_ACCOUNT_DIR", "ClusterState", "KubernetesSource", "NamespaceMeta", "WatchTiming",
+]
 
 log = logging.getLogger("skewprobe.discovery.kubernetes")
 
@@ -189,6 +191,25 @@ class KubernetesSource:
                 except TRANSIENT as exc:
                     log.warning("%s: %s; the inventory goes without it", aux.name, describe(exc))
             return self.state()
+
+    async def list_namespaces(self) -> dict[str, NamespaceMeta]:
+        """Every namespace's labels and annotations, listed once: for `skewprobe plan`
+        (restart tiers by label, Istio revision pinning). Raises SourceUnavailable when the
+        API does not answer or refuses (a probe's RBAC need not include namespaces)."""
+        async with self._session() as api:
+            reflector: Reflector[NamespaceMeta] = Reflector(
+                "namespaces", CoreV1Api(api).list_namespace, (), selector=None,
+                convert=_namespace_meta, on_change=lambda: None, timing=self.timing,
+                rng=self._rng, reauth=self._reauth,
+            )
+            try:
+                await reflector.list()
+            except TRANSIENT as exc:
+                raise SourceUnavailable(
+                    f"kubernetes API {api.configuration.host}: listing namespaces:"
+                    f" {describe(exc)}"
+                ) from exc
+            return {meta.name: meta for meta in reflector.store.values()}
 
     def health(self) -> tuple[bool, str]:
         """(ok, one line): ok while every pod list has synced and the API answers.
@@ -402,6 +423,24 @@ class KubernetesSource:
         if self._planes is None:
             return ()
         return tuple(sorted(self._planes.store.values(), key=lambda c: (c.revision, c.source)))
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceMeta:
+    """A namespace's name, labels and annotations."""
+
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+
+def _namespace_meta(obj: Mapping[str, Any]) -> NamespaceMeta:
+    meta = obj.get("metadata") or {}
+    return NamespaceMeta(
+        str(meta.get("name", "")),
+        {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+    )
 
 
 def _expand(path: str | None) -> str | None:

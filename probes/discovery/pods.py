@@ -73,6 +73,11 @@ class PodRecord:
     ports: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     port: int | None = None
     port_problem: str = ""
+    # How the pod stops (for `skewprobe plan`'s drain timers): the pod's
+    # terminationGracePeriodSeconds and Istio's per-pod terminationDrainDuration
+    # (`proxy.istio.io/config`); None when the pod does not set them.
+    grace_s: float | None = None
+    drain_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -211,7 +216,29 @@ def pod_record(
         ports=MappingProxyType(ports),
         port=number,
         port_problem=problem,
+        grace_s=_seconds(spec.get("terminationGracePeriodSeconds")),
+        drain_s=_istio_drain((meta.get("annotations") or {}).get("proxy.istio.io/config")),
     )
+
+
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _istio_drain(config: Any) -> float | None:
+    """`terminationDrainDuration` from a pod's `proxy.istio.io/config` annotation (YAML of a
+    ProxyConfig, e.g. `terminationDrainDuration: 20s`); None when absent or unreadable."""
+    if not isinstance(config, str) or "terminationDrainDuration" not in config:
+        return None
+    import yaml
+
+    from probes._timeparse import parse_duration
+
+    try:
+        value = (yaml.safe_load(config) or {}).get("terminationDrainDuration")
+        return parse_duration(str(value)) if value is not None else None
+    except (yaml.YAMLError, AttributeError, ValueError):
+        return None
 
 
 def endpoint_for(record: PodRecord) -> Endpoint:

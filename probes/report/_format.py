@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from probes._timeparse import rfc3339
 from probes.report._judge import POOLED
 from probes.report.model import METRIC_LABELS, Divergence, PathSection, Period, WarmupBand
 from probes.report.summary import CohortFigures
 
-__all__ = ["divergence_sentence", "duration", "figure_cells", "metric_value", "pod_lines",
-           "pod_method", "replay_line", "share", "warmup_line", "when"]
+__all__ = [
+    "UPGRADE_HEADERS", "divergence_sentence", "duration", "figure_cells", "metric_value",
+    "pod_lines", "pod_method", "replay_line", "share", "upgrade_line", "upgrade_rows",
+    "warmup_line", "when",
+]
 
 
 def when(t: float) -> str:
@@ -119,3 +124,29 @@ def warmup_line(band: WarmupBand) -> str:
         f"{c.calls:,} calls, {c.errors:,} errors" for c in band.cohorts)
     return (f"warm-up (first {duration(band.seconds)} of each pod): {band.calls:,} calls, "
             f"{band.errors:,} errors, kept out of the comparison ({per})")
+
+
+def upgrade_rows(upgrade: Mapping[str, Any], most: int = 12) -> list[list[str]]:
+    """The upgrade's progress as table rows (time, pods on target, namespaces done, long
+    tail), at most `most`: the first, the last and evenly spaced ones between."""
+    points = upgrade["points"]
+    if len(points) > most:
+        step = (len(points) - 1) / (most - 1)
+        points = [points[round(i * step)] for i in range(most)]
+    return [
+        [p["at"], f"{p['on_target']}/{p['pods']}" + (f" ({p['share'] * 100:.1f} %)"
+                                                        if p["share"] is not None else ""),
+         f"{p['namespaces_done']}/{p['namespaces']}", str(p["long_tail_pods"])]
+        for p in points
+    ]
+
+
+UPGRADE_HEADERS = ("snapshot", "pods on the target", "namespaces done", "long tail (pods)")
+
+
+def upgrade_line(upgrade: Mapping[str, Any]) -> str:
+    """One line: the target, the projected date and how it was projected."""
+    done = upgrade["projected_done_by"]
+    return (f"target {upgrade['target']} (the newest version seen); every pod on it by"
+            f" {done or 'no date'} ({upgrade['projection']}); long tail: pods off the target"
+            f" older than {upgrade['max_pod_age_days']:g} d; {upgrade['tiers']}")

@@ -14,6 +14,7 @@ from html import escape
 
 from probes.report._format import (
     FIGURE_HEADERS,
+    UPGRADE_HEADERS,
     divergence_sentence,
     figure_cells,
     first_line,
@@ -22,6 +23,8 @@ from probes.report._format import (
     pod_method,
     replay_line,
     share,
+    upgrade_line,
+    upgrade_rows,
     warmup_line,
     when,
 )
@@ -282,6 +285,12 @@ def report_html(report: Report, charts: Mapping[str, Sequence[Chart]],
         body.append(f'<p class="sub">Compared with {_period_line(cmp_, colours)}</p>')
     body.append(_stats(report))
     body.append('<section class="card"><h2>Summary</h2>' + _summary(report) + "</section>")
+    if cur.upgrade is not None:
+        body.append('<section class="card"><h2>Upgrade progress</h2><p>'
+                    + escape(upgrade_line(cur.upgrade)) + "</p>"
+                    + _table(list(UPGRADE_HEADERS),
+                             [[escape(c) for c in row] for row in upgrade_rows(cur.upgrade)])
+                    + "</section>")
     body.append('<section class="card"><h2>First divergence per path and metric</h2>'
                 + _divergence_table(cur) + "</section>")
     body.append('<section class="card"><h2>Worst endpoints (pods) by errors</h2>'

@@ -106,6 +106,7 @@ def _period(p: Period) -> dict[str, Any]:
         "canary": p.canary, "bucket_s": p.data.grid.step, "look_s": p.look_s,
         "window_s": p.data.window_s, "alpha_share": _num(p.alpha_share),
         "rollout_source": p.rollout_source, "notes": list(p.notes), "events": p.event_counts,
+        "upgrade": p.upgrade,
     }
 
 

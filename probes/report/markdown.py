@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from probes.report._format import (
     FIGURE_HEADERS,
+    UPGRADE_HEADERS,
     duration,
     figure_cells,
     first_line,
@@ -19,6 +20,8 @@ from probes.report._format import (
     pod_method,
     replay_line,
     share,
+    upgrade_line,
+    upgrade_rows,
     warmup_line,
     when,
 )
@@ -93,6 +96,9 @@ def report_markdown(report: Report) -> str:
             row.append(report.compared_note(s.path) or "")
         rows.append(row)
     add("## Summary", _table(headers, rows))
+    if cur.upgrade is not None:
+        add("## Upgrade progress (inventory snapshots)",
+            [upgrade_line(cur.upgrade), "", *_table(UPGRADE_HEADERS, upgrade_rows(cur.upgrade))])
     add("## First divergence per path and metric", _divergences(cur))
     per_pod = [f"- **{s.path}**: {line}" for s in cur.sections
                for line in [*pod_lines(s),

@@ -21,6 +21,7 @@ import numpy as np
 from probes._exceptions import BadInput
 from probes._timeparse import rfc3339
 from probes.measure.histogram import Histogram
+from probes.plan import progress
 from probes.report._collect import Collected, collect
 from probes.report._endpoints import PathErrors, WorstEndpoint, probed_per_bucket, worst
 from probes.report._judge import PathJudgement, judge_paths
@@ -176,6 +177,9 @@ class Period:
     events: tuple[Event, ...]
     worst: tuple[WorstEndpoint, ...]
     alpha_share: float
+    # The upgrade's progress from the inventory snapshots (`probes.plan.progress`): share on
+    # the newest version, namespaces done, the long tail, the projected date; None without.
+    upgrade: Mapping[str, Any] | None = None
 
     def section(self, path: str) -> PathSection | None:
         return next((s for s in self.sections if s.path == path), None)
@@ -314,6 +318,9 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
         notes.append("no baseline and canary to compare, so no verdict is replayed")
     since, until = data.since, data.until
     snapshots = store.read_inventory(since, until)
+    # The upgrade runs for days: its progress over the whole range asked, not only where the
+    # probe has windows.
+    upgrade = progress(store.read_inventory(*asked))
     if snapshots:
         fleet = from_inventory(snapshots)
         source = INVENTORY
@@ -359,6 +366,7 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
         notes=tuple(notes), sections=tuple(sections), rollout=fleet, rollout_source=source,
         events=events, worst=tuple(worst_pods),
         alpha_share=settings.alpha / (4 * max(1, len(with_data))),
+        upgrade=upgrade,
     )
 
 

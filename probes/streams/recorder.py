@@ -31,7 +31,11 @@ from probes.store.records import Event
 from probes.streams.lifetime import Lifetime, LifetimeReport, lifetime_report
 from probes.streams.storm import ResetMark, Storm, StormDetector
 
-__all__ = ["StreamRecorder"]
+__all__ = ["LIFETIME_EVENT", "StreamRecorder"]
+
+# The store event that keeps the lifetime check per (path, cohort): `skewprobe plan` reads it
+# to tell a stream tier with a lifetime cap from one without.
+LIFETIME_EVENT = "lifetime"
 
 
 class StreamRecorder:
@@ -117,6 +121,20 @@ class StreamRecorder:
     ) -> list[LifetimeReport]:
         """The lifetime check per (path, cohort), with `StreamProber.open_streams()`."""
         return lifetime_report(self.lifetimes, open_streams, threshold_s=threshold_s)
+
+    def lifetime_events(
+        self, open_streams: Iterable[OpenStream], now: float, threshold_s: float = 3600.0
+    ) -> list[Event]:
+        """The lifetime check as store Events, one per (path, cohort): individual lifetimes
+        stay in memory, so this is what a reader of the store learns of them."""
+        return [
+            Event(LIFETIME_EVENT, now, path=r.path, cohort=r.cohort, detail={
+                "capped": r.cap.capped, "cap_s": r.cap.cap_s, "why": r.cap.why,
+                "ended": r.cap.ended, "open_streams": r.open_streams, "aged": r.aged,
+                "threshold_s": r.threshold_s, "oldest_s": round(r.oldest_s, 1),
+            })
+            for r in self.lifetime_report(open_streams, threshold_s)
+        ]
 
     def resets(self, path: str | None = None) -> Counter[str]:
         """Resets by reason so far (all paths, or one)."""

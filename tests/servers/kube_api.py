@@ -4,7 +4,8 @@ No API server can run here, so the probe's discovery is tested against this one,
 kubernetes-asyncio pointed at it through a generated kubeconfig (or in-cluster settings).
 What it implements, as the API does (api-concepts: efficient detection of changes):
 
-- `GET /api/v1[/namespaces/{ns}]/pods` and `/apis/apps/v1[/namespaces/{ns}]/deployments`:
+- `GET /api/v1[/namespaces/{ns}]/pods`, `/apis/apps/v1[/namespaces/{ns}]/deployments` and
+  `/api/v1/namespaces`:
   lists (`kind: PodList`, items without kind/apiVersion, `metadata.resourceVersion`) with
   `labelSelector` (equality and set-based), `limit` and `continue` (a consistent snapshot;
   an expired token is 410 `Expired`);
@@ -50,6 +51,7 @@ RESOURCES: Mapping[str, tuple[str, str]] = {
     # resource -> (apiVersion, kind)
     "pods": ("v1", "Pod"),
     "deployments": ("apps/v1", "Deployment"),
+    "namespaces": ("v1", "Namespace"),  # cluster-scoped: listed at /api/v1/namespaces
 }
 _KIND_TO_RESOURCE = {kind: resource for resource, (_, kind) in RESOURCES.items()}
 

@@ -423,3 +423,19 @@ def terminating(obj: Json, at: str = "2024-05-02T10:00:00Z") -> Json:
     out["metadata"]["deletionTimestamp"] = at
     out["metadata"]["deletionGracePeriodSeconds"] = 30
     return out
+
+
+def namespace(name: str, *, labels: dict[str, str] | None = None,
+              annotations: dict[str, str] | None = None) -> Json:
+    """A Namespace as `kubectl get ns -o json` shows it (labels carry injection, revision)."""
+    return {
+        "kind": "Namespace", "apiVersion": "v1",
+        "metadata": {
+            "name": name, "uid": _uid("ns", name), "resourceVersion": "1",
+            "creationTimestamp": STARTED,
+            "labels": {"kubernetes.io/metadata.name": name, **(labels or {})},
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
