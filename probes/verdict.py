@@ -68,7 +68,7 @@ from probes.stats.cohorts import pick_cohorts
 from probes.stats.metrics import CohortEvidence, MetricVerdict
 from probes.stats.pods import PodGrid
 from probes.stats.quantile import Layout
-from probes.stats.series import Columns, PathSeries, columns, path_series
+from probes.stats.series import Columns, PathSeries, columns, overlapping, path_series
 
 __all__ = [
     "FAIL",
@@ -287,9 +287,7 @@ def _without(cols: Columns, spans: Sequence[tuple[float, float]]) -> Columns:
     """`cols` with the windows that overlap any of `spans` emptied (they count for nothing)."""
     if not spans:
         return cols
-    out = np.zeros(cols.start.size, dtype=bool)
-    for lo, hi in spans:
-        out |= (cols.start + cols.length > lo) & (cols.start < hi)
+    out = overlapping(cols.start, cols.length, spans)
     if not out.any():
         return cols
     return replace(cols, requests=np.where(out, 0, cols.requests),

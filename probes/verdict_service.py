@@ -30,6 +30,7 @@ from probes._timeparse import parse_time, rfc3339
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.pods import PodGrid, pod_grids
+from probes.stats.series import overlapping
 from probes.store import Store
 from probes.verdict import judge
 
@@ -273,7 +274,7 @@ def verdict_from_source(
     else:
         window_s = settings.window_s
     pods = _pod_grids(source, since_t, until, paths, settings.warmup_s, exclude,
-                      settings.window_s if step is None else float(step))
+                      window_s=window_s)
     verdict = judge(
         table,
         tolerances=settings.tolerances,
@@ -298,7 +299,7 @@ MAX_STRATA = 1440
 
 def _pod_grids(source: WindowSource, since: float | None, until: float | None,
                paths: Sequence[str] | None, warmup_s: float,
-               exclude: Sequence[tuple[float, float]] = (), window_s: float = 0.0,
+               exclude: Sequence[tuple[float, float]] = (), *, window_s: float,
                ) -> Mapping[str, PodGrid] | None:
     """Per path, the pods × windows grid, if the source keeps per-pod counts (the SQLite
     store does; Prometheus series are per path and cohort, so its verdict pools calls).
@@ -310,14 +311,12 @@ def _pod_grids(source: WindowSource, since: float | None, until: float | None,
     # Long spans are judged in coarser time strata: at most MAX_STRATA per pod, so a day
     # of windows costs a few times fewer rows (strata of a minute still cancel outages).
     stratum = None
-    if lo is not None and until is not None and window_s > 0:
+    if lo is not None and until is not None:
         merge = math.ceil((until - lo) / window_s / MAX_STRATA)
         stratum = merge * window_s if merge > 1 else None
     cols = read(since=lo, until=until, paths=paths, stratum_s=stratum)
     # Overloaded windows still tell when a pod was first seen (its warm-up), not its errors.
-    out = np.zeros(len(cols), dtype=bool)
-    for lo, hi in exclude:
-        out |= (cols.start >= lo - 1e-9) & (cols.start < hi)
+    out = overlapping(cols.start, stratum or window_s, exclude)
     requests = np.where(out, 0, cols.requests)
     errors = np.where(out, 0, cols.errors)
     return pod_grids(

@@ -27,7 +27,7 @@ import numpy.typing as npt
 from probes._types import Outcome, PathWindow
 from probes.measure.histogram import BUCKET_COUNT
 
-__all__ = ["CohortTotals", "Columns", "PathSeries", "columns", "path_series"]
+__all__ = ["CohortTotals", "Columns", "PathSeries", "columns", "overlapping", "path_series"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -266,4 +266,16 @@ def path_series(
         tb = totals(2 * i) if sb is not None else None
         tc = totals(2 * i + 1) if sc is not None else None
         out.append(PathSeries(name, tuple(sorted(newest)), newest, span, tb, tc))
+    return out
+
+
+def overlapping(start: npt.NDArray[np.float64], length: npt.NDArray[np.float64] | float,
+                spans: Sequence[tuple[float, float]]) -> npt.NDArray[np.bool_]:
+    """Which windows [start, start + length) share any time with a span [lo, hi): the rule
+    every reader applies to an overloaded probe's spans (a window touched by one counts for
+    nothing, whatever its length)."""
+    out = np.zeros(np.shape(start), dtype=bool)
+    end = start + length
+    for lo, hi in spans:
+        out |= (end > lo) & (start < hi)
     return out

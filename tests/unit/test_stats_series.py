@@ -8,7 +8,7 @@ import numpy as np
 
 from probes._types import PathWindow
 from probes.measure.histogram import BUCKET_COUNT
-from probes.stats.series import columns, path_series
+from probes.stats.series import columns, overlapping, path_series
 
 
 def _w(start: float, cohort: str, ok: int, errors: int = 0, path: str = "checkout",
@@ -78,3 +78,15 @@ def test_store_table_gives_the_same_totals(tmp_path: Path) -> None:
             y.requests, y.errors, y.attempts_sum, y.windows)
         assert x.requests == 3 * 100 + 30 + 3  # probe errors left out
         assert np.array_equal(x.latency, y.latency)
+
+
+def test_overlapping_windows_share_time_with_a_span_whatever_their_length() -> None:
+    start = np.array([0.0, 10.0, 20.0, 30.0])
+    # A span from 5 s into the first window to the start of the third: windows 0 and 1.
+    assert overlapping(start, 10.0, [(5.0, 20.0)]).tolist() == [True, True, False, False]
+    # Strata of 20 s: the span inside the second half of the first stratum touches it only.
+    assert overlapping(start[[0, 2]], 20.0, [(12.0, 18.0)]).tolist() == [True, False]
+    # An open-ended span (the probe still overloaded at its last event).
+    assert overlapping(start, np.full(4, 10.0), [(25.0, np.inf)]).tolist() == [
+        False, False, True, True]
+    assert not overlapping(start, 10.0, []).any()

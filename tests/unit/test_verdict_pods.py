@@ -15,7 +15,7 @@ import numpy as np
 from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.store import Store
-from probes.verdict_service import JudgingSettings, compute_verdict
+from probes.verdict_service import JudgingSettings, compute_verdict, verdict_from_source
 
 T0 = 1_790_000_000.0
 WINDOW_S = 10.0
@@ -128,3 +128,31 @@ def test_an_undecided_healthy_canary_says_how_many_calls_a_pass_needs(tmp_path: 
     rate = canary_calls / (4 * 60 - 120)
     assert math.isclose(needs["seconds"], needs["calls"] / rate, rel_tol=0.05)
     assert "more canary calls" in m["reason"]
+
+
+def test_an_overloaded_span_empties_the_same_windows_for_the_pods_as_for_the_path(
+    tmp_path: Path,
+) -> None:
+    # Every canary pod fails every call in the window starting at minute 10; the probe was
+    # overloaded from 5 s into that window. The window is touched by the span, so it counts
+    # for nothing: not in the pooled path windows, not in the per-pod grid either.
+    bad = T0 + 600
+
+    def rates(_pod: str, cohort: str, t: float) -> float:
+        return 1.0 if cohort == NEW and T0 + t == bad else 0.001
+
+    db = str(tmp_path / "estate.db")
+    with Store.open(db) as store:
+        write_estate(store, FLEET, rates, 30, seed=3)
+    now = T0 + 30 * 60
+    with Store.open(db, readonly=True) as store:
+        judged = {
+            name: success(dict(verdict_from_source(
+                store, JudgingSettings(), baseline=OLD, canary=NEW, now=now, exclude=spans)))
+            for name, spans in (("kept", ()), ("excluded", [(bad + 5, bad + 65)]))
+        }
+    kept, excluded = judged["kept"], judged["excluded"]
+    assert kept["verdict"] == "fail"  # the bad window alone is a clear regression
+    assert excluded["verdict"] != "fail", excluded["reason"]
+    # One window of 180 failed every canary call: 1/180 of the canary's success rate.
+    assert excluded["canary"] - kept["canary"] > 0.9 / 180
