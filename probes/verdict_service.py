@@ -29,8 +29,7 @@ from probes._spec import (
 from probes._timeparse import parse_time, rfc3339
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.stats.cohorts import pick_cohorts
-from probes.stats.pods import PodGrid, pod_grids
-from probes.stats.series import overlapping
+from probes.stats.pods import PodGrid, read_pod_grids
 from probes.store import Store
 from probes.verdict import judge
 
@@ -302,28 +301,15 @@ def _pod_grids(source: WindowSource, since: float | None, until: float | None,
                exclude: Sequence[tuple[float, float]] = (), *, window_s: float,
                ) -> Mapping[str, PodGrid] | None:
     """Per path, the pods × windows grid, if the source keeps per-pod counts (the SQLite
-    store does; Prometheus series are per path and cohort, so its verdict pools calls).
-    Read from `warmup_s` before `since`, so a pod seen then counts as warm at `since`."""
-    read = getattr(source, "read_endpoint_columns", None)
-    if read is None:
-        return None
-    lo = None if since is None else since - warmup_s
+    store does; Prometheus series are per path and cohort, so its verdict pools calls)."""
     # Long spans are judged in coarser time strata: at most MAX_STRATA per pod, so a day
     # of windows costs a few times fewer rows (strata of a minute still cancel outages).
     stratum = None
-    if lo is not None and until is not None:
-        merge = math.ceil((until - lo) / window_s / MAX_STRATA)
+    if since is not None and until is not None:
+        merge = math.ceil((until - since + warmup_s) / window_s / MAX_STRATA)
         stratum = merge * window_s if merge > 1 else None
-    cols = read(since=lo, until=until, paths=paths, stratum_s=stratum)
-    # Overloaded windows still tell when a pod was first seen (its warm-up), not its errors.
-    out = overlapping(cols.start, stratum or window_s, exclude)
-    requests = np.where(out, 0, cols.requests)
-    errors = np.where(out, 0, cols.errors)
-    return pod_grids(
-        cols.start, cols.path, cols.endpoint, cols.cohort, requests, errors,
-        paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
-        warmup_s=warmup_s,
-    )
+    return read_pod_grids(source, since=since, until=until, paths=paths, warmup_s=warmup_s,
+                          window_s=window_s, stratum_s=stratum, exclude=exclude)
 
 
 def with_doubts(result: Mapping[str, Any], doubts: Sequence[str]) -> Mapping[str, Any]:

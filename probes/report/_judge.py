@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from probes.report._collect import LAYOUT, SCALARS, Collected
 from probes.report._settings import Settings
-from probes.stats.pods import PodTrack, pod_grids, pod_track
+from probes.stats.pods import PodTrack, pod_track, read_pod_grids
 from probes.stats.quantile import quantile_estimate
 from probes.stats.sequential import FAIL, PodLooks, Totals, Tracks, evaluate, first_index
 from probes.stats.series import columns
@@ -125,30 +125,19 @@ class _Replay:
         name = self.data.paths[p]
         b, c = self.data.cohorts[self.b], self.data.cohorts[self.c]
         warm = self.settings.warmup_s
-        cols = self.store.read_endpoint_columns(since=origin - warm,
-                                                until=cap + self.data.window_s / 2,
-                                                paths=[name], cohorts=[b, c])
-        grid = pod_grids(cols.start, cols.path, cols.endpoint, cols.cohort, cols.requests,
-                         cols.errors, paths=cols.paths, endpoints=cols.endpoints,
-                         cohorts=cols.cohorts, since=origin, warmup_s=warm).get(name)
+        grids = read_pod_grids(self.store, since=origin, until=cap + self.data.window_s / 2,
+                               paths=[name], cohorts=[b, c], warmup_s=warm,
+                               window_s=self.data.window_s)
+        grid = (grids or {}).get(name)
         out = None
         if grid is not None and {b, c} <= set(grid.cohorts):
             rows = np.array([x in (b, c) for x in grid.cohorts], dtype=bool)
             canary = np.array([x == c for x in grid.cohorts], dtype=bool)[rows]
             track = pod_track(grid.calls[rows], grid.errors[rows], canary, 1.0,
                               self.settings.tolerances.success_rate_drop_pp / 100.0)
-            out = (self._stratum_ends(cols.start, origin, grid.starts), track)
+            out = (grid.last_starts + self.data.window_s, track)
         self._pod_cache[p] = out
         return out
-
-    def _stratum_ends(self, start: F64, origin: float, strata: F64) -> F64:
-        """When each column of a pod grid had ended: its last window's end. A column is one
-        window, or several adjacent ones when `pod_grids` merged them to bound its size (its
-        starts are then every k-th window's)."""
-        raw = np.unique(start[start >= origin])
-        k = int(np.searchsorted(raw, strata[1])) if strata.size > 1 else 1
-        last = np.minimum((np.arange(strata.size) + 1) * max(k, 1), raw.size) - 1
-        return np.asarray(raw[last] + self.data.window_s, dtype=np.float64)
 
     def _pod_looks(self, p: int, origin: float, cap: float, at: F64) -> PodLooks | None:
         """The pod-level test as it stood at each time in `at` (the last window ended by

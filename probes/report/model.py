@@ -30,7 +30,7 @@ from probes.report._settings import Settings
 from probes.report.summary import CohortFigures
 from probes.stats.cohorts import pick_cohorts, version_key
 from probes.stats.metrics import concentration_finding
-from probes.stats.pods import pod_grids
+from probes.stats.pods import read_pod_grids
 from probes.stats.sequential import STATE_NAMES
 from probes.store import Event, Store
 
@@ -396,14 +396,11 @@ def _warmup(store: Store, data: Collected, cohorts: tuple[str, str], warmup_s: f
     endpoint windows read as the live verdict reads them (from `warmup_s` before the
     range, so a pod seen then is warm at its start; windows ended by its end), each pod's
     first `warmup_s` apart (`pod_grids`). Paths without endpoint windows have no band."""
-    cols = store.read_endpoint_columns(since=data.since - warmup_s,
-                                       until=data.until - data.window_s + 1e-6, paths=paths,
-                                       cohorts=list(cohorts))
-    grids = pod_grids(cols.start, cols.path, cols.endpoint, cols.cohort, cols.requests,
-                      cols.errors, paths=cols.paths, endpoints=cols.endpoints,
-                      cohorts=cols.cohorts, since=data.since, warmup_s=warmup_s)
+    grids = read_pod_grids(store, since=data.since, until=data.until - data.window_s + 1e-6,
+                           paths=paths, cohorts=list(cohorts), warmup_s=warmup_s,
+                           window_s=data.window_s)
     out = {}
-    for path, grid in grids.items():
+    for path, grid in (grids or {}).items():
         rows = []
         for cohort in cohorts:
             mine = [i for i, c in enumerate(grid.cohorts) if c == cohort]

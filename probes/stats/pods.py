@@ -49,7 +49,9 @@ Decisions (`pod_states`, the one rule the live verdict and the report's replay b
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -65,6 +67,7 @@ __all__ = [
     "pod_grids",
     "pod_states",
     "pod_track",
+    "read_pod_grids",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -352,6 +355,8 @@ class PodGrid:
     A pod is an endpoint in one cohort (a pod restarted onto the new proxy is a new pod).
     `calls` / `errors` are (pods, windows) over the windows `starts`, with each pod's
     warm-up left out; `warmup_calls` / `warmup_errors` are what the warm-up held, per pod.
+    A column is one window, or adjacent ones merged to bound the grid's size: `starts` is
+    when each column's first window began, `last_starts` when its last one did.
     """
 
     pods: tuple[str, ...]
@@ -361,6 +366,7 @@ class PodGrid:
     errors: F64
     warmup_calls: F64
     warmup_errors: F64
+    last_starts: F64
 
     def of(self, cohort: str) -> Bool:
         return np.array([c == cohort for c in self.cohorts], dtype=bool)
@@ -370,6 +376,31 @@ class PodGrid:
 # memory stays bounded for hundreds of pods over a day, and strata of a few windows still
 # cancel an outage shared by both cohorts.
 MAX_GRID_CELLS = 2_000_000
+
+
+def read_pod_grids(source: Any, *, since: float | None, until: float | None,
+                   paths: Iterable[str] | None = None, cohorts: Iterable[str] | None = None,
+                   warmup_s: float, window_s: float, stratum_s: float | None = None,
+                   exclude: Sequence[tuple[float, float]] = ()) -> dict[str, PodGrid] | None:
+    """Per path, the pods × windows grid read from `source` (its `read_endpoint_columns`,
+    the SQLite store's) as every reader takes it: from `warmup_s` before `since`, so a pod
+    seen then is warm at `since`; `stratum_s` sums windows into coarser strata; windows
+    touching an `exclude` span (an overloaded probe) keep telling when a pod was first seen,
+    not its calls. None when the source keeps no per-pod counts (Prometheus series)."""
+    from probes.stats.series import overlapping
+
+    read = getattr(source, "read_endpoint_columns", None)
+    if read is None:
+        return None
+    lo = None if since is None else since - warmup_s
+    cols = read(since=lo, until=until, paths=paths, cohorts=cohorts, stratum_s=stratum_s)
+    out = overlapping(cols.start, stratum_s or window_s, exclude)
+    return pod_grids(
+        cols.start, cols.path, cols.endpoint, cols.cohort,
+        np.where(out, 0, cols.requests), np.where(out, 0, cols.errors),
+        paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
+        warmup_s=warmup_s,
+    )
 
 
 def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.int32],
@@ -412,5 +443,6 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
             cohorts=tuple(cohorts[int(x) % len(cohorts)] for x in keys),
             starts=starts[::merge], calls=grid_n, errors=grid_s,
             warmup_calls=w_n, warmup_errors=w_s,
+            last_starts=starts[np.minimum((np.arange(cols) + 1) * merge, len(starts)) - 1],
         )
     return out

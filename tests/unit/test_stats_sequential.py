@@ -179,7 +179,8 @@ def _pod_estate(rng: np.random.Generator, rates: list[float], canary: list[bool]
         pods=tuple(f"pod-{i}" for i in range(len(rates))),
         cohorts=tuple(NEW if c else OLD for c in canary),
         starts=T0 + 10.0 * np.arange(looks), calls=n.astype(float), errors=s.astype(float),
-        warmup_calls=np.zeros(len(rates)), warmup_errors=np.zeros(len(rates)))
+        warmup_calls=np.zeros(len(rates)), warmup_errors=np.zeros(len(rates)),
+        last_starts=T0 + 10.0 * np.arange(looks))
     windows = []
     for k in range(looks):
         for name, rows in ((OLD, ~flags), (NEW, flags)):
@@ -193,7 +194,8 @@ def _pod_estate(rng: np.random.Generator, rates: list[float], canary: list[bool]
 
 def _upto(grid: PodGrid, k: int) -> PodGrid:
     return PodGrid(grid.pods, grid.cohorts, grid.starts[:k], grid.calls[:, :k],
-                   grid.errors[:, :k], grid.warmup_calls, grid.warmup_errors)
+                   grid.errors[:, :k], grid.warmup_calls, grid.warmup_errors,
+                   grid.last_starts[:k])
 
 
 @pytest.mark.parametrize(
