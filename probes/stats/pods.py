@@ -157,7 +157,6 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
 
     with np.errstate(divide="ignore", invalid="ignore"):
         inv_b = np.where(n_bt > 0, 1.0 / np.where(n_bt > 0, n_bt, 1.0), 0.0)
-        inv_c = np.where(n_ct > 0, 1.0 / np.where(n_ct > 0, n_ct, 1.0), 0.0)
         all_calls = calls_b + calls_c
         p_run = np.where(all_calls > 0, (sum_b + sum_c) / np.where(all_calls > 0, all_calls, 1),
                          0.0)
@@ -179,24 +178,13 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     w_b = _cum(nb * (n_ct * inv_b))  # (baseline pods, looks): W_j
 
     # τ²: each pod against its own cohort's window mean, DerSimonian–Laird per look.
-    resid_c = _cum(sc - nc * (s_ct * inv_c))
-    resid_b = _cum(sb - nb * p_t)
     pod_calls_b = _cum(nb)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q_stat = (np.where(pod_calls_c > 0, resid_c ** 2 / pod_calls_c, 0.0).sum(axis=0)
-                  + np.where(pod_calls_b > 0, resid_b ** 2 / pod_calls_b, 0.0).sum(axis=0))
+    resid_b = _cum(sb - nb * p_t)  # also picks the baseline pod the fail side leaves out
     v_pool = np.maximum(p_run * (1.0 - p_run), 1e-12)
     pods_c = (pod_calls_c > 0).sum(axis=0)
     pods_b = (pod_calls_b > 0).sum(axis=0)
-    df = np.maximum(pods_c - 1, 0) + np.maximum(pods_b - 1, 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        denom = (np.where(pods_c > 1, calls_c - (pod_calls_c ** 2).sum(axis=0)
-                          / np.where(calls_c > 0, calls_c, 1.0), 0.0)
-                 + np.where(pods_b > 1, calls_b - (pod_calls_b ** 2).sum(axis=0)
-                            / np.where(calls_b > 0, calls_b, 1.0), 0.0))
-        tau2 = np.where((df > 0) & (denom > 0),
-                        np.maximum(0.0, (q_stat / v_pool - df) * v_pool
-                                   / np.where(denom > 0, denom, 1.0)), 0.0)
+    none = np.full(excess.shape[1], -1, dtype=np.int64)
+    tau2 = _tau2([(nc, sc, none), (nb, sb, none)], v_pool)
 
     d_all = excess.sum(axis=0)
     vs_all = own.sum(axis=0)
@@ -220,7 +208,7 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
               else np.full(excess.shape[1], -1, dtype=np.int64))
     d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, drop_b, ratio,
                                                              margin, v_t)
-    tau2_fail = _tau2_without(
+    tau2_fail = _tau2(
         [(nc, sc, worst_wo if nc.shape[0] else None),
          (nb, sb, drop_b if nb.shape[0] > 1 else None)],
         v_pool)
@@ -296,12 +284,13 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, drop_b: I64, ratio: float, ma
     return d, vs, sq_calls, sq_w, worst
 
 
-def _tau2_without(cohorts: list[tuple[F64, F64, I64 | None]], v_pool: F64) -> F64:
+def _tau2(cohorts: list[tuple[F64, F64, I64 | None]], v_pool: F64) -> F64:
     """DerSimonian–Laird τ² per look from each cohort's pods (calls `n`, sums `s`, pods ×
-    windows), leaving out the pod `drop[look]` of each cohort: out of the sum of squares and
-    out of the window means the other pods are measured against, so one sick pod neither
-    counts itself nor makes every healthy pod look off. Each distinct dropped pod costs one
-    pass over the cohort's cells (the worst pod rarely changes once data accrues)."""
+    windows), each pod measured against its cohort's window means, leaving out the pod
+    `drop[look]` (−1: none; a cohort with `drop` None counts not at all): out of the sum of
+    squares and out of the window means, so one sick pod neither counts itself nor makes
+    every healthy pod look off. Each distinct dropped pod costs one pass over the cohort's
+    cells (the worst pod rarely changes once data accrues)."""
     looks = v_pool.size
     q, df, denom = np.zeros(looks), np.zeros(looks), np.zeros(looks)
     for n, s, drop in cohorts:
@@ -311,12 +300,13 @@ def _tau2_without(cohorts: list[tuple[F64, F64, I64 | None]], v_pool: F64) -> F6
         calls = _cum(n)
         for k in np.unique(drop):
             at = drop == k
-            n_o, s_o = n_t - n[k], s_t - s[k]
+            n_o, s_o = (n_t - n[k], s_t - s[k]) if k >= 0 else (n_t, s_t)
             with np.errstate(divide="ignore", invalid="ignore"):
                 mean = np.where(n_o > 0, s_o / np.where(n_o > 0, n_o, 1.0), 0.0)
             resid = _cum(s - n * mean)
             keep = calls > 0
-            keep[k] = False
+            if k >= 0:
+                keep[k] = False
             c = np.where(keep, calls, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 q_k = np.where(keep, resid ** 2 / np.where(keep, calls, 1.0), 0.0).sum(axis=0)
