@@ -39,6 +39,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Protocol
@@ -207,6 +208,7 @@ class Fleet:
         self._initial = self.profile(version)
         self._servers: list[Pod] = []
         self._published: list[bool] = []
+        self._start_times: list[str] = []  # each pod's start, as Kubernetes' status.startTime
         self._generation = 0
         self._history: list[FleetEvent] = []
         self._changed = asyncio.Condition()
@@ -235,8 +237,8 @@ class Fleet:
 
     def endpoints(self) -> list[PodEndpoint]:
         """The endpoints as last published (pods being restarted are absent)."""
-        return [self._endpoint(s) for s, shown in zip(self._servers, self._published, strict=True)
-                if shown]
+        return [self._endpoint(s, started) for s, started, shown
+                in zip(self._servers, self._start_times, self._published, strict=True) if shown]
 
     def version_counts(self) -> dict[str, int]:
         """Pods per proxy version (a pod being restarted counts as its old version)."""
@@ -248,13 +250,20 @@ class Fleet:
     def history(self) -> tuple[FleetEvent, ...]:
         return tuple(self._history)
 
-    def _endpoint(self, server: Pod) -> PodEndpoint:
+    def _endpoint(self, server: Pod, started: str) -> PodEndpoint:
+        # start_time, as discovery labels a Kubernetes pod: a pod restarted under its own name
+        # (as a StatefulSet's are) warms up again in the verdict.
         return PodEndpoint(
             name=server.pod, host=server.host, http_port=server.http_port,
             grpc_port=server.grpc_port,
             labels={"pod": server.pod, "namespace": self.namespace, "service": self.service,
-                    "proxy_version": server.version},
+                    "proxy_version": server.version, "start_time": started},
         )
+
+    def _started_now(self) -> str:
+        # RFC 3339 to the millisecond: a pod restarted within a second still starts anew.
+        return datetime.fromtimestamp(self._wall(), tz=UTC).isoformat(
+            timespec="milliseconds").replace("+00:00", "Z")
 
     # --- lifecycle ---
 
@@ -269,6 +278,7 @@ class Fleet:
                 server = self._new_server(i, host, self._initial, http_port, grpc_port)
                 await server.start()
                 self._servers.append(server)
+                self._start_times.append(self._started_now())
                 self._published.append(True)
                 http_port, grpc_port = server.http_port, server.grpc_port
         except BaseException:
@@ -331,6 +341,7 @@ class Fleet:
             new = self._new_server(index, old.host, profile, old.http_port, old.grpc_port)
             await new.start()
             self._servers[index] = new
+            self._start_times[index] = self._started_now()
             self._published[index] = True
             self._publish()
             await self._emit(EventKind.RESTART_FINISHED, new.pod, old.version, version)

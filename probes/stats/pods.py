@@ -389,18 +389,20 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
         cols.start, cols.path, cols.endpoint, cols.cohort,
         np.where(out, 0, cols.requests), np.where(out, 0, cols.errors),
         paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
-        warmup_s=warmup_s,
+        warmup_s=warmup_s, started=cols.started,
     )
 
 
 def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.int32],
               cohort: npt.NDArray[np.int32], requests: I64, errors: I64, *,
               paths: tuple[str, ...], endpoints: tuple[str, ...], cohorts: tuple[str, ...],
-              since: float | None, warmup_s: float) -> dict[str, PodGrid]:
+              since: float | None, warmup_s: float,
+              started: F64 | None = None) -> dict[str, PodGrid]:
     """Per path, the pods × windows grid of the rows with start ≥ `since` (columns as
-    `EndpointColumns` holds them). A pod's warm-up is its first `warmup_s` from the first
-    window the rows show it in, so pass rows from `warmup_s` before `since` too: a pod seen
-    then has warmed up by `since`."""
+    `EndpointColumns` holds them). A pod's warm-up is its first `warmup_s` from when it
+    started (`started`, per row, where known) or else from the first window the rows show
+    it in, so pass rows from `warmup_s` before `since` too: a pod seen then has warmed up by
+    `since`. A pod restarted under its own name (a StatefulSet's) has a new start."""
     out: dict[str, PodGrid] = {}
     if not len(start):
         return out
@@ -412,7 +414,9 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
         keys, pod = np.unique(pod_key, return_inverse=True)
         first = np.full(len(keys), np.inf)
         np.minimum.at(first, pod, t)
-        warm = t >= first[pod] + warmup_s
+        began = first[pod] if started is None else np.where(
+            np.isnan(started[rows]), first[pod], started[rows])
+        warm = t >= began + warmup_s
         kept = t >= since if since is not None else np.ones(len(t), dtype=bool)
         starts, window = np.unique(t[kept], return_inverse=True)
         if not len(starts):

@@ -24,11 +24,13 @@ or `StoreCorrupt` (not a database, malformed), with a one-line message naming th
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -415,7 +417,8 @@ class Store:
         with self._lock, mapped(self._path, "read endpoint windows"):
             names = dict(self._conn.execute("SELECT id, name FROM names").fetchall())
             rows = self._conn.execute(select, args).fetchall()
-            endpoint_names = dict(self._conn.execute("SELECT id, name FROM endpoints").fetchall())
+            endpoint_rows = self._conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
+        endpoint_names = {i: name for i, name, _ in endpoint_rows}
         if rows:
             a = np.array(rows, dtype=np.float64)
             start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
@@ -437,9 +440,13 @@ class Store:
         path_names, path = index(path_id, names)
         endpoints, endpoint = index(endpoint_id, endpoint_names)
         cohort_names, cohort = index(cohort_id, names)
+        started_of = np.full(max(endpoint_names, default=0) + 1, np.nan)
+        for i, _, labels in endpoint_rows:
+            started_of[i] = _started(labels)
         return EndpointColumns(
             paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
             path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
+            started=started_of[endpoint_id],
         )
 
     def read_endpoint_totals(
@@ -591,3 +598,14 @@ class Store:
             by_time[r[0]].append(InventoryRow(r[1], r[2], r[3], r[4], r[5]))
         return [InventorySnapshot(t, tuple(by_time[t])) for t in times]
 
+
+def _started(labels: str) -> float:
+    """The `start_time` label of an endpoint's stored labels (RFC 3339, as the Kubernetes API
+    writes it) as epoch seconds; NaN when absent or not such a time (the verdict then counts
+    a pod's warm-up from its first window)."""
+    try:
+        text = json.loads(labels).get("start_time")
+        when = datetime.fromisoformat(text) if isinstance(text, str) and text else None
+    except (ValueError, AttributeError):
+        return math.nan
+    return when.timestamp() if when is not None and when.tzinfo is not None else math.nan

@@ -38,7 +38,9 @@ _SLICE = 1 << 22
 @dataclass(frozen=True, slots=True, eq=False)
 class EndpointColumns:
     """Endpoint windows as columns: what the pod-level verdict reads (`probes.stats.pods`).
-    `path`, `endpoint` and `cohort` hold indices into the name tuples; rows by start."""
+    `path`, `endpoint` and `cohort` hold indices into the name tuples; rows by start.
+    `started`: when the row's pod started, from its endpoint's `start_time` label (the
+    Kubernetes start time, the fleet's restart), NaN where the endpoint carries none."""
 
     paths: tuple[str, ...]
     endpoints: tuple[str, ...]
@@ -49,6 +51,7 @@ class EndpointColumns:
     cohort: I32
     requests: I64
     errors: I64
+    started: F64
 
     def __len__(self) -> int:
         return len(self.start)

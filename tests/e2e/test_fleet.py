@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +45,16 @@ async def test_pods_have_own_addresses_same_ports_and_labels(tmp_path: Path) -> 
     file = tmp_path / "endpoints.json"
     fleet = Fleet(pods=4, version="1.20.3", profiles=PROFILES, base_host=base_host(),
                   namespace="shop", service="checkout", endpoints_file=file)
+    before = time.time()
     async with fleet:
         published = read_endpoints(file)
         hosts = {p.host for p in fleet.pods}
         assert len(hosts) == 4 and all(h.startswith("127.") for h in hosts)
         assert len({(p.http_port, p.grpc_port) for p in fleet.pods}) == 1
         first = fleet.pods[0]
+        # Each pod's start, as discovery labels a Kubernetes pod (the verdict's warm-up).
+        started = published[0]["labels"].pop("start_time")
+        assert before <= datetime.fromisoformat(started).timestamp() <= time.time()
         assert published[0] == {
             "name": "checkout-0", "address": f"{first.host}:{first.http_port}",
             "ports": {"http": first.http_port, "grpc": first.grpc_port},
@@ -104,6 +109,12 @@ async def test_restart_closes_held_connections_and_new_ones_see_the_new_version(
         assert r.headers["x-envoy-attempt-count"] == "2"
         versions = {e["name"]: e["labels"]["proxy_version"] for e in read_endpoints(file)}
         assert versions == {new.pod: "1.21.0", fleet.pods[1].pod: "1.20.3"}
+        # The restarted pod keeps its name and starts anew: its start_time is the restart's.
+        starts = {e["name"]: e["labels"]["start_time"] for e in read_endpoints(file)}
+        finished = fleet.history()[-1]
+        assert finished.kind == EventKind.RESTART_FINISHED
+        assert starts[new.pod] > starts[fleet.pods[1].pod]
+        assert datetime.fromisoformat(starts[new.pod]).timestamp() <= finished.at + 1e-3
         assert fleet.version_counts() == {"1.20.3": 1, "1.21.0": 1}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from probes._timeparse import rfc3339
 from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.store import Store
@@ -156,3 +157,46 @@ def test_an_overloaded_span_empties_the_same_windows_for_the_pods_as_for_the_pat
     assert excluded["verdict"] != "fail", excluded["reason"]
     # One window of 180 failed every canary call: 1/180 of the canary's success rate.
     assert excluded["canary"] - kept["canary"] > 0.9 / 180
+
+
+def _warmup_calls(tmp_path: Path, name: str, started: Callable[[str, float], str | None],
+                  minutes: float = 10) -> dict:
+    """The verdict's warm-up band over an estate whose pods carry `started(pod, t)` as
+    their start_time label (None: no label) in the window at T0 + t."""
+    db = str(tmp_path / f"{name}.db")
+    latency = np.bincount(index_of(np.full(CALLS, 0.02)), minlength=BUCKET_COUNT)
+    with Store.open(db) as store:
+        for k in range(int(minutes * 60 / WINDOW_S)):
+            t = T0 + k * WINDOW_S
+            cells = []
+            for pod, cohort in FLEET.items():
+                label = started(pod, t - T0)
+                cells.append(EndpointWindow(
+                    start=t, path="checkout", endpoint=pod, cohort=cohort, requests=CALLS,
+                    errors=0, labels={"start_time": label} if label else {}))
+            windows = [PathWindow(start=t, length=WINDOW_S, path="checkout", cohort=cohort,
+                                  outcomes={"ok": CALLS * n}, latency=tuple(latency * n))
+                       for cohort, n in ((OLD, 6), (NEW, 3))]
+            store.write(windows, cells)
+    result = compute_verdict(db, JudgingSettings(), baseline=OLD, canary=NEW,
+                             now=T0 + minutes * 60, since=rfc3339(T0), overload=None)
+    return success(dict(result))["pods"]["warmup"]
+
+
+def test_warm_up_counts_from_the_pods_start_time_where_its_endpoint_carries_one(
+    tmp_path: Path,
+) -> None:
+    # Without a start time each pod's first 2 min in the store is its warm-up: 12 windows
+    # of every pod. Pods that started an hour before the probe first saw them are warm.
+    unlabelled = _warmup_calls(tmp_path, "unlabelled", lambda _p, _t: None)
+    assert unlabelled["calls"] == len(FLEET) * 12 * CALLS
+    old = rfc3339(T0 - 3600)
+    assert _warmup_calls(tmp_path, "old", lambda _p, _t: old)["calls"] == 0
+    # shop-7-new restarts under its own name at minute 5 (as a StatefulSet's pod does), on
+    # the same version: first seen long ago, yet cold again for 2 min.
+    restart = T0 + 300
+
+    def restarted(pod: str, t: float) -> str:
+        return rfc3339(restart) if pod == "shop-7-new" and T0 + t >= restart else old
+
+    assert _warmup_calls(tmp_path, "restarted", restarted)["calls"] == 12 * CALLS
