@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from probes._exceptions import BadInput, SkewprobeError, SourceUnavailable, Stor
 from probes.inventory_cli import CONTROL_PLANE_EVENT, add_inventory_parser, run_inventory
 from probes.store import Event, InventoryRow, Store
 from tests.servers import kube_pods as kp
-from tests.servers.kube_api import FakeKubeApi
+from tests.servers.kube_api import FakeKubeApi, served_in_thread
 
 CONFIG = """\
 targets:
@@ -47,19 +45,8 @@ def cluster(tmp_path: Path) -> Iterator[tuple[FakeKubeApi, Path]]:
         kp.istiod("1.22.3"),
     ):
         api.create(obj)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(api.start(), loop).result(10)
-    config = tmp_path / "skewprobe.yaml"
-    config.write_text(CONFIG.format(kubeconfig=api.kubeconfig(tmp_path / "kubeconfig")))
-    try:
+    with served_in_thread(api, tmp_path, CONFIG) as config:
         yield api, config
-    finally:
-        asyncio.run_coroutine_threadsafe(api.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 def _run(*argv: str) -> int:

@@ -36,9 +36,10 @@ import json
 import re
 import secrets
 import ssl
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -524,3 +525,22 @@ class FakeKubeApi:
         """Successful list requests (pages) whose path ends with `path`."""
         return [r for r in self.requests
                 if not r.watch and r.status == 200 and r.path.endswith(path)]
+
+
+@contextlib.contextmanager
+def served_in_thread(api: FakeKubeApi, tmp_path: Path, config: str) -> Iterator[Path]:
+    """`api` served on its own thread and loop (a CLI under test runs its own
+    `asyncio.run`), and a probe config file: `config` with `{kubeconfig}` filled in."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(api.start(), loop).result(10)
+    path = tmp_path / "skewprobe.yaml"
+    path.write_text(config.format(kubeconfig=api.kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        yield path
+    finally:
+        asyncio.run_coroutine_threadsafe(api.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
