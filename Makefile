@@ -38,4 +38,4 @@ proto: $(STAMP)
 	sed -i '1i # ruff: noqa' targets/proto/target_pb2.pyi
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-lowest build *.egg-info
