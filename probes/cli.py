@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", help="API address (default 127.0.0.1:9464); 'none' disables it")
     run.add_argument("--duration", type=_duration, help="stop after this long (e.g. 60s)")
     run.add_argument("--shard", metavar="I/N",
-                     help="probe only shard I of N of the endpoints (stable hash of the name)")
+                     help="probe only shard I of N of the endpoints (stable hash of the name);"
+                          " I may be a StatefulSet pod's name, its ordinal last (probe-2/3)")
     api = run.add_argument_group("API access (each overrides the config's api: block)")
     api.add_argument("--token-file", metavar="FILE",
                      help="require this bearer token (the file's content) on every route but"
