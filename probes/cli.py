@@ -209,6 +209,9 @@ def _run(args: argparse.Namespace) -> int:
     from probes.runner import ProbeRunner, RunOptions
 
     config = load_config(args.config)
+    # What the paths will cost, logged once at start, is part of `run`'s output.
+    cost = logging.getLogger("skewprobe.cost")
+    cost.setLevel(min(cost.getEffectiveLevel(), logging.INFO))
     listen = config.listen if args.listen is None else args.listen
     access = resolve_access(config.api, token_file=args.token_file, cert=args.api_cert,
                             key=args.api_key, client_ca=args.api_client_ca)
