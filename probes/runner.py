@@ -332,11 +332,18 @@ class ProbeRunner:
         return self.writer.windows_written
 
     async def _publish_verdict(self) -> None:
-        """Refresh the skewprobe_verdict gauges from the store, once per window."""
+        """Refresh the skewprobe_verdict gauges from the store (or Prometheus), once per
+        window. A verdict that cannot be computed leaves every gauge inconclusive, never the
+        last pass: the MetricTemplate gates on the gauge, and a sharded probe judging from a
+        Prometheus it cannot reach would otherwise keep exporting an old pass."""
         try:
             result = await self.verdict_json(VerdictQuery())
         except SkewprobeError as exc:
             log.warning("verdict not computed: %s", exc)
+            if self.last_verdict is not None:
+                for path in self.last_verdict.get("paths", []):
+                    self.metrics.set_verdict(path["path"], "inconclusive")
+                self.metrics.set_verdict(OVERALL, "inconclusive")
             return
         self.last_verdict = result
         for path in result.get("paths", []):
