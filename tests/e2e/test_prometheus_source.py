@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import numpy as np
@@ -233,15 +233,23 @@ SHARDS = 3
 CONFIG_PATH = "/etc/skewprobe/probe.yaml"  # where the chart mounts the ConfigMap
 
 
-def _chart_shards(endpoints: Path, prometheus_url: str) -> tuple[str, list[list[str]]]:
-    """The chart's `shards: 3` with this test's targets and paths: the rendered probe.yaml
-    and each pod's `skewprobe` arguments, as the kubelet would pass them."""
+class ChartShards(NamedTuple):
+    config: str  # the rendered probe.yaml
+    argvs: list[list[str]]  # each pod's `skewprobe` arguments, as the kubelet passes them
+    gate: str  # the MetricTemplate's query, Flagger's `{{ variables.path }}` left in
+    panels: dict[str, list[str]]  # the dashboard's queries by panel title
+
+
+def _chart_shards(endpoints: Path, prometheus_url: str) -> ChartShards:
+    """The chart's `shards: 3` with this test's targets and paths."""
     paths = [{"name": name, "http": {"path": url}, "rate": "20/s", "timeout": "500ms"}
              for name, url in (("checkout", "/api/checkout"), ("catalog", "/api/catalog"))]
     docs = render(PROBE, {
         "shards": SHARDS,
         "serviceMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
         "sharding": {"prometheusUrl": prometheus_url},
+        "flagger": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
         "config": {"targets": {"kubernetes": None, "file": {"path": str(endpoints)}},
                    "window": "1s", "verdict": {"min_samples": 100, "warmup": "1s"},
                    "paths": paths},
@@ -249,7 +257,11 @@ def _chart_shards(endpoints: Path, prometheus_url: str) -> tuple[str, list[list[
     argvs = [shard_argv(docs, i) for i in range(SHARDS)]
     for argv in argvs:
         assert argv[:3] == ["run", "--config", CONFIG_PATH], argv
-    return probe_config(docs), argvs
+    (gate,) = [d["spec"]["query"] for d in docs if d["kind"] == "MetricTemplate"]
+    (board,) = [json.loads(d["data"]["skewprobe.json"]) for d in docs
+                if d["kind"] == "ConfigMap" and "skewprobe.json" in d["data"]]
+    panels = {p["title"]: [t["expr"] for t in p.get("targets", ())] for p in board["panels"]}
+    return ChartShards(probe_config(docs), argvs, gate, panels)
 
 
 def _merge(windows: Sequence[PathWindow]) -> list[PathWindow]:
@@ -323,9 +335,10 @@ async def test_three_sharded_probes_from_the_chart_through_prometheus_agree_with
     # The labels the chart's ServiceMonitor gives the shards' series: job (the Service's
     # name) and the release's namespace.
     prom = PrometheusServer(tmp_path, listens, labels={"namespace": NAMESPACE})
-    config_text, argvs = _chart_shards(endpoints, prom.url)
+    chart = _chart_shards(endpoints, prom.url)
+    argvs = chart.argvs
     config = tmp_path / "probe.yaml"
-    config.write_text(config_text)
+    config.write_text(chart.config)
     # Every shard judges from Prometheus what the chart tells it to.
     chart_config = load_config(str(config))
     assert chart_config.source == "prometheus" and chart_config.prometheus is not None
@@ -371,6 +384,7 @@ async def test_three_sharded_probes_from_the_chart_through_prometheus_agree_with
                     assert _verdicts(answer)["checkout"] == "fail", (listen, answer)
                 canary = {p["path"]: p["samples"]["canary"] for p in answer["paths"]}
                 assert canary["checkout"] > 0, (listen, answer)
+            await _check_chart_queries(api, chart)
             t_stop = time.time()
             for p in procs:
                 p.send_signal(signal.SIGTERM)
@@ -483,6 +497,34 @@ async def test_three_sharded_probes_from_the_chart_through_prometheus_agree_with
             source.close()
         prom.stop()
         await fleet.stop(0.0)
+
+
+async def _check_chart_queries(api: httpx.AsyncClient, chart: ChartShards) -> None:
+    """The chart's gate and dashboard over the three shards' series in this Prometheus: one
+    answer per path (and cohort), not one per shard."""
+    async def query(expr: str) -> list[dict[str, Any]]:
+        r = await api.get("/api/v1/query", params={"query": expr})
+        assert r.status_code == 200, (expr, r.text)
+        return list(r.json()["data"]["result"])
+
+    # Every shard exports the merged verdict; the MetricTemplate (min over the shards) is one
+    # sample, 0 for checkout: no shard can say pass for a path that fails.
+    gate = await query(chart.gate.replace("{{ variables.path }}", "checkout"))
+    assert [float(s["value"][1]) for s in gate] == [0.0], gate
+    board = {title: [e.replace("$job", RELEASE).replace("$path", ".*")
+                     .replace("$__rate_interval", "10s") for e in exprs]
+             for title, exprs in chart.panels.items()}
+    for title in ("Success rate", "Latency p99", "Upstream attempts per request"):
+        result = await query(board[title][0])
+        keys = [(s["metric"]["path"], s["metric"]["cohort"]) for s in result]
+        assert len(keys) == len(set(keys)) and {p for p, _ in keys} == {"checkout", "catalog"}, (
+            title, result)
+        assert {c for _, c in keys} == {"1.20.3", "1.21.0"}, (title, result)
+    lag = await query(board["Schedule lag p99"][0])
+    assert len(lag) == SHARDS, lag  # one line per shard
+    (verdict,) = [s for s in await query(board["Verdict per path"][0])
+                  if s["metric"]["path"] == "checkout"]
+    assert float(verdict["value"][1]) in (0.0, 2.0), verdict  # fail, or inconclusive (overload)
 
 
 def _check_long_rows(source: PrometheusSource, table: Any, first: float, end: float) -> None:
