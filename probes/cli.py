@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", help="API address (default 127.0.0.1:9464); 'none' disables it")
     run.add_argument("--duration", type=_duration, help="stop after this long (e.g. 60s)")
     run.add_argument("--shard", metavar="I/N",
-                     help="probe only shard I of N of the endpoints (stable hash of the name)")
+                     help="probe only shard I of N of the endpoints (stable hash of the name);"
+                          " I may be a StatefulSet pod's name, its ordinal last (probe-2/3)")
     api = run.add_argument_group("API access (each overrides the config's api: block)")
     api.add_argument("--token-file", metavar="FILE",
                      help="require this bearer token (the file's content) on every route but"
@@ -208,6 +209,9 @@ def _run(args: argparse.Namespace) -> int:
     from probes.runner import ProbeRunner, RunOptions
 
     config = load_config(args.config)
+    # What the paths will cost, logged once at start, is part of `run`'s output.
+    cost = logging.getLogger("skewprobe.cost")
+    cost.setLevel(min(cost.getEffectiveLevel(), logging.INFO))
     listen = config.listen if args.listen is None else args.listen
     access = resolve_access(config.api, token_file=args.token_file, cert=args.api_cert,
                             key=args.api_key, client_ca=args.api_client_ca)

@@ -265,6 +265,15 @@ class Engine:
             rates[key] = rates.get(key, 0.0) + 1.0 / s.period
         return rates
 
+    def held_streams(self) -> dict[str, int]:
+        """Streams the holders keep open, per path (`per_endpoint` on each endpoint)."""
+        held: dict[str, int] = {}
+        by_name = {p.name: p for p in self.paths}
+        for name, _ in self._holders:
+            stream = by_name[name].stream
+            held[name] = held.get(name, 0) + (stream.per_endpoint if stream else 0)
+        return held
+
     async def stop(self, grace_s: float = 0.0) -> None:
         """Stop the schedule; give in-flight calls `grace_s` to finish, then cancel them."""
         if self._timer is not None:

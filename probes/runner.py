@@ -20,7 +20,7 @@ import math
 import signal
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from probes.discovery.changes import RestartTracker
 from probes.discovery.shard import ShardSource
 from probes.engine import Engine, EngineLimits, Prober
 from probes.inventory import SkewMetrics
+from probes.measure.cost import cpu_limit_cores, estimate
 from probes.measure.overload import OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
@@ -61,6 +62,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("skewprobe.run")
+# The start-up cost line: `skewprobe run` shows it at the default level (probes.cli).
+cost_log = logging.getLogger("skewprobe.cost")
 
 class Recorder:
     """The engine's sink: each result goes to the window aggregator and to /metrics."""
@@ -209,7 +212,8 @@ class ProbeRunner:
             self.collector.tune(engine.wait_for_endpoints, self.config.paths), name="gc")
         try:
             engine_task = asyncio.create_task(
-                self.engine.run(self.restarts.wrap(self.source.snapshots())), name="engine"
+                self.engine.run(self._cost_logged(self.restarts.wrap(self.source.snapshots()))),
+                name="engine",
             )
             tasks.add(engine_task)
             if self.inventory is not None:
@@ -246,6 +250,27 @@ class ProbeRunner:
             await asyncio.gather(*(p.aclose() for p in self.probers.values()))
             restore()
             restore_gc()
+
+    async def _cost_logged(
+        self, snapshots: AsyncIterator[Sequence[Endpoint]]
+    ) -> AsyncIterator[Sequence[Endpoint]]:
+        """The snapshots, unchanged; once the engine has scheduled the first endpoints (it
+        asks for the next snapshot right after applying one), what they will cost is logged
+        once (`probes.measure.cost`), with a warning if it is more than one probe can use."""
+        logged = False
+        async for snapshot in snapshots:
+            yield snapshot
+            engine = self.engine
+            if not logged and engine is not None and engine.endpoints:
+                logged = True
+                rates: dict[str, float] = {}
+                for (path, _), rate in engine.intended_rates().items():
+                    rates[path] = rates.get(path, 0.0) + rate
+                cost = estimate(self.config.paths, rates, engine.held_streams(),
+                                cgroup_cores=cpu_limit_cores())
+                cost_log.info("%s", cost.line())
+                if (warning := cost.warning()) is not None:
+                    cost_log.warning("%s", warning)
 
     async def _stop_after(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -307,11 +332,18 @@ class ProbeRunner:
         return self.writer.windows_written
 
     async def _publish_verdict(self) -> None:
-        """Refresh the skewprobe_verdict gauges from the store, once per window."""
+        """Refresh the skewprobe_verdict gauges from the store (or Prometheus), once per
+        window. A verdict that cannot be computed leaves every gauge inconclusive, never the
+        last pass: the MetricTemplate gates on the gauge, and a sharded probe judging from a
+        Prometheus it cannot reach would otherwise keep exporting an old pass."""
         try:
             result = await self.verdict_json(VerdictQuery())
         except SkewprobeError as exc:
             log.warning("verdict not computed: %s", exc)
+            if self.last_verdict is not None:
+                for path in self.last_verdict.get("paths", []):
+                    self.metrics.set_verdict(path["path"], "inconclusive")
+                self.metrics.set_verdict(OVERALL, "inconclusive")
             return
         self.last_verdict = result
         for path in result.get("paths", []):

@@ -14,11 +14,17 @@ two namespaces) share a shard, which changes nothing for the partition. Whatever
 wrapped source offers (`state()`, `health()`, `inventory_updates()` of the Kubernetes
 source) is passed through untouched: the inventory is the whole estate's in every shard,
 so sum it over probes with `max by`, not `sum by`.
+
+`i` may also be a StatefulSet pod's name (`skewprobe-2/3`: shard 2 of 3): its ordinal is
+the number after the last `-`. The Helm chart's `shards: N` runs a StatefulSet of N probes
+and passes each `--shard $(POD_NAME)/N`, so a pod's ordinal is its shard with no script in
+the image; the ordinal must still be below N.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -28,12 +34,17 @@ from probes._types import Endpoint
 __all__ = ["ShardSource", "parse_shard", "shard_of"]
 
 
+# "i/n", or "<pod>-i/n" for a StatefulSet pod (a DNS label, then its ordinal).
+_SHARD = re.compile(r"(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?-)?([0-9]+)/([0-9]+)", re.ASCII)
+
+
 def parse_shard(text: str) -> tuple[int, int]:
-    """"i/n" (0 <= i < n) as (i, n); raises BadInput with the reason."""
-    index, sep, count = text.strip().partition("/")
-    if not sep or not index.strip().isdigit() or not count.strip().isdigit():
-        raise BadInput(f"--shard {text!r} is not i/n (e.g. 0/2)")
-    i, n = int(index), int(count)
+    """"i/n" (0 <= i < n), or "<pod>-i/n" with a StatefulSet pod's name, as (i, n); raises
+    BadInput with the reason."""
+    match = _SHARD.fullmatch(text.strip())
+    if match is None:
+        raise BadInput(f"--shard {text!r} is not i/n (e.g. 0/2) or pod-i/n (e.g. skewprobe-0/2)")
+    i, n = int(match.group(1)), int(match.group(2))
     if n < 1 or i >= n:
         raise BadInput(f"--shard {text!r}: need n >= 1 and 0 <= i < n")
     return i, n

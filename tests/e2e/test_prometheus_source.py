@@ -1,6 +1,8 @@
-"""Prometheus as the shared store: the verdict read from a real Prometheus scraping two sharded
-probe processes agrees with the verdict from their merged SQLite stores, and a stopped
-Prometheus is SourceUnavailable (exit 4 / HTTP 503), never a pass.
+"""Prometheus as the shared store: the verdict read from a real Prometheus scraping three sharded
+probe processes, run as the Helm chart's `shards: 3` runs them (each pod's arguments and
+config as rendered), agrees with the verdict from their merged SQLite stores, every shard's
+/verdict says so, and a stopped Prometheus is SourceUnavailable (exit 4 / HTTP 503), never a
+pass.
 
 What "agree" means, and why (see `probes.store.prometheus`):
 - the same verdict per path and overall, and no metric that passes from one source and
@@ -32,7 +34,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import numpy as np
@@ -41,6 +43,7 @@ import pytest
 from probes._exceptions import EXIT_UNAVAILABLE, BadInput, SourceUnavailable
 from probes._types import PathWindow
 from probes.api import ApiApp, VerdictQuery
+from probes.config import load_config
 from probes.discovery.shard import shard_of
 from probes.measure.histogram import LOWER, UPPER
 from probes.metrics import DURATION_BUCKETS
@@ -49,8 +52,9 @@ from probes.store._prom_table import Samples, bucket_counts, increases, level_ch
 from probes.store.prometheus import PrometheusSettings, PrometheusSource, _one_of
 from probes.verdict import judge
 from probes.verdict_service import JudgingSettings, compute_prometheus_verdict, with_doubts
+from tests.servers.helm import HELM, NAMESPACE, PROBE, RELEASE, probe_config, render, shard_argv
 from tests.servers.ports import free_port
-from tests.servers.probe_run import example_fleet, http_config
+from tests.servers.probe_run import example_fleet
 
 PROMETHEUS = shutil.which("prometheus")
 W = 1.0  # window = query step = scrape interval
@@ -171,14 +175,15 @@ def test_an_answer_that_is_not_the_prometheus_api_is_unavailable() -> None:
 class PrometheusServer:
     """`prometheus` on 127.0.0.1 with a temp TSDB, ready when it logs so."""
 
-    def __init__(self, tmp: Path, targets: Sequence[str]) -> None:
+    def __init__(self, tmp: Path, targets: Sequence[str],
+                 labels: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp / "prometheus.yml"
         config.write_text(json.dumps({
             "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
-            "scrape_configs": [{"job_name": "skewprobe",
-                                "static_configs": [{"targets": list(targets)}]}],
+            "scrape_configs": [{"job_name": RELEASE, "static_configs": [
+                {"targets": list(targets), "labels": labels or {}}]}],
         }))
         assert PROMETHEUS is not None
         self.proc = subprocess.Popen(
@@ -215,20 +220,6 @@ class PrometheusServer:
             self.proc.stderr.close()
 
 
-# Until `skewprobe run --shard` is wired, a probe process is the runner with its discovery
-# wrapped the way the CLI will wrap it.
-_PROBE = """\
-import asyncio, sys
-from probes.config import load_config
-from probes.discovery.shard import ShardSource, parse_shard
-from probes.runner import ProbeRunner, RunOptions
-config, store, listen, shard = sys.argv[1:5]
-runner = ProbeRunner(load_config(config), RunOptions(store_path=store, listen=listen))
-runner.source = ShardSource(runner.source, *parse_shard(shard))
-asyncio.run(runner.run())
-"""
-
-
 def _cli_has(command: str, option: str) -> bool:
     from probes.cli import build_parser
 
@@ -238,17 +229,39 @@ def _cli_has(command: str, option: str) -> bool:
     return False
 
 
-def _schema_has_prometheus() -> bool:
-    from probes._schema import SCHEMA
-
-    return "prometheus" in SCHEMA["properties"].get("source", {}).get("enum", [])
+SHARDS = 3
+CONFIG_PATH = "/etc/skewprobe/probe.yaml"  # where the chart mounts the ConfigMap
 
 
-def _probe_argv(config: Path, store: Path, listen: str, shard: str) -> list[str]:
-    if _cli_has("run", "--shard"):
-        return [sys.executable, "-m", "probes.cli", "run", "--config", str(config),
-                "--store", str(store), "--listen", listen, "--shard", shard]
-    return [sys.executable, "-c", _PROBE, str(config), str(store), listen, shard]
+class ChartShards(NamedTuple):
+    config: str  # the rendered probe.yaml
+    argvs: list[list[str]]  # each pod's `skewprobe` arguments, as the kubelet passes them
+    gate: str  # the MetricTemplate's query, Flagger's `{{ variables.path }}` left in
+    panels: dict[str, list[str]]  # the dashboard's queries by panel title
+
+
+def _chart_shards(endpoints: Path, prometheus_url: str) -> ChartShards:
+    """The chart's `shards: 3` with this test's targets and paths."""
+    paths = [{"name": name, "http": {"path": url}, "rate": "20/s", "timeout": "500ms"}
+             for name, url in (("checkout", "/api/checkout"), ("catalog", "/api/catalog"))]
+    docs = render(PROBE, {
+        "shards": SHARDS,
+        "serviceMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
+        "sharding": {"prometheusUrl": prometheus_url},
+        "flagger": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
+        "config": {"targets": {"kubernetes": None, "file": {"path": str(endpoints)}},
+                   "window": "1s", "verdict": {"min_samples": 100, "warmup": "1s"},
+                   "paths": paths},
+    })
+    argvs = [shard_argv(docs, i) for i in range(SHARDS)]
+    for argv in argvs:
+        assert argv[:3] == ["run", "--config", CONFIG_PATH], argv
+    (gate,) = [d["spec"]["query"] for d in docs if d["kind"] == "MetricTemplate"]
+    (board,) = [json.loads(d["data"]["skewprobe.json"]) for d in docs
+                if d["kind"] == "ConfigMap" and "skewprobe.json" in d["data"]]
+    panels = {p["title"]: [t["expr"] for t in p.get("targets", ())] for p in board["panels"]}
+    return ChartShards(probe_config(docs), argvs, gate, panels)
 
 
 def _merge(windows: Sequence[PathWindow]) -> list[PathWindow]:
@@ -306,33 +319,37 @@ def _no_contradiction(a: Any, b: Any) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package "
                     "`prometheus`; .ci/run installs it)")
-async def test_two_sharded_probes_through_prometheus_agree_with_their_stores(
+@pytest.mark.skipif(HELM is None, reason="helm not found: run scripts/install-helm.sh")
+async def test_three_sharded_probes_from_the_chart_through_prometheus_agree_with_their_stores(
     tmp_path: Path,
 ) -> None:
     endpoints = tmp_path / "endpoints.json"
     fleet = example_fleet(endpoints, pods=6, base_host="127.0.0.150", seed=11, notice_s=0.2)
     pods = [f"target-{i}" for i in range(6)]
-    shards = {p: shard_of(_endpoint(p), 2) for p in pods}
-    # The first two pods restart into the canary: one in each shard, so both probes see it.
-    assert {shards["target-0"], shards["target-1"]} == {0, 1}
+    shards = {p: shard_of(_endpoint(p), SHARDS) for p in pods}
+    # The first three pods restart into the canary: one in each shard, so every probe sees it.
+    assert {shards[f"target-{i}"] for i in range(3)} == set(range(SHARDS))
 
-    listens = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    stores = [tmp_path / f"shard{i}.db" for i in range(2)]
-    prom = PrometheusServer(tmp_path, listens)
-    configs = [tmp_path / f"probe{i}.yaml" for i in range(2)]
-    for i, config in enumerate(configs):
-        text = http_config(endpoints, rate="20/s")
-        if i == 0 and _schema_has_prometheus():  # probe 0 answers /verdict from Prometheus
-            text += (f"source: prometheus\nprometheus: {{url: '{prom.url}', "
-                     "selector: 'job=\"skewprobe\"', step: 1s}\n")
-        config.write_text(text)
+    listens = [f"127.0.0.1:{free_port()}" for _ in range(SHARDS)]
+    stores = [tmp_path / f"shard{i}.db" for i in range(SHARDS)]
+    # The labels the chart's ServiceMonitor gives the shards' series: job (the Service's
+    # name) and the release's namespace.
+    prom = PrometheusServer(tmp_path, listens, labels={"namespace": NAMESPACE})
+    chart = _chart_shards(endpoints, prom.url)
+    argvs = chart.argvs
+    config = tmp_path / "probe.yaml"
+    config.write_text(chart.config)
+    # Every shard judges from Prometheus what the chart tells it to.
+    chart_config = load_config(str(config))
+    assert chart_config.source == "prometheus" and chart_config.prometheus is not None
+    settings = chart_config.prometheus
+    assert settings.url == prom.url and settings.step_s == W
     procs: list[asyncio.subprocess.Process] = []
     logs = _open_logs(tmp_path)
     source: PrometheusSource | None = None
     try:
         await fleet.start()
         await prom.wait_ready()
-        settings = PrometheusSettings(url=prom.url, selector='job="skewprobe"', step_s=W)
         source = PrometheusSource(settings)
         async with httpx.AsyncClient(base_url=prom.url, timeout=5) as api:
             def scraping(query: str) -> Any:
@@ -343,34 +360,39 @@ async def test_two_sharded_probes_through_prometheus_agree_with_their_stores(
                 return check
 
             # Prometheus applies discovered targets up to 5 s after it starts: wait until it
-            # scrapes (and fails, `up` 0) both addresses, then start the probes, so each is
+            # scrapes (and fails, `up` 0) every address, then start the probes, so each is
             # scraped within a second of listening and no call predates its first scrape by
             # more than the bound in `_check_counts`.
-            await _until("scrapes attempted", scraping("count(up) == 2"), 30)
+            await _until("scrapes attempted", scraping(f"count(up) == {SHARDS}"), 30)
             t_begin = time.time()
-            for i in range(2):
+            for i in range(SHARDS):
+                argv = [*argvs[i][:2], str(config), *argvs[i][3:],
+                        "--store", str(stores[i]), "--listen", listens[i]]
                 procs.append(await asyncio.create_subprocess_exec(
-                    *_probe_argv(configs[i], stores[i], listens[i], f"{i}/2"),
+                    sys.executable, "-m", "probes.cli", *argv,
                     stdout=logs[i], stderr=logs[i], env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 ))
-            await _until("both probes scraped", scraping("sum(up) == 2"), 30)
+            await _until("every probe scraped", scraping(f"sum(up) == {SHARDS}"), 30)
             await asyncio.sleep(3)  # baseline only
             t_rollout = time.time()
-            await fleet.rollout("1.21.0", interval_s=0.2, limit=2)
+            await fleet.rollout("1.21.0", interval_s=0.2, limit=SHARDS)
             await asyncio.sleep(12)
-            if _schema_has_prometheus():
-                # A probe with `source: prometheus` judges both probes' series.
-                answer = (await api.get(f"http://{listens[0]}/verdict")).json()
+            # /verdict on any shard (the Service picks one) judges every shard's series.
+            for listen in listens:
+                answer = (await api.get(f"http://{listen}/verdict")).json()
                 if not any("overloaded" in r for r in answer["reasons"]):
-                    assert _verdicts(answer)["checkout"] == "fail", answer
-                assert answer["paths"][0]["samples"]["canary"] > 0
+                    assert _verdicts(answer)["checkout"] == "fail", (listen, answer)
+                canary = {p["path"]: p["samples"]["canary"] for p in answer["paths"]}
+                assert canary["checkout"] > 0, (listen, answer)
+            await _check_chart_queries(api, chart)
             t_stop = time.time()
             for p in procs:
                 p.send_signal(signal.SIGTERM)
             codes = [await asyncio.wait_for(p.wait(), 15) for p in procs]
-            assert codes == [0, 0], [(tmp_path / f"probe{i}.log").read_text() for i in range(2)]
+            assert codes == [0] * SHARDS, [
+                (tmp_path / f"probe{i}.log").read_text() for i in range(SHARDS)]
 
-            await _until("both probes marked down", scraping("sum(up) == 0"), 10)
+            await _until("every probe marked down", scraping("sum(up) == 0"), 10)
         await fleet.stop(0.0)
 
         # Sharding: the stores hold disjoint endpoint sets that cover the fleet.
@@ -380,7 +402,7 @@ async def test_two_sharded_probes_through_prometheus_agree_with_their_stores(
                 names = {e.endpoint for e in store.read_endpoint_windows()}
             assert names and all(shards[n] == i for n in names), (i, names)
             seen.append(names)
-        assert seen[0] | seen[1] == set(pods) and not seen[0] & seen[1]
+        assert set().union(*seen) == set(pods) and sum(map(len, seen)) == len(pods)
 
         windows = []
         for path in stores:
@@ -477,6 +499,34 @@ async def test_two_sharded_probes_through_prometheus_agree_with_their_stores(
         await fleet.stop(0.0)
 
 
+async def _check_chart_queries(api: httpx.AsyncClient, chart: ChartShards) -> None:
+    """The chart's gate and dashboard over the three shards' series in this Prometheus: one
+    answer per path (and cohort), not one per shard."""
+    async def query(expr: str) -> list[dict[str, Any]]:
+        r = await api.get("/api/v1/query", params={"query": expr})
+        assert r.status_code == 200, (expr, r.text)
+        return list(r.json()["data"]["result"])
+
+    # Every shard exports the merged verdict; the MetricTemplate (min over the shards) is one
+    # sample, 0 for checkout: no shard can say pass for a path that fails.
+    gate = await query(chart.gate.replace("{{ variables.path }}", "checkout"))
+    assert [float(s["value"][1]) for s in gate] == [0.0], gate
+    board = {title: [e.replace("$job", RELEASE).replace("$path", ".*")
+                     .replace("$__rate_interval", "10s") for e in exprs]
+             for title, exprs in chart.panels.items()}
+    for title in ("Success rate", "Latency p99", "Upstream attempts per request"):
+        result = await query(board[title][0])
+        keys = [(s["metric"]["path"], s["metric"]["cohort"]) for s in result]
+        assert len(keys) == len(set(keys)) and {p for p, _ in keys} == {"checkout", "catalog"}, (
+            title, result)
+        assert {c for _, c in keys} == {"1.20.3", "1.21.0"}, (title, result)
+    lag = await query(board["Schedule lag p99"][0])
+    assert len(lag) == SHARDS, lag  # one line per shard
+    (verdict,) = [s for s in await query(board["Verdict per path"][0])
+                  if s["metric"]["path"] == "checkout"]
+    assert float(verdict["value"][1]) in (0.0, 2.0), verdict  # fail, or inconclusive (overload)
+
+
 def _check_long_rows(source: PrometheusSource, table: Any, first: float, end: float) -> None:
     """A range read as windows / long rows / windows sums to exactly the same as in windows
     (rows end on the same instants), latency included."""
@@ -509,7 +559,7 @@ def _check_long_rows(source: PrometheusSource, table: Any, first: float, end: fl
 
 
 def _open_logs(tmp: Path) -> list[Any]:
-    return [(tmp / f"probe{i}.log").open("wb") for i in range(2)]
+    return [(tmp / f"probe{i}.log").open("wb") for i in range(SHARDS)]
 
 
 def _endpoint(name: str) -> Any:

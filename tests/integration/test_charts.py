@@ -22,7 +22,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 import zipfile
 from collections.abc import AsyncIterator, Mapping
@@ -53,11 +52,21 @@ from targets.profile import parse_profiles
 from targets.server import _args as target_args
 from targets.server import parse_hostport
 from tests.servers.asgi import serve_app
+from tests.servers.helm import (
+    HELM,
+    NAMESPACE,
+    PROBE,
+    RELEASE,
+    ROOT,
+    TARGET,
+    helm,
+    one,
+    probe_config,
+    render,
+    shard_argv,
+    workload,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-PROBE, TARGET = "charts/skewprobe", "charts/skewprobe-target"
-RELEASE, NAMESPACE = "skewprobe", "skewprobe"  # the release the charts' examples assume
-HELM = os.environ.get("SKEWPROBE_HELM") or shutil.which("helm")
 PROMTOOL = shutil.which("promtool")
 needs_helm = pytest.mark.skipif(
     HELM is None, reason="helm not found: run scripts/install-helm.sh (or set SKEWPROBE_HELM)"
@@ -107,6 +116,16 @@ PROBE_VALUES: dict[str, dict[str, Any]] = {
             "ca": {"secret": {"name": "skewprobe-api-tls", "key": "ca.crt"}},
             "serverName": "skewprobe.skewprobe.svc"}},
     },
+    # Three probes (a StatefulSet, pod i probing --shard i/3), judging from Prometheus.
+    "sharded": {
+        "shards": 3,
+        "persistence": {"enabled": True},
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "argoRollouts": {"enabled": True},
+        "flagger": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
+    },
     "api-mtls": {
         "api": {"tls": {"existingSecret": "skewprobe-api-tls", "clientCA": True}},
         "serviceMonitor": {"enabled": True, "tlsConfig": {
@@ -127,37 +146,8 @@ TARGET_VALUES: dict[str, dict[str, Any]] = {
 
 # --- helm ------------------------------------------------------------------------------------
 
-
-def _helm(*args: str) -> subprocess.CompletedProcess[str]:
-    assert HELM is not None
-    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=60, check=False)
-
-
-@functools.cache
-def _render_cached(chart: str, values_json: str) -> str:
-    with tempfile.TemporaryDirectory() as tmp:
-        values = Path(tmp, "values.yaml")
-        values.write_text(values_json)  # JSON is YAML
-        done = _helm("template", RELEASE, str(ROOT / chart), "--namespace", NAMESPACE,
-                     "-f", str(values))
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def render(chart: str, values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    text = _render_cached(chart, json.dumps(values or {}, sort_keys=True))
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind]
-    assert len(found) == 1, f"want one {kind}, got {len(found)}"
-    return found[0]
-
-
-def probe_config(docs: list[dict[str, Any]]) -> str:
-    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap" and "probe.yaml" in d["data"]]
-    return str(configmap["data"]["probe.yaml"])
+_helm = helm
+_workload = workload
 
 
 CASES = [(PROBE, k, v) for k, v in PROBE_VALUES.items()] + [
@@ -182,14 +172,14 @@ def test_lint_strict_and_every_core_object_validates(
             except SchemaNotFoundError:
                 # Custom resources: their key fields are checked by the tests below.
                 assert doc["kind"] in CRD_KINDS, f"no schema for {doc['kind']}"
-    assert {"Deployment", "Service"} <= validated
+    assert {_workload(render(chart, values))["kind"], "Service"} <= validated
 
 
 # --- the probe chart -------------------------------------------------------------------------
 
 
 def _pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return dict(one(docs, "Deployment")["spec"]["template"])
+    return dict(_workload(docs)["spec"]["template"])
 
 
 def _hardened(container_sc: Mapping[str, Any]) -> None:
@@ -253,17 +243,28 @@ def test_probe_config_validates_and_matches_the_pod(name: str, tmp_path: Path,
     # The store is on a writable volume (the root filesystem is read-only): a PVC or an
     # emptyDir, and /tmp too.
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    store = volumes[mounts[str(Path(config.store).parent)]]
+    store_volume = mounts[str(Path(config.store).parent)]
+    workload = _workload(docs)
     if PROBE_VALUES[name].get("persistence", {}).get("enabled"):
-        claim = one(docs, "PersistentVolumeClaim")
-        assert store["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
-        assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        if workload["kind"] == "StatefulSet":  # one claim per shard, from the template
+            (template,) = workload["spec"]["volumeClaimTemplates"]
+            assert template["metadata"]["name"] == store_volume
+            assert store_volume not in volumes
+            assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+        else:
+            claim = one(docs, "PersistentVolumeClaim")
+            assert volumes[store_volume]["persistentVolumeClaim"]["claimName"] == claim[
+                "metadata"]["name"]
+            assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         assert pod["spec"]["securityContext"]["fsGroup"] == container["securityContext"][
             "runAsGroup"]
     else:
-        assert "emptyDir" in store
+        assert "emptyDir" in volumes[store_volume]
     assert "emptyDir" in volumes[mounts["/tmp"]]
-    assert one(docs, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    if workload["kind"] == "Deployment":
+        assert workload["spec"]["strategy"] == {"type": "Recreate"}
+    else:  # never two pods of one ordinal: one writer per shard's store
+        assert workload["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
 
 
 RBAC = {
@@ -847,6 +848,146 @@ def test_mtls_with_gates_that_cannot_present_a_certificate_fails_clearly() -> No
                     "--set", "serviceMonitor.enabled=true")
     assert monitor.returncode != 0
     assert "serviceMonitor.tlsConfig needs cert and keySecret" in monitor.stderr
+
+
+# --- shards: N probes, a StatefulSet ---------------------------------------------------------
+
+
+@needs_helm
+def test_shards_run_a_statefulset_whose_ordinals_are_the_shards() -> None:
+    from probes.discovery.shard import parse_shard
+
+    values = PROBE_VALUES["sharded"]
+    docs = render(PROBE, values)
+    sts = one(docs, "StatefulSet")
+    assert not [d for d in docs if d["kind"] == "Deployment"]
+    service = one(docs, "Service")
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["serviceName"] == service["metadata"]["name"]
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    # One Service, so one scrape per pod (a headless one would match the ServiceMonitor too).
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Service"] == [
+        service["metadata"]["name"]]
+    assert service["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"][
+        "labels"].items()
+    # Each pod's ordinal is its shard, as `skewprobe run` parses its own arguments.
+    shards = [parse_shard(build_parser().parse_args(shard_argv(docs, i)).shard)
+              for i in range(3)]
+    assert shards == [(0, 3), (1, 3), (2, 3)]
+    # Every shard judges the merged verdict from the series the ServiceMonitor scrapes.
+    config = parse_config(probe_config(docs), file="probe.yaml")
+    assert config.source == "prometheus" and config.prometheus is not None
+    assert config.prometheus.url == "http://prometheus-operated.monitoring:9090"
+    job = service["metadata"]["name"]
+    assert config.prometheus.selector == f'job="{job}", namespace="{NAMESPACE}"'
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert config.prometheus.step_s == 30.0 and endpoint["interval"] == "30s"
+    # The gates read that merged verdict: the MetricTemplate passes only when every shard's
+    # gauge says pass; Argo and Flagger's webhooks ask the Service, i.e. any shard.
+    query = one(docs, "MetricTemplate")["spec"]["query"]
+    assert query.lstrip().startswith("min(") and f'job="{job}"' in query
+    web = one(docs, "ClusterAnalysisTemplate")["spec"]["metrics"][0]["provider"]["web"]
+    assert urlsplit(web["url"]).netloc.split(".")[0] == service["metadata"]["name"]
+
+    # Own values win: a URL, a selector for a scrape of one's own, a step.
+    own = render(PROBE, {"shards": 2, "config": {"prometheus": {
+        "url": "http://thanos:9090", "selector": 'job="probes"', "step": "15s"}}})
+    mine = parse_config(probe_config(own), file="probe.yaml")
+    assert mine.prometheus is not None and mine.source == "prometheus"
+    assert (mine.prometheus.url, mine.prometheus.selector, mine.prometheus.step_s) == (
+        "http://thanos:9090", 'job="probes"', 15.0)
+    assert [parse_shard(build_parser().parse_args(shard_argv(own, i)).shard)
+            for i in range(2)] == [(0, 2), (1, 2)]
+
+    # shards: 1 is the one probe as before: a Deployment, no --shard, its own store's verdict.
+    single = render(PROBE, {"shards": 1, "serviceMonitor": {"enabled": True}})
+    assert _workload(single)["kind"] == "Deployment"
+    assert build_parser().parse_args(shard_argv(single, 0)).shard is None
+    assert parse_config(probe_config(single), file="probe.yaml").source == "store"
+
+
+@needs_helm
+def test_shards_refuse_what_cannot_work() -> None:
+    base = ["--set", "shards=3", "--set", "serviceMonitor.enabled=true"]
+    unscraped = _helm("template", "x", str(ROOT / PROBE), "--set", "shards=3")
+    assert unscraped.returncode != 0 and "set serviceMonitor.enabled=true" in unscraped.stderr
+    store = _helm("template", "x", str(ROOT / PROBE), *base, "--set", "config.source=store")
+    assert store.returncode != 0 and "config.source must be prometheus" in store.stderr
+    claim = _helm("template", "x", str(ROOT / PROBE), *base, "--set", "persistence.enabled=true",
+                  "--set", "persistence.existingClaim=one")
+    assert claim.returncode != 0 and "one claim cannot hold 3 stores" in claim.stderr
+    zero = _helm("lint", "--strict", str(ROOT / PROBE), "--set", "shards=0")
+    assert zero.returncode != 0 and "shards" in zero.stdout + zero.stderr
+
+
+@needs_helm
+@needs_promtool
+def test_rules_dashboard_and_gate_count_each_pod_once_over_shards(tmp_path: Path) -> None:
+    """Three shards export the whole estate's inventory each, disjoint calls, and a verdict
+    gauge each: the rules and the dashboard count each pod once and each call once, and the
+    MetricTemplate passes only when every shard says pass. One probe reads the same."""
+    docs = render(PROBE, PROBE_VALUES["sharded"])
+    groups = copy.deepcopy(_rule_groups(docs))
+    for group in groups:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    panels = {p["title"]: [t["expr"] for t in p.get("targets", ())]
+              for p in _dashboard(docs)["panels"]}
+    query = _flagger_query(one(docs, "MetricTemplate")["spec"]["query"], {"path": "checkout"})
+    series = []
+    for job, instances in (("skewprobe", ("a", "b", "c")), ("single", ("a",))):
+        for i, instance in enumerate(instances):
+            labels = f'job="{job}", instance="{instance}"'
+            series += [
+                {"series": f'skewprobe_inventory_pods{{{labels}, namespace="shop", '
+                           f'proxy_version="1.20.3"}}', "values": "6x40"},
+                {"series": f'skewprobe_inventory_pods{{{labels}, namespace="shop", '
+                           f'proxy_version="1.21.0"}}', "values": "4x40"},
+                {"series": f'skewprobe_inventory_pods_outside_skew{{{labels}, '
+                           f'namespace="legacy", proxy_version="1.19.0"}}', "values": "2x40"},
+                # Disjoint calls: shard i made 60 * (i + 1) ok calls a minute.
+                {"series": f'skewprobe_requests_total{{{labels}, path="checkout", '
+                           f'cohort="1.20.3", outcome="ok"}}', "values": f"0+{60 * (i + 1)}x40"},
+                {"series": f'skewprobe_verdict{{{labels}, path="checkout", verdict="pass"}}',
+                 "values": "1x40" if instance != "b" else "0x40"},
+            ]
+    rate = panels["Success rate"][0].replace("$__rate_interval", "5m")
+    calls = rate.split(" / ", 1)[1].replace("$path", ".*")
+    exprs = {
+        panels["Pods per proxy version"][0]: [("1.20.3", 6), ("1.21.0", 4)],
+        panels["Pods outside the supported skew"][0]: [("legacy", "1.19.0", 2)],
+    }
+    tests = []
+    for job, calls_per_s, gate in (("skewprobe", 6, 0), ("single", 1, 1)):
+        for expr, want in exprs.items():
+            samples = [{"labels": "{" + ", ".join(
+                f'{k}="{v}"' for k, v in zip(
+                    ("namespace", "proxy_version") if len(w) == 3 else ("proxy_version",),
+                    w[:-1], strict=True)) + "}", "value": w[-1]} for w in want]
+            tests.append({"expr": expr.replace("$job", job), "eval_time": "5m",
+                          "exp_samples": samples})
+        tests.append({"expr": f'skewprobe:inventory_version_share{{job="{job}"}}',
+                      "eval_time": "5m", "exp_samples": [
+                          {"labels": f'skewprobe:inventory_version_share{{job="{job}", '
+                                     'proxy_version="1.20.3"}', "value": 0.6},
+                          {"labels": f'skewprobe:inventory_version_share{{job="{job}", '
+                                     'proxy_version="1.21.0"}', "value": 0.4}]})
+        tests.append({"expr": calls.replace("$job", job), "eval_time": "10m", "exp_samples": [
+            {"labels": '{cohort="1.20.3", path="checkout"}', "value": calls_per_s}]})
+        gate_query = query.replace(f'job="{RELEASE}"', f'job="{job}"')
+        tests.append({"expr": gate_query, "eval_time": "5m",
+                      "exp_samples": [{"labels": "{}", "value": gate}]})
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+            "interval": "1m", "input_series": series, "promql_expr_test": tests,
+            "alert_rule_test": [{"eval_time": "30m", "alertname":
+                                 "SkewprobePodsOutsideSupportedSkew", "exp_alerts": [
+                {"exp_labels": {"job": job, "namespace": "legacy", "proxy_version": "1.19.0",
+                                "severity": "critical"}} for job in ("single", "skewprobe")]}],
+        }]}))
+    done = _promtool("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 # --- values.schema.json -----------------------------------------------------------------------

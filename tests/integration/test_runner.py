@@ -4,6 +4,7 @@ windows written from a worker thread, and the garbage-collector state it restore
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import time
 from pathlib import Path
@@ -19,8 +20,10 @@ from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.runner import ProbeRunner, Recorder, RunOptions
 from probes.store import Event, Store
+from probes.store.prometheus import PrometheusSettings
 from probes.verdict_service import compute_verdict, stored_overload
 from tests.servers.hostile import HostileServer
+from tests.servers.ports import free_port
 from tests.servers.probe_run import discard_config
 from tests.servers.stores import store_with_a_failing_canary
 
@@ -40,6 +43,32 @@ async def test_an_overloaded_probe_turns_a_fail_into_inconclusive(tmp_path: Path
     assert starved["verdict"] == "inconclusive"
     assert starved["reasons"][0].startswith("probe overloaded: 7 calls skipped")
     assert all(p["verdict"] == "inconclusive" for p in starved["paths"])
+
+
+async def test_a_verdict_that_cannot_be_computed_leaves_the_gauges_inconclusive(
+    tmp_path: Path,
+) -> None:
+    """A shard judging from a Prometheus it cannot reach must not keep exporting its last
+    verdict: the MetricTemplate gates on the gauge."""
+    store = tmp_path / "probe.db"
+    store_with_a_failing_canary(store, time.time())
+    runner = ProbeRunner(parse_config(CONFIG), RunOptions(store_path=str(store), listen=None))
+
+    def gauge(path: str, verdict: str) -> float | None:
+        return runner.registry.get_sample_value(
+            "skewprobe_verdict", {"path": path, "verdict": verdict})
+
+    await runner._publish_verdict()
+    assert runner.last_verdict is not None and runner.last_verdict["verdict"] == "fail"
+    paths = [p["path"] for p in runner.last_verdict["paths"]] + ["_overall"]
+    assert gauge("_overall", "fail") == 1.0
+    unreachable = PrometheusSettings(url=f"http://127.0.0.1:{free_port()}", timeout_s=2)
+    runner.config = dataclasses.replace(runner.config, source="prometheus",
+                                        prometheus=unreachable)
+    await runner._publish_verdict()
+    for path in paths:
+        assert gauge(path, "inconclusive") == 1.0, path
+        assert gauge(path, "fail") == gauge(path, "pass") == 0.0, path
 
 
 def test_recorder_counts_late_sends_and_drops_for_the_overload_rule() -> None:

@@ -32,6 +32,17 @@ def test_parse_shard() -> None:
             parse_shard(bad)
 
 
+def test_parse_shard_takes_a_statefulset_pods_ordinal() -> None:
+    """The chart passes `--shard $(POD_NAME)/N`: the ordinal after the pod name's last `-`."""
+    assert parse_shard("skewprobe-0/3") == (0, 3)
+    assert parse_shard("skewprobe-2/3") == (2, 3)
+    assert parse_shard("prod-skewprobe-12/16") == (12, 16)
+    for bad in ("skewprobe-3/3", "skewprobe/3", "skewprobe-/3", "-skewprobe-1/3",
+                "Skewprobe-1/3", "skewprobe-1", "skewprobe-a/3", "skew probe-1/3"):
+        with pytest.raises(BadInput, match="--shard"):
+            parse_shard(bad)
+
+
 def test_every_endpoint_in_exactly_one_shard_and_spread_evenly() -> None:
     endpoints = [_ep(f"checkout-{i}") for i in range(600)]
     for n in (1, 2, 3, 5):

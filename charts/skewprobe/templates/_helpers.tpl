@@ -95,7 +95,33 @@ being silently overridden.
 {{- end }}
 {{- $_ := set $cfg "listen" (printf "0.0.0.0:%d" (int .Values.api.port)) }}
 {{- $_ := set $cfg "store" (dict "path" (printf "%s/skewprobe.db" (trimSuffix "/" .Values.store.mountPath))) }}
+{{- if include "skewprobe.sharded" . }}
+{{- /* Each shard's store holds only its endpoints: every shard judges the merged verdict
+from all shards' series in Prometheus (README, "Many probes"), so /verdict, /gate and the
+verdict gauge say the same on any shard. */}}
+{{- if eq (toString (get $cfg "source" | default "prometheus")) "store" }}
+{{- fail (printf "shards: %d: each shard's store holds only its own endpoints, so config.source must be prometheus (the chart sets it; remove source: store)" (int .Values.shards)) }}
+{{- end }}
+{{- $prom := deepCopy (get $cfg "prometheus" | default dict) }}
+{{- if not $prom.selector }}
+{{- if not .Values.serviceMonitor.enabled }}
+{{- fail (printf "shards: %d: the shards judge from Prometheus: set serviceMonitor.enabled=true, or config.prometheus.selector naming the series your own scrape gives them" (int .Values.shards)) }}
+{{- end }}
+{{- /* The ServiceMonitor's job label is the Service's name; namespace is the release's. */}}
+{{- $_ := set $prom "selector" (printf "job=%q, namespace=%q" (include "skewprobe.fullname" .) .Release.Namespace) }}
+{{- end }}
+{{- $_ := set $prom "url" ($prom.url | default .Values.sharding.prometheusUrl) }}
+{{- /* A window is one query step: at least the scrape interval. */}}
+{{- $_ := set $prom "step" ($prom.step | default .Values.serviceMonitor.interval) }}
+{{- $_ := set $cfg "source" "prometheus" }}
+{{- $_ := set $cfg "prometheus" $prom }}
+{{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* "true" when the release runs more than one probe (`shards` > 1): a StatefulSet. */}}
+{{- define "skewprobe.sharded" -}}
+{{- if gt (int .Values.shards) 1 }}true{{ end }}
 {{- end }}
 
 {{/* The kubernetes discovery block of the config, or an empty dict. */}}
