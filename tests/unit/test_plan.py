@@ -6,7 +6,6 @@ import pytest
 
 from probes._spec import SkewPolicy
 from probes.plan import (
-    DAY,
     NamespaceInfo,
     PlanInput,
     PlanPods,
@@ -19,6 +18,7 @@ from probes.plan import (
 from probes.store.records import InventoryRow, InventorySnapshot
 
 ONE = SkewPolicy(behind=1, ahead=0)
+DAY = 86400.0
 
 
 def _fleet(version: str, n: int = 3) -> list[PlanPods]:
