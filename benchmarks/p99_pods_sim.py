@@ -19,7 +19,7 @@ bound, and the median time of those false fails; the last row is an A/B control 
 call 1.5× slower), where every rollout should fail.
 
     .venv/bin/python benchmarks/p99_pods_sim.py                 # 300 rollouts per row
-    .venv/bin/python benchmarks/p99_pods_sim.py --rollouts 60   # a quick look
+    .venv/bin/python benchmarks/p99_pods_sim.py --quick         # 30 rollouts per row
 """
 
 from __future__ import annotations
@@ -108,7 +108,10 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=300)
     ap.add_argument("--seed", type=int, default=20261204)
     ap.add_argument("--balance", type=float, default=10.0)
+    ap.add_argument("--quick", action="store_true", help="30 rollouts per row (make bench)")
     args = ap.parse_args()
+    if args.quick:
+        args.rollouts = 30
     est = Estate()
     log_thr = math.log(SLOTS / ALPHA)
     print(f"{args.rollouts} A/A rollouts per row; 12 pods × {est.rate_per_s:g}/s (balance up to"
