@@ -24,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 import httpx
@@ -48,9 +49,11 @@ from targets.sidecar import (
 __all__ = [
     "ATTEMPTS_FROM_DESTINATION",
     "ATTEMPTS_FROM_RESPONSE",
+    "EndpointView",
     "PodIdentity",
     "Relay",
     "RelayAnswer",
+    "RoundRobinView",
     "UnknownDestination",
 ]
 
@@ -69,6 +72,37 @@ class UnknownDestination(LookupError):
     def __init__(self, name: str):
         super().__init__(f"destination {name!r} is not in the relay's allowlist")
         self.name = name
+
+
+class EndpointView(Protocol):
+    """The outbound side's endpoint list (what Envoy's EDS gives a sidecar), emulated: the
+    address a call to `service` goes to, or None when the view holds no endpoint for it."""
+
+    def pick(self, service: str) -> str | None: ...
+
+
+class RoundRobinView:
+    """An endpoint view that balances round robin over a list per service; `update` replaces
+    a service's list (the fleet calls it while the caller's proxy takes configuration)."""
+
+    def __init__(self, endpoints: Mapping[str, Sequence[str]] | None = None):
+        self._lists: dict[str, tuple[str, ...]] = {
+            k: tuple(v) for k, v in (endpoints or {}).items()}
+        self._next: dict[str, int] = {}
+
+    def update(self, service: str, addresses: Sequence[str]) -> None:
+        self._lists[service] = tuple(addresses)
+
+    def addresses(self, service: str) -> tuple[str, ...]:
+        return self._lists.get(service, ())
+
+    def pick(self, service: str) -> str | None:
+        found = self._lists.get(service)
+        if not found:
+            return None
+        i = self._next.get(service, 0)
+        self._next[service] = i + 1
+        return found[i % len(found)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +185,13 @@ class Relay:
         *,
         caller: PodIdentity,
         outbound: OutboundPolicy | None = None,
+        view: EndpointView | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ):
         self.config = config
         self.caller = caller
         self._outbound = outbound
+        self._view = view
         self._clock = clock
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(config.timeout_s), follow_redirects=False, trust_env=False,
@@ -171,6 +207,16 @@ class Relay:
             raise UnknownDestination(name)
         rid = request_id or f"relay-{self.caller.pod}-{next(self._ids)}"
         started = self._clock()
+        if self._view is not None and dest.service:
+            picked = self._view.pick(dest.service)
+            if picked is None:  # Envoy's "no healthy upstream": a local 503, nothing sent
+                grpc_dest = dest.kind == "grpc"
+                return RelayAnswer(
+                    name, Outcome.grpc("UNAVAILABLE") if grpc_dest else Outcome.HTTP_5XX,
+                    self._clock() - started, self.caller, status=None if grpc_dest else 503,
+                    grpc_code="UNAVAILABLE" if grpc_dest else "",
+                    detail=f"no endpoint for {dest.service} in the view")
+            dest = _at(dest, picked)
         attempts = 0
         last: _Attempt | None = None
         outcome: str | None = None
@@ -258,6 +304,14 @@ class Relay:
         channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
             await channel.close(None)
+
+
+def _at(dest: RelayDestination, address: str) -> RelayDestination:
+    """The destination with its address replaced by `address` (host:port)."""
+    if dest.kind == "grpc":
+        return replace(dest, target=address)
+    parts = urlsplit(dest.url)
+    return replace(dest, url=urlunsplit(parts._replace(netloc=address)))
 
 
 def _outcome(attempt: _Attempt) -> str:

@@ -27,7 +27,7 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -64,6 +64,9 @@ class RelayDestination:
     target: str = ""  # grpc: host:port
     request: bytes = b""  # grpc: the serialized request
     headers: tuple[tuple[str, str], ...] = ()
+    # Emulation only: the service whose pods an outbound endpoint view balances over (the
+    # address in `url` / `target` is then replaced by the one the view picks).
+    service: str = ""
 
     @property
     def address(self) -> str:
@@ -126,15 +129,20 @@ class _Parser(LineParser):
         return RelayConfig(out, timeout_s=timeout or DEFAULT_TIMEOUT_S, max_body=max_body)
 
     def destination(self, name: str, value: Any, key: str, parent: Any) -> RelayDestination:
-        m = self.mapping(value, key, parent, name, {"http", "grpc"})
-        if len(m) != 1:
+        m = self.mapping(value, key, parent, name, {"http", "grpc", "service"})
+        service = m.get("service", "")
+        if not isinstance(service, str) or (service and not _NAME.match(service)):
+            raise self.fail("must be a service name", f"{key}.service", m, "service")
+        if len(set(m) - {"service"}) != 1:
             raise self.fail("needs exactly one of http, grpc", key, parent, name)
         if "http" in m:
-            return self.http(name, self.mapping(m["http"], f"{key}.http", m, "http",
+            dest = self.http(name, self.mapping(m["http"], f"{key}.http", m, "http",
                                                 {"url", "method", "headers"}), f"{key}.http")
-        return self.grpc(name, self.mapping(m["grpc"], f"{key}.grpc", m, "grpc",
-                                            {"target", "method", "request", "headers"}),
-                         f"{key}.grpc")
+        else:
+            dest = self.grpc(name, self.mapping(m["grpc"], f"{key}.grpc", m, "grpc",
+                                                {"target", "method", "request", "headers"}),
+                             f"{key}.grpc")
+        return replace(dest, service=service)
 
     def http(self, name: str, m: LineMap, key: str) -> RelayDestination:
         url = m.get("url")

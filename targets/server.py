@@ -13,7 +13,7 @@ whatever is still open (held streams, slow requests) is cut.
 
     python -m targets.server --http 127.0.0.1:18080 --grpc 127.0.0.1:19090 \\
         --version 1.20.3 --profiles targets/examples/profiles.yaml --pod checkout-0 \\
-        --namespace shop --relay targets/examples/relay.yaml
+        --namespace shop --relay targets/examples/relay-allowlist.yaml
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from targets._http import HttpApp
 from targets._listener import HttpListener
 from targets.profile import VersionProfile, load_profiles
 from targets.proto import target_pb2_grpc
-from targets.relay import PodIdentity, Relay
+from targets.relay import EndpointView, PodIdentity, Relay
 from targets.relay_config import RelayConfig, load_relay
 from targets.sidecar import AttemptCounter, Sidecar
 
@@ -79,6 +79,7 @@ class TargetServer:
         pod: str = "target",
         namespace: str = "",
         relay: RelayConfig | None = None,
+        relay_view: EndpointView | None = None,
         seed: int | None = None,
         keep_alive_s: float = DEFAULT_KEEP_ALIVE_S,
         attempts_ttl_s: float = 60.0,
@@ -96,7 +97,8 @@ class TargetServer:
         self.sidecar = Sidecar(profile, pod=pod, namespace=namespace, seed=seed,
                                counter=counter, clock=clock)
         self.relay = None if relay is None else Relay(
-            relay, caller=PodIdentity(pod, namespace, profile.version), outbound=profile.outbound)
+            relay, caller=PodIdentity(pod, namespace, profile.version), outbound=profile.outbound,
+            view=relay_view)
         self._http_app = HttpApp(self.sidecar, relay=self.relay, clock=clock)
         self._service = TargetService(self.sidecar, relay=self.relay, clock=clock)
         self._health = health_aio.HealthServicer()

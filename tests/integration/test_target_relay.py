@@ -13,6 +13,7 @@ import pytest
 
 from targets.profile import VersionProfile, parse_profiles
 from targets.proto import target_pb2, target_pb2_grpc
+from targets.relay import RoundRobinView
 from targets.relay_config import RelayConfig, parse_relay
 from targets.server import TargetServer
 from tests.servers.ports import free_port
@@ -215,3 +216,26 @@ async def test_an_address_nobody_holds_is_connect_refused() -> None:
         assert (doc["outcome"], doc["address"]) == ("connect_refused", f"127.0.0.1:{gone}")
         doc = (await relay_http(client, relay, "gone-grpc")).json()
         assert doc["outcome"] == "grpc_UNAVAILABLE"
+
+
+async def test_an_endpoint_view_picks_the_address_and_an_empty_one_sends_nothing() -> None:
+    profiles = parse_profiles(PROFILES)
+    dests = [TargetServer(profiles.profile("callee"), pod=f"catalog-{i}", namespace="shop")
+             for i in range(2)]
+    view = RoundRobinView({"catalog": []})
+    config = parse_relay("""
+relay:
+  destinations:
+    catalog: {http: {url: "http://catalog.shop.svc:8080/api/catalog"}, service: catalog}
+""")
+    relay = TargetServer(profiles.profile("1.20.3"), pod="relay-0", relay=config,
+                         relay_view=view)
+    async with dests[0], dests[1], relay, httpx.AsyncClient() as client:
+        doc = (await relay_http(client, relay, "catalog")).json()
+        assert (doc["outcome"], doc["status"]) == ("http_5xx", 503)
+        assert "no endpoint for catalog" in doc["detail"]
+        view.update("catalog", [d.http_address for d in dests])
+        docs = [(await relay_http(client, relay, "catalog")).json() for _ in range(CALLS)]
+    answered = [d["answered_by"]["pod"] for d in docs]
+    assert answered == ["catalog-0", "catalog-1"] * (CALLS // 2)
+    assert [d["address"] for d in docs] == [d.http_address for d in dests] * (CALLS // 2)

@@ -19,19 +19,20 @@ def test_http_and_grpc_destinations_with_defaults() -> None:
 relay:
   destinations:
     cat: {{http: {{url: "http://catalog.shop:8080/api/items?x=1", method: post,
-                   headers: {{X-Tenant: probe}}}}}}
+                   headers: {{X-Tenant: probe}}}}, service: catalog}}
     echo: {{grpc: {{target: "catalog.shop:9090", method: /p.S/M, request: "{request}"}}}}
 """)
     assert (config.timeout_s, config.max_body) == (DEFAULT_TIMEOUT_S, DEFAULT_MAX_BODY)
     cat, echo = config.destinations["cat"], config.destinations["echo"]
     assert (cat.kind, cat.method, cat.address) == ("http", "POST", "catalog.shop:8080")
-    assert cat.headers == (("x-tenant", "probe"),)
+    assert cat.headers == (("x-tenant", "probe"),) and cat.service == "catalog"
+    assert echo.service == ""
     assert (echo.kind, echo.method, echo.address, echo.request) == (
         "grpc", "/p.S/M", "catalog.shop:9090", b"\x08\x01")
 
 
 def test_the_shipped_example_loads() -> None:
-    config = load_relay(EXAMPLES / "relay.yaml")
+    config = load_relay(EXAMPLES / "relay-allowlist.yaml")
     assert config.destinations and config.timeout_s > 0
 
 
@@ -63,6 +64,8 @@ _DEST = "relay:\n  destinations:\n    d: "
         (_DEST + "{http: {url: 'http://x/', headers: {'bad header': v}}}\n", 3,
          "relay.destinations.d.http.headers.bad header", "not a valid header name"),
         ("relay:\n  destinations:\n    d: {}\n    d: {}\n", 4, "d", "duplicate"),
+        (_DEST + "{http: {url: 'http://x/'}, service: 'Not One'}\n", 3,
+         "relay.destinations.d.service", "service name"),
     ],
 )
 def test_errors_name_file_line_and_key(text: str, line: int, key: str, words: str) -> None:
