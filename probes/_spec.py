@@ -85,6 +85,14 @@ class StreamSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RelaySpec:
+    """A call made *through* a relay pod (the reference target's `/relay/<destination>`):
+    the endpoints probed are the relay pods, `destination` a name in their allowlist."""
+
+    destination: str
+
+
+@dataclass(frozen=True, slots=True)
 class ExpectSpec:
     """What counts as success. HTTP statuses outside `status` are http_4xx / http_5xx /
     unexpected_status; gRPC codes outside `grpc_codes` are grpc_<CODE>."""
@@ -103,6 +111,7 @@ class PathSpec:
     http: HttpSpec | None = None
     grpc: GrpcSpec | None = None
     stream: StreamSpec | None = None
+    relay: RelaySpec | None = None
     expect: ExpectSpec = ExpectSpec()
     port: str | int | None = None
     selector: Mapping[str, str] = field(default_factory=lambda: _ro(None))
@@ -118,6 +127,8 @@ class PathSpec:
             return "http"
         if self.grpc is not None:
             return "grpc"
+        if self.relay is not None:
+            return "relay"
         return "stream"
 
     def matches(self, endpoint: Endpoint) -> bool:

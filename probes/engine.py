@@ -38,7 +38,7 @@ from typing import Protocol
 from asyncio_throttle import Throttler
 
 from probes._spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
-from probes._types import CallOutcome, CallResult, Endpoint, Outcome
+from probes._types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
 
 __all__ = [
     "Engine",
@@ -349,7 +349,11 @@ class Engine:
             log.exception("prober %s failed on %s", path.name, endpoint.name)
             outcome = CallOutcome(Outcome.PROBE_ERROR, detail=f"{type(exc).__name__}: {exc}")
         done = loop.time()
-        cohort = outcome.cohort_hint or self.cohort_of(endpoint)
+        if path.relay is not None:
+            # Through a relay: the caller is the relay pod, the callee the pod that answered.
+            cohort = pair_cohort(self.cohort_of(endpoint), outcome.cohort_hint or "unknown")
+        else:
+            cohort = outcome.cohort_hint or self.cohort_of(endpoint)
         self.sink.record(
             CallResult(
                 path=path.name,

@@ -1,0 +1,180 @@
+"""Relay paths end to end on loopback: a real probe run through relay pods to destination pods,
+results keyed by (caller, callee) version pair in the store, and the pair matrix's verdict.
+
+Two relay pods (callers 1.20.3 and 1.21.0) each balance round robin over two destination
+pods (callees 1.20.3 and 1.21.0), so every pair is measured. The destination app fails a
+fixed 20 % of request ids on every attempt; the 1.21.0 caller's outbound proxy retries twice
+on 503, so it sends 3 attempts for each of them: the same success rate, 1.4 attempts per
+request. That pair must fail on attempts per request against the old-old pair; the old
+caller with the new callee must not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from probes._types import pair_cohort
+from probes.pairs import PairMatrix, pair_matrix
+from probes.store import Store
+from probes.verdict_service import JudgingSettings
+from targets.profile import parse_profiles
+from targets.relay import RoundRobinView
+from targets.relay_config import parse_relay
+from targets.server import TargetServer
+from tests.servers.probe_run import Windows, probe_runner, running
+
+OLD, NEW = "1.20.3", "1.21.0"
+PATH = "relay-catalog"
+MIN_SAMPLES = 100
+# The hang guard's multiple: a decision the statistics cannot reach with this many calls per
+# pair is a broken implementation, not a slow machine (counts, never seconds).
+MAX_SAMPLES = 40 * MIN_SAMPLES
+
+PROFILES = """
+versions:
+  "1.20.3":
+    outbound: {}
+    routes: {/api/catalog: {error_rate: 0.2}}
+  "1.21.0":
+    outbound: {retries: {num_retries: 2, retry_on: [503]}}
+    routes: {/api/catalog: {error_rate: 0.2}}
+"""
+RELAY = """
+relay:
+  destinations:
+    catalog:
+      http: {url: "http://catalog.shop.svc:8080/api/catalog"}
+      service: catalog
+"""
+
+
+@contextlib.asynccontextmanager
+async def estate() -> AsyncIterator[dict[str, TargetServer]]:
+    profiles = parse_profiles(PROFILES)
+    started: list[TargetServer] = []
+    try:
+        callees = [TargetServer(profiles.profile(v), pod=f"catalog-{i}", namespace="shop",
+                                seed=7, grpc_port=None) for i, v in enumerate((OLD, NEW))]
+        for server in callees:
+            await server.start()
+            started.append(server)
+        view_addresses = [s.http_address for s in callees]
+        relays = {v: TargetServer(profiles.profile(v), pod=f"relay-{v}",
+                                  namespace="platform-test", seed=7, grpc_port=None,
+                                  relay=parse_relay(RELAY),
+                                  relay_view=RoundRobinView({"catalog": view_addresses}))
+                  for v in (OLD, NEW)}
+        for server in relays.values():
+            await server.start()
+            started.append(server)
+        yield relays
+    finally:
+        for server in reversed(started):
+            await server.stop(0.0)
+
+
+def config(relays: dict[str, TargetServer]) -> str:
+    static = "".join(
+        f"    - {{address: '{s.http_address}', name: {s.pod}, "
+        f"labels: {{proxy_version: '{v}'}}}}\n" for v, s in relays.items())
+    return (f"targets:\n  static:\n{static}window: 1s\n"
+            f"verdict: {{min_samples: {MIN_SAMPLES}, warmup: 1s}}\n"
+            f"paths:\n  - name: {PATH}\n    relay: {{destination: catalog}}\n"
+            "    rate: 20/s\n    timeout: 2s\n")
+
+
+def as_written(store_path: str) -> float:
+    """`now` as of the newest window in the store: the verdict as it stood when the probe
+    wrote it (this test is about pairs, not about a loaded machine's write lag)."""
+    store = Store.open(store_path, readonly=True)
+    try:
+        newest = store.newest_window_end()
+    finally:
+        store.close()
+    assert newest is not None
+    return newest + 1.0
+
+
+def counts(store_path: str, cohort: str) -> tuple[int, int, int, int]:
+    """(calls, successes, attempts summed, calls with attempts measured) over the store."""
+    store = Store.open(store_path, readonly=True)
+    try:
+        windows = [w for w in store.read_windows() if w.cohort == cohort]
+    finally:
+        store.close()
+    return (sum(w.requests for w in windows), sum(w.successes for w in windows),
+            sum(w.attempts_sum for w in windows), sum(w.attempts_count for w in windows))
+
+
+async def test_retrying_caller_fails_on_attempts_against_old_old_at_equal_success(
+    tmp_path: Path,
+) -> None:
+    store = str(tmp_path / "relay.db")
+    settings = JudgingSettings(min_samples=MIN_SAMPLES, window_s=1.0, warmup_s=1.0)
+    pairs = [(a, b) for a in (OLD, NEW) for b in (OLD, NEW)]
+    windows = Windows()
+    async with estate() as relays:
+        runner = probe_runner(config(relays), store, on_window=windows.on_window)
+        async with running(runner, stop_within_s=30):
+            matrix: PairMatrix | None = None
+            while True:
+                await windows.until([(PATH, pair_cohort(*p)) for p in pairs], MIN_SAMPLES)
+                matrix = pair_matrix(store, settings, path=PATH, now=as_written(store))
+                cell = matrix.cell(NEW, OLD)
+                assert cell is not None
+                fewest = min(windows.requests[PATH, pair_cohort(*p)] for p in pairs)
+                if cell.verdict == "fail" or fewest > MAX_SAMPLES:
+                    break
+                await windows.next()
+
+    # Every result is keyed by both versions: the four pairs and nothing else.
+    assert {c for _, c in windows.requests} == {pair_cohort(*p) for p in pairs}
+    assert (matrix.callers, matrix.callees) == ((OLD, NEW), (OLD, NEW))
+    by_pair = {(c.caller, c.callee): c for c in matrix.cells}
+    assert by_pair[OLD, OLD].verdict == "baseline"
+    assert by_pair[NEW, OLD].verdict == "fail", by_pair[NEW, OLD].reason
+    assert "attempts" in by_pair[NEW, OLD].reason
+    # The old caller talking to the new callee retries nothing: not a failure.
+    assert by_pair[OLD, NEW].verdict != "fail", by_pair[OLD, NEW].reason
+    assert matrix.verdict == "fail"
+
+    # The figures behind it, from the store: every call's attempts measured (as the
+    # destination saw them), one per call from the old caller, three per failed call from
+    # the new one, and the same success rate within four standard errors.
+    got = {p: counts(store, pair_cohort(*p)) for p in pairs}
+    for (caller, _), (calls, ok, attempts, measured) in got.items():
+        assert measured == calls > 0
+        assert attempts == (calls if caller == OLD else ok + 3 * (calls - ok))
+    (n1, ok1, _, _), (n2, ok2, _, _) = got[OLD, OLD], got[NEW, OLD]
+    pooled = (ok1 + ok2) / (n1 + n2)
+    assert 0 < pooled < 1
+    assert abs(ok1 / n1 - ok2 / n2) < 4 * (pooled * (1 - pooled) * (1 / n1 + 1 / n2)) ** 0.5
+
+    # `skewprobe verdict` shows the matrix and exits 1 for the failing pair.
+    # As of the last window written (the probe has stopped; its last window may end a moment
+    # after this clock reads, which `--at` would refuse as the future).
+    at = str(min(as_written(store) - 1.0, time.time()))
+    config_file = tmp_path / "judging.yaml"
+    config_file.write_text(config(relays))
+    cli = [sys.executable, "-m", "probes.cli", "verdict", "--store", store, "--at", at,
+           "--config", str(config_file)]
+    done = await asyncio.to_thread(subprocess.run, [*cli, "--json"], capture_output=True,
+                                   text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["verdict"] == "fail"
+    [relay] = doc["pairs"]
+    assert relay["path"] == PATH and relay["verdict"] == "fail"
+    cells = {(c["caller"], c["callee"]): c["verdict"] for c in relay["cells"]}
+    assert cells[NEW, OLD] == "fail" and cells[OLD, OLD] == "baseline"
+    text = await asyncio.to_thread(subprocess.run, cli, capture_output=True, text=True,
+                                   timeout=120, check=False)
+    assert text.returncode == 1
+    assert f"{PATH}: caller \\ callee" in text.stdout and "pairs verdict: fail" in text.stdout
