@@ -140,6 +140,11 @@ _relay: dict[str, Any] = {
             "pattern": r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$",
             "description": "a destination name from the relay pods' allowlist",
         },
+        "callees": {
+            **_str_map,
+            "description": "labels of the destination's pods in discovery: an answer from a"
+            " removed one is stale_endpoint",
+        },
     },
 }
 

@@ -87,9 +87,16 @@ class StreamSpec:
 @dataclass(frozen=True, slots=True)
 class RelaySpec:
     """A call made *through* a relay pod (the reference target's `/relay/<destination>`):
-    the endpoints probed are the relay pods, `destination` a name in their allowlist."""
+    the endpoints probed are the relay pods, `destination` a name in their allowlist.
+    `callees` (labels) picks the destination's pods in discovery: an answer from one of them
+    that discovery removed, or a refused connection to an address only a removed one held,
+    is `stale_endpoint`. Empty: staleness is not judged."""
 
     destination: str
+    callees: Mapping[str, str] = field(default_factory=lambda: _ro(None))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "callees", _ro(self.callees))
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,10 +83,13 @@ class Outcome:
     TLS_ERROR: Final = "tls_error"
     # The probe itself could not run the call (e.g. a path names a port the endpoint lacks).
     PROBE_ERROR: Final = "probe_error"
+    # A relayed call reached a pod discovery had removed from the destination (or an address
+    # no current pod of it holds): the caller's proxy routes by a stale endpoint list.
+    STALE_ENDPOINT: Final = "stale_endpoint"
 
     FIXED: Final = (
         OK, HTTP_5XX, HTTP_4XX, UNEXPECTED_STATUS, CONNECT_REFUSED, CONNECT_TIMEOUT,
-        DNS_ERROR, TIMEOUT, RESET, PROTOCOL_ERROR, TLS_ERROR, PROBE_ERROR,
+        DNS_ERROR, TIMEOUT, RESET, PROTOCOL_ERROR, TLS_ERROR, PROBE_ERROR, STALE_ENDPOINT,
     )
 
     @staticmethod

@@ -496,7 +496,9 @@ def _path(raw: Mapping[str, Any], where: list[str | int], b: _Builder) -> PathSp
             ),
             tls=b.tls(s.get("tls"), [*where, "stream", "tls"]),
         )
-    relay = RelaySpec(destination=raw["relay"]["destination"]) if "relay" in raw else None
+    relay = (RelaySpec(destination=raw["relay"]["destination"],
+                       callees=raw["relay"].get("callees") or {})
+             if "relay" in raw else None)
     expect = raw.get("expect") or {}
     timeout = b.duration(raw.get("timeout", "1s"), [*where, "timeout"])
     rate = b.rate(raw.get("rate", "1/s"), [*where, "rate"])

@@ -33,7 +33,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from asyncio_throttle import Throttler
 
@@ -41,6 +41,7 @@ from probes._spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
 
 __all__ = [
+    "EndpointObserver",
     "Engine",
     "EngineLimits",
     "Prober",
@@ -59,6 +60,14 @@ class Prober(Protocol):
     def forget(self, endpoint: Endpoint) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class EndpointObserver(Protocol):
+    """A prober that is shown every discovery snapshot (the relay prober judges stale
+    routing against it)."""
+
+    def observe(self, endpoints: Sequence[Endpoint]) -> None: ...
 
 
 class ResultSink(Protocol):
@@ -237,6 +246,9 @@ class Engine:
                 )
                 self._schedules[(path.name, key)] = schedule
                 heapq.heappush(self._heap, (schedule.start, next(self._seq), schedule))
+        for prober in self.probers.values():
+            if isinstance(prober, EndpointObserver):
+                prober.observe(snapshot)
         self._balance()
         self._arm(loop)
 

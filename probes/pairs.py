@@ -7,22 +7,32 @@ against it (`verdict_service.compute_verdict`, the same statistics, gates and to
 any path), so "correct in isolation, inconsistent between callers" shows as the one cell that
 fails. α is split evenly over the cells, so the matrix as a whole keeps the verdict's
 false-fail bound.
+
+Stale routing is judged per **caller** version, not per pair: `stale_endpoint` calls are the
+caller's proxy routing by a list it no longer updates, whoever answered. A caller version
+fails when the anytime-valid confidence sequence of its stale share (`stats.bounded.mean_cs`,
+the one-cohort half of the success-rate test) lies wholly above the success-rate tolerance;
+it passes when the sequence lies wholly below it. The old-old pair is no refuge here: when the
+control plane moves past the oldest callers, their own pair is the stale one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from probes._spec import Config
-from probes._types import pair_cohort, split_pair
+from probes._types import Outcome, pair_cohort, split_pair
+from probes.stats.bounded import mean_cs
 from probes.stats.cohorts import version_key
 from probes.store import Store
-from probes.verdict_service import JudgingSettings, compute_verdict
+from probes.verdict_service import JudgingSettings, compute_verdict, verdict_from_source
 
-__all__ = ["PairCell", "PairMatrix", "format_matrix", "pair_matrix", "relay_paths"]
+__all__ = ["CallerStale", "PairCell", "PairMatrix", "format_matrix", "pair_matrix",
+           "relay_paths"]
 
 FAIL, PASS, INCONCLUSIVE, BASELINE = "fail", "pass", "inconclusive", "baseline"
 _METRICS = (("success_rate", "success"), ("latency_p99_ms", "p99_ms"),
@@ -46,6 +56,28 @@ class PairCell:
 
 
 @dataclass(frozen=True, slots=True)
+class CallerStale:
+    """Stale routing seen from one caller version: its relay calls, the stale ones, the
+    confidence sequence of the share and the verdict against the tolerance."""
+
+    caller: str
+    calls: int
+    stale: int
+    lower: float
+    upper: float
+    verdict: str
+
+    @property
+    def share(self) -> float:
+        return self.stale / self.calls if self.calls else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"caller": self.caller, "calls": self.calls, "stale": self.stale,
+                "share": self.share, "lower": self.lower, "upper": self.upper,
+                "verdict": self.verdict}
+
+
+@dataclass(frozen=True, slots=True)
 class PairMatrix:
     """A relay path's matrix: callers (rows) × callees (columns), oldest first."""
 
@@ -53,10 +85,12 @@ class PairMatrix:
     callers: tuple[str, ...]
     callees: tuple[str, ...]
     cells: tuple[PairCell, ...]
+    stale: tuple[CallerStale, ...] = ()
 
     @property
     def verdict(self) -> str:
         judged = [c.verdict for c in self.cells if c.verdict != BASELINE]
+        judged += [s.verdict for s in self.stale]
         if FAIL in judged:
             return FAIL
         return PASS if judged and all(v == PASS for v in judged) else INCONCLUSIVE
@@ -66,7 +100,8 @@ class PairMatrix:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "verdict": self.verdict, "callers": list(self.callers),
-                "callees": list(self.callees), "cells": [c.to_json() for c in self.cells]}
+                "callees": list(self.callees), "cells": [c.to_json() for c in self.cells],
+                "stale": [s.to_json() for s in self.stale]}
 
 
 def _ordered(names: set[str]) -> tuple[str, ...]:
@@ -91,14 +126,19 @@ def relay_paths(store_path: str) -> list[str]:
 
 def pair_matrix(
     store_path: str, settings: JudgingSettings | Config, *, path: str, now: float,
-    since: str | None = None,
+    since: str | None = None, every_window: bool = False,
 ) -> PairMatrix:
-    """Judge every pair of `path` against its old-old pair, from the store at `store_path`."""
+    """Judge every pair of `path` against its old-old pair, from the store at `store_path`.
+
+    As `skewprobe verdict` judges, windows written while the probe was overloaded are left
+    out; `every_window` judges every window it wrote (for tests about pairs, not about a
+    loaded machine's overload rule, as `verdict_from_source` is used elsewhere)."""
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     store = Store.open(store_path, readonly=True)
     try:
         table = store.read_table(paths=[path])
+        windows = store.read_windows(paths=[path])
     finally:
         store.close()
     pairs = {p for c in set(table.cohort.tolist())
@@ -114,9 +154,14 @@ def pair_matrix(
     base_figures: dict[str, float | None] = {}
     base_requests = 0
     for caller, callee in others:
-        result = compute_verdict(store_path, share, path=path, since=since, now=now,
-                                 baseline=pair_cohort(*base),
-                                 canary=pair_cohort(caller, callee))
+        query: dict[str, Any] = dict(path=path, since=since, now=now,
+                                     baseline=pair_cohort(*base),
+                                     canary=pair_cohort(caller, callee))
+        if every_window:
+            with Store.open(store_path, readonly=True) as source:
+                result = verdict_from_source(source, share, **query)
+        else:
+            result = compute_verdict(store_path, share, **query)
         judged = (result.get("paths") or [{}])[0]
         metrics = judged.get("metrics", {})
         samples = judged.get("samples", {})
@@ -132,7 +177,29 @@ def pair_matrix(
         ))
     figures = {short: base_figures.get(short) for _, short in _METRICS}
     cells.insert(0, PairCell(*base, BASELINE, base_requests, figures))
-    return PairMatrix(path, callers, callees, tuple(cells))
+    calls: dict[str, list[int]] = {c: [0, 0] for c in callers}
+    for w in windows:
+        pair = split_pair(w.cohort)
+        if pair is not None:
+            calls[pair[0]][0] += w.requests
+            calls[pair[0]][1] += w.outcomes.get(Outcome.STALE_ENDPOINT, 0)
+    tolerance = settings.tolerances.success_rate_drop_pp / 100.0
+    log_threshold = math.log(len(callers) / settings.alpha)  # α split over the callers
+    stale = tuple(_caller_stale(c, n, k, tolerance, log_threshold, settings.min_samples)
+                  for c, (n, k) in calls.items())
+    return PairMatrix(path, callers, callees, tuple(cells), stale)
+
+
+def _caller_stale(caller: str, calls: int, stale: int, tolerance: float,
+                  log_threshold: float, min_samples: int) -> CallerStale:
+    lower, upper = (float(x) for x in mean_cs(stale, calls, log_threshold))
+    if lower > tolerance:
+        verdict = FAIL
+    elif upper <= tolerance and calls >= min_samples:
+        verdict = PASS
+    else:
+        verdict = INCONCLUSIVE
+    return CallerStale(caller, calls, stale, lower, upper, verdict)
 
 
 def _figure(cell: PairCell) -> str:
@@ -160,4 +227,7 @@ def format_matrix(matrix: PairMatrix) -> str:
              for r in rows]
     lines += [f"  {c.caller} -> {c.callee}: {c.verdict}: {c.reason}"
               for c in matrix.cells if c.verdict in (FAIL, INCONCLUSIVE) and c.reason]
+    lines += [f"  stale routing seen from callers on {s.caller}: {s.share * 100:.1f} % of relay"
+              f" calls ({s.stale} of {s.calls}): {s.verdict}"
+              for s in matrix.stale if s.stale or s.verdict == FAIL]
     return "\n".join([*lines, f"pairs verdict: {matrix.verdict}"])

@@ -9,13 +9,22 @@ the engine keys the result by the pair (relay pod's version, answering pod's ver
 
 When the relay itself cannot answer (refused, a 5xx of its own, a 403 for a destination not
 in its allowlist), that is the outcome, and the callee is unknown. The relay's
-`answered_by` and `address` go into the detail as `pod=... address=...` for what looks at
-stale routing.
+`answered_by` and `address` go into the detail as `pod=... address=...`.
+
+Stale routing: with `relay.callees` set, the engine shows the prober every discovery snapshot
+(`observe`). An answer from a pod of the destination that discovery has *removed*, or a
+refused connection to an address that only a removed pod held, is `stale_endpoint` once the
+removal is older than the path's timeout (a call sent before the removal may still land
+there). A pod discovery has not seen yet is not judged: the probe's own watch may lag the
+mesh's.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -30,15 +39,45 @@ RELAY_ROUTE = "/relay/"
 # A relay answer is a small JSON document; anything larger is not one.
 ANSWER_LIMIT = 64 << 10
 _KNOWN = frozenset(Outcome.FIXED)
+_NOT_REACHED = frozenset({Outcome.CONNECT_REFUSED, Outcome.CONNECT_TIMEOUT})
+# Removed pods and addresses remembered at most (oldest forgotten first).
+MAX_GONE = 10_000
+
+
+class _Removed:
+    """Names removed from discovery, with when, bounded in number."""
+
+    def __init__(self) -> None:
+        self.current: set[str] = set()
+        self.gone: OrderedDict[str, float] = OrderedDict()
+
+    def update(self, now_present: set[str], now: float) -> None:
+        for name in self.current - now_present:
+            self.gone[name] = now
+            self.gone.move_to_end(name)
+        for name in now_present:
+            self.gone.pop(name, None)
+        while len(self.gone) > MAX_GONE:
+            self.gone.popitem(last=False)
+        self.current = now_present
+
+    def removed_before(self, name: str, when: float) -> bool:
+        removed = self.gone.get(name)
+        return removed is not None and removed < when
 
 
 class RelayProber:
     """`GET /relay/<destination>` on each relay pod, over one pooled HTTP/1.1 client."""
 
-    def __init__(self, path: PathSpec) -> None:
+    def __init__(self, path: PathSpec, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if path.relay is None:
             raise BadInput(f"path {path.name}: not a relay path")
         self._path = path
+        self._callees = dict(path.relay.callees)
+        self._clock = clock
+        self._pods = _Removed()
+        self._addresses = _Removed()
         self._route = RELAY_ROUTE + path.relay.destination
         self._expected = frozenset(path.expect.status)
         self._codes = tuple(path.expect.grpc_codes)
@@ -88,7 +127,10 @@ class RelayProber:
         found = doc.get("answered_by")
         answered: dict[str, Any] = found if isinstance(found, dict) else {}
         callee = answered.get("proxy_version")
-        where = f"pod={answered.get('pod') or '-'} address={doc.get('address') or '-'}"
+        pod, address = str(answered.get("pod") or ""), str(doc.get("address") or "")
+        if self._stale(pod, address, outcome):
+            outcome = Outcome.STALE_ENDPOINT
+        where = f"pod={pod or '-'} address={address or '-'}"
         return CallOutcome(
             outcome,
             status=status if isinstance(status, int) else None,
@@ -96,6 +138,28 @@ class RelayProber:
             cohort_hint=callee if isinstance(callee, str) and callee else None,
             detail=f"{where} {detail}".rstrip(),
         )
+
+    def observe(self, endpoints: Sequence[Endpoint]) -> None:
+        """The discovery snapshot now: which of the destination's pods and addresses exist."""
+        if not self._callees:
+            return
+        pods: set[str] = set()
+        addresses: set[str] = set()
+        for e in endpoints:
+            if all(e.labels.get(k) == v for k, v in self._callees.items()):
+                pods.add(e.labels.get("pod") or e.name)
+                addresses.update(host_port(e.host, p) for p in {e.port, *e.ports.values()})
+        now = self._clock()
+        self._pods.update(pods, now)
+        self._addresses.update(addresses, now)
+
+    def _stale(self, pod: str, address: str, outcome: str) -> bool:
+        if not self._callees:
+            return False
+        settled = self._clock() - self._path.timeout_s
+        if pod:
+            return self._pods.removed_before(pod, settled)
+        return outcome in _NOT_REACHED and self._addresses.removed_before(address, settled)
 
     def forget(self, endpoint: Endpoint) -> None:
         """Pooled per host by httpx; idle connections expire on their own."""
