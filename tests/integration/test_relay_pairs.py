@@ -6,7 +6,10 @@ pods (callees 1.20.3 and 1.21.0), so every pair is measured. The destination app
 fixed 20 % of request ids on every attempt; the 1.21.0 caller's outbound proxy retries twice
 on 503, so it sends 3 attempts for each of them: the same success rate, 1.4 attempts per
 request. That pair must fail on attempts per request against the old-old pair; the old
-caller with the new callee must not.
+caller with the new callee must not. Twice: with the retries emulated by the relay's
+outbound side (attempts as the destination received them), and with each caller version's
+calls leaving through a real HAProxy of that version (`retries 2`, `retry-on 503`; attempts
+from its `x-envoy-attempt-count` response header).
 """
 
 from __future__ import annotations
@@ -20,15 +23,21 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+
 from probes._types import pair_cohort
 from probes.config import parse_config
 from probes.pairs import PairMatrix, pair_matrix
 from probes.store import Store
 from probes.verdict_service import JudgingSettings
-from targets.profile import parse_profiles
+from targets.haproxy import find_haproxy
+from targets.haproxy_config import parse_haproxy_versions
+from targets.haproxy_outbound import HaproxyOutbound
+from targets.profile import VersionProfile, parse_profiles
 from targets.relay import RoundRobinView
 from targets.relay_config import parse_relay
 from targets.server import TargetServer
+from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
 from tests.servers.probe_run import Windows, probe_runner, running
 from tests.servers.stores import newest_window_end
 
@@ -57,29 +66,45 @@ relay:
 """
 
 
+# The same two caller versions as real HAProxy outbound proxies: 1.21.0 retries 503 twice.
+HAPROXY_VERSIONS = """
+versions:
+  "1.20.3": {retries: 0, attempt_count_header: true}
+  "1.21.0": {retries: 2, retry_on: [503], attempt_count_header: true}
+"""
+
+
 @contextlib.asynccontextmanager
-async def estate() -> AsyncIterator[dict[str, TargetServer]]:
+async def estate(outbound: str, workdir: Path) -> AsyncIterator[dict[str, TargetServer]]:
+    """Callers' relay pods and two callee pods. `outbound`: "emulated" (the profile's
+    `outbound` retries, an endpoint view balancing over the callees) or "haproxy" (each
+    caller version's calls leave through a real HAProxy of that version)."""
     profiles = parse_profiles(PROFILES)
-    started: list[TargetServer] = []
-    try:
+    async with contextlib.AsyncExitStack() as stack:
         callees = [TargetServer(profiles.profile(v), pod=f"catalog-{i}", namespace="shop",
                                 seed=7, grpc_port=None) for i, v in enumerate((OLD, NEW))]
         for server in callees:
-            await server.start()
-            started.append(server)
-        view_addresses = [s.http_address for s in callees]
-        relays = {v: TargetServer(profiles.profile(v), pod=f"relay-{v}",
-                                  namespace="platform-test", seed=7, grpc_port=None,
-                                  relay=parse_relay(RELAY),
-                                  relay_view=RoundRobinView({"catalog": view_addresses}))
-                  for v in (OLD, NEW)}
-        for server in relays.values():
-            await server.start()
-            started.append(server)
+            await stack.enter_async_context(server)
+        relays = {}
+        for v in (OLD, NEW):
+            if outbound == "emulated":
+                view = RoundRobinView({"catalog": [s.http_address for s in callees]})
+                server = TargetServer(profiles.profile(v), pod=f"relay-{v}",
+                                      namespace="platform-test", grpc_port=None,
+                                      relay=parse_relay(RELAY), relay_view=view)
+            else:
+                binary = find_haproxy()
+                assert binary is not None
+                proxy = HaproxyOutbound(
+                    binary, parse_haproxy_versions(HAPROXY_VERSIONS).version(v),
+                    [(s.host, s.http_port) for s in callees], workdir, name=f"outbound-{v}")
+                await stack.enter_async_context(proxy)
+                relay = parse_relay(RELAY.replace("catalog.shop.svc:8080", proxy.address)
+                                    .replace("      service: catalog\n", ""))
+                server = TargetServer(VersionProfile(v), pod=f"relay-{v}",
+                                      namespace="platform-test", grpc_port=None, relay=relay)
+            relays[v] = await stack.enter_async_context(server)
         yield relays
-    finally:
-        for server in reversed(started):
-            await server.stop(0.0)
 
 
 def config(relays: dict[str, TargetServer]) -> str:
@@ -109,14 +134,16 @@ def counts(store_path: str, cohort: str) -> tuple[int, int, int, int]:
             sum(w.attempts_sum for w in windows), sum(w.attempts_count for w in windows))
 
 
+@pytest.mark.parametrize("outbound", [
+    "emulated", pytest.param("haproxy", marks=needs_haproxy)])
 async def test_retrying_caller_fails_on_attempts_against_old_old_at_equal_success(
-    tmp_path: Path,
+    tmp_path: Path, outbound: str,
 ) -> None:
     store = str(tmp_path / "relay.db")
     settings = JudgingSettings(min_samples=MIN_SAMPLES, window_s=1.0, warmup_s=1.0)
     pairs = [(a, b) for a in (OLD, NEW) for b in (OLD, NEW)]
     windows = Windows()
-    async with estate() as relays:
+    async with estate(outbound, tmp_path) as relays:
         runner = probe_runner(config(relays), store, on_window=windows.on_window)
         async with running(runner, stop_within_s=30):
             matrix: PairMatrix | None = None
@@ -141,6 +168,8 @@ async def test_retrying_caller_fails_on_attempts_against_old_old_at_equal_succes
     # The old caller talking to the new callee retries nothing: not a failure.
     assert by_pair[OLD, NEW].verdict != "fail", by_pair[OLD, NEW].reason
     assert matrix.verdict == "fail"
+
+    assert kill_leftovers(tmp_path) == set()  # no HAProxy outlives its estate
 
     # The figures behind it, from the store: every call's attempts measured (as the
     # destination saw them), one per call from the old caller, three per failed call from
