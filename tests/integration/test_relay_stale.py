@@ -16,6 +16,9 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from probes._types import Outcome, pair_cohort, split_pair
 from probes.pairs import pair_matrix
 from probes.store import Store
@@ -157,4 +160,16 @@ async def test_control_plane_move_then_scale_down_is_stale_from_old_callers_only
     assert stale[OLD].verdict == "fail" and stale[OLD].stale >= MIN_SAMPLES
     assert stale[NEW].stale == 0 and stale[NEW].verdict != "fail"
     assert matrix.verdict == "fail"
+
+    # /metrics carries the pair and the outcome: stale calls from the old callers only.
+    stale_series = {
+        sample.labels["cohort"]: sample.value
+        for family in text_string_to_metric_families(generate_latest(runner.registry).decode())
+        for sample in family.samples
+        if sample.name == "skewprobe_requests_total"
+        and sample.labels.get("outcome") == Outcome.STALE_ENDPOINT
+    }
+    stale_from = {c for c, value in stale_series.items() if value > 0}
+    assert stale_from and all(c.startswith(f"{OLD}->") for c in stale_from), stale_from
+    assert sum(stale_series.values()) == after[OLD][Outcome.STALE_ENDPOINT]
 
