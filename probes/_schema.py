@@ -128,6 +128,26 @@ _stream: dict[str, Any] = {
     },
 }
 
+_relay: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["destination"],
+    "description": "a call through relay pods (the reference target's relay) to a destination"
+    " in their allowlist; results keyed by caller and callee proxy version",
+    "properties": {
+        "destination": {
+            "type": "string",
+            "pattern": r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$",
+            "description": "a destination name from the relay pods' allowlist",
+        },
+        "callees": {
+            **_str_map,
+            "description": "labels of the destination's pods in discovery: an answer from a"
+            " removed one is stale_endpoint",
+        },
+    },
+}
+
 _LABEL_KEY = r"^([A-Za-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"
 
 _kubernetes: dict[str, Any] = {
@@ -211,7 +231,7 @@ _kubernetes: dict[str, Any] = {
     },
 }
 
-_KINDS = ("http", "grpc", "stream")
+_KINDS = ("http", "grpc", "stream", "relay")
 
 _path: dict[str, Any] = {
     "type": "object",
@@ -226,6 +246,7 @@ _path: dict[str, Any] = {
         "http": _http,
         "grpc": _grpc,
         "stream": _stream,
+        "relay": _relay,
         "rate": {
             "type": "string",
             "pattern": RATE,

@@ -85,6 +85,21 @@ class StreamSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RelaySpec:
+    """A call made *through* a relay pod (the reference target's `/relay/<destination>`):
+    the endpoints probed are the relay pods, `destination` a name in their allowlist.
+    `callees` (labels) picks the destination's pods in discovery: an answer from one of them
+    that discovery removed, or a refused connection to an address only a removed one held,
+    is `stale_endpoint`. Empty: staleness is not judged."""
+
+    destination: str
+    callees: Mapping[str, str] = field(default_factory=lambda: _ro(None))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "callees", _ro(self.callees))
+
+
+@dataclass(frozen=True, slots=True)
 class ExpectSpec:
     """What counts as success. HTTP statuses outside `status` are http_4xx / http_5xx /
     unexpected_status; gRPC codes outside `grpc_codes` are grpc_<CODE>."""
@@ -103,6 +118,7 @@ class PathSpec:
     http: HttpSpec | None = None
     grpc: GrpcSpec | None = None
     stream: StreamSpec | None = None
+    relay: RelaySpec | None = None
     expect: ExpectSpec = ExpectSpec()
     port: str | int | None = None
     selector: Mapping[str, str] = field(default_factory=lambda: _ro(None))
@@ -118,6 +134,8 @@ class PathSpec:
             return "http"
         if self.grpc is not None:
             return "grpc"
+        if self.relay is not None:
+            return "relay"
         return "stream"
 
     def matches(self, endpoint: Endpoint) -> bool:

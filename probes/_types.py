@@ -83,10 +83,13 @@ class Outcome:
     TLS_ERROR: Final = "tls_error"
     # The probe itself could not run the call (e.g. a path names a port the endpoint lacks).
     PROBE_ERROR: Final = "probe_error"
+    # A relayed call reached a pod discovery had removed from the destination (or an address
+    # no current pod of it holds): the caller's proxy routes by a stale endpoint list.
+    STALE_ENDPOINT: Final = "stale_endpoint"
 
     FIXED: Final = (
         OK, HTTP_5XX, HTTP_4XX, UNEXPECTED_STATUS, CONNECT_REFUSED, CONNECT_TIMEOUT,
-        DNS_ERROR, TIMEOUT, RESET, PROTOCOL_ERROR, TLS_ERROR, PROBE_ERROR,
+        DNS_ERROR, TIMEOUT, RESET, PROTOCOL_ERROR, TLS_ERROR, PROBE_ERROR, STALE_ENDPOINT,
     )
 
     @staticmethod
@@ -96,6 +99,22 @@ class Outcome:
     @staticmethod
     def is_success(outcome: str) -> bool:
         return outcome == Outcome.OK
+
+
+PAIR_SEPARATOR: Final = "->"
+
+
+def pair_cohort(caller: str, callee: str) -> str:
+    """The cohort of a relayed call: the caller's proxy version (the relay pod's, from
+    discovery) and the callee's (the answering pod's), `"1.21.0->1.20.3"`. The separator
+    never occurs in a version name, so a pair is never taken for a version."""
+    return f"{caller}{PAIR_SEPARATOR}{callee}"
+
+
+def split_pair(cohort: str) -> tuple[str, str] | None:
+    """(caller, callee) of a pair cohort, or None for a callee-only cohort."""
+    caller, sep, callee = cohort.partition(PAIR_SEPARATOR)
+    return (caller, callee) if sep else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +127,7 @@ class CallOutcome:
     last stream id, gRPC transparent retry) that the client retried once on a fresh connection:
     connection churn is a signal of a proxy change, kept apart from the callee's success rate.
     `cohort_hint` is the proxy version reported by the response (a header or trailer) when
-    the path is configured to read it.
+    the path is configured to read it; for a relay path, the answering (callee) pod's version.
     """
 
     outcome: str

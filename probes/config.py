@@ -37,6 +37,7 @@ from probes._spec import (
     KubernetesSpec,
     PathSpec,
     PlanSpec,
+    RelaySpec,
     SkewPolicy,
     StreamSpec,
     TlsSpec,
@@ -167,7 +168,8 @@ def _to_config_error(error: jsonschema.ValidationError, root: yaml.Node, file: s
             )
     if validator == "oneOf" and path and path[0] == "paths" and len(path) == 2:
         return ConfigError(
-            "a path needs exactly one of http, grpc or stream", file=file, line=line, key=key
+            "a path needs exactly one of http, grpc, stream or relay", file=file, line=line,
+            key=key
         )
     if validator == "oneOf" and path and path[-1] == "port":
         return ConfigError(
@@ -494,6 +496,9 @@ def _path(raw: Mapping[str, Any], where: list[str | int], b: _Builder) -> PathSp
             ),
             tls=b.tls(s.get("tls"), [*where, "stream", "tls"]),
         )
+    relay = (RelaySpec(destination=raw["relay"]["destination"],
+                       callees=raw["relay"].get("callees") or {})
+             if "relay" in raw else None)
     expect = raw.get("expect") or {}
     timeout = b.duration(raw.get("timeout", "1s"), [*where, "timeout"])
     rate = b.rate(raw.get("rate", "1/s"), [*where, "rate"])
@@ -506,6 +511,7 @@ def _path(raw: Mapping[str, Any], where: list[str | int], b: _Builder) -> PathSp
         http=http,
         grpc=grpc,
         stream=stream,
+        relay=relay,
         expect=ExpectSpec(
             status=tuple(expect.get("status", (200,))),
             grpc_codes=tuple(c.upper() for c in expect.get("grpc_codes", ("OK",))),

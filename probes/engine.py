@@ -33,14 +33,15 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from asyncio_throttle import Throttler
 
 from probes._spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
-from probes._types import CallOutcome, CallResult, Endpoint, Outcome
+from probes._types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
 
 __all__ = [
+    "EndpointObserver",
     "Engine",
     "EngineLimits",
     "Prober",
@@ -59,6 +60,14 @@ class Prober(Protocol):
     def forget(self, endpoint: Endpoint) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class EndpointObserver(Protocol):
+    """A prober that is shown every discovery snapshot (the relay prober judges stale
+    routing against it)."""
+
+    def observe(self, endpoints: Sequence[Endpoint]) -> None: ...
 
 
 class ResultSink(Protocol):
@@ -237,6 +246,9 @@ class Engine:
                 )
                 self._schedules[(path.name, key)] = schedule
                 heapq.heappush(self._heap, (schedule.start, next(self._seq), schedule))
+        for prober in self.probers.values():
+            if isinstance(prober, EndpointObserver):
+                prober.observe(snapshot)
         self._balance()
         self._arm(loop)
 
@@ -358,7 +370,11 @@ class Engine:
             log.exception("prober %s failed on %s", path.name, endpoint.name)
             outcome = CallOutcome(Outcome.PROBE_ERROR, detail=f"{type(exc).__name__}: {exc}")
         done = loop.time()
-        cohort = outcome.cohort_hint or self.cohort_of(endpoint)
+        if path.relay is not None:
+            # Through a relay: the caller is the relay pod, the callee the pod that answered.
+            cohort = pair_cohort(self.cohort_of(endpoint), outcome.cohort_hint or "unknown")
+        else:
+            cohort = outcome.cohort_hint or self.cohort_of(endpoint)
         self.sink.record(
             CallResult(
                 path=path.name,

@@ -18,7 +18,15 @@ import grpc
 
 from targets.profile import Faults
 from targets.proto import target_pb2, target_pb2_grpc
-from targets.sidecar import Forwarded, Sidecar, grpc_code_for_http
+from targets.relay import Relay as PodRelay
+from targets.relay import UnknownDestination
+from targets.sidecar import (
+    ATTEMPT_COUNT_HEADER,
+    VERSION_HEADER,
+    Forwarded,
+    Sidecar,
+    grpc_code_for_http,
+)
 
 SERVICE = "skewprobe.target.v1.Target"
 ECHO = f"/{SERVICE}/Echo"
@@ -38,10 +46,12 @@ class TargetService(target_pb2_grpc.TargetServicer):
         self,
         sidecar: Sidecar,
         *,
+        relay: PodRelay | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ):
         self.sidecar = sidecar
+        self.relay = relay
         self._clock = clock
         self._wall = wall_clock
         self.open_streams = 0
@@ -103,6 +113,23 @@ class TargetService(target_pb2_grpc.TargetServicer):
             )
         context.set_trailing_metadata(trailers)
 
+    async def Relay(  # the generated servicer's name
+        self, request: target_pb2.RelayRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> target_pb2.RelayReply:
+        trailers = ((VERSION_HEADER, self.sidecar.version),)
+        if self.relay is None:
+            await _abort(context, "UNIMPLEMENTED", "this pod has no relay", trailers)
+        given = None
+        for item in context.invocation_metadata() or ():
+            if item[0] == "x-request-id":
+                given = str(item[1])
+        try:
+            answer = await self.relay.call(request.destination, given)
+        except UnknownDestination as exc:
+            await _abort(context, "PERMISSION_DENIED", str(exc), trailers)
+        context.set_trailing_metadata(trailers)
+        return answer.to_proto()
+
     async def _through_sidecar(
         self, faults: Faults, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tuple[Forwarded, Metadata]:
@@ -110,24 +137,26 @@ class TargetService(target_pb2_grpc.TargetServicer):
         sidecar = self.sidecar
         started = self._clock()
         metadata = context.invocation_metadata() or ()
-        given = None
+        given = arrived_attempts = None
         for item in metadata:
             if item[0] == "x-request-id":
                 given = str(item[1])
-                break
+            elif item[0] == ATTEMPT_COUNT_HEADER:
+                arrived_attempts = str(item[1])
         request_id = sidecar.request_id(given)
+        app = tuple(sidecar.app_headers(arrived_attempts))
         if faults.headers.reject_requests_with:
             rejected = sidecar.rejects(faults, (str(item[0]) for item in metadata))
             if rejected is not None:
                 await _abort(context, "INTERNAL", f"request header {rejected} not allowed (400)",
-                             tuple(sidecar.response_headers(faults, None, request_id, 0.0)))
+                             (*sidecar.response_headers(faults, None, request_id, 0.0), *app))
         delay = sidecar.delay(faults)
         if delay > 0:
             await asyncio.sleep(delay)
         forwarded = await sidecar.forward(faults, request_id)
-        trailers = tuple(sidecar.response_headers(
+        trailers = (*sidecar.response_headers(
             faults, forwarded, request_id, self._clock() - started
-        ))
+        ), *app)
         if not forwarded.ok:
             await _abort(context, grpc_code_for_http(forwarded.status),
                          f"upstream answered {forwarded.status}", trailers)

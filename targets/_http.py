@@ -5,6 +5,9 @@ version's faults say otherwise. Knobs in the query string, for tests and demos:
 `delay_ms=N` (app-side delay), `status=N` (the app answers N), `bytes=N` (N bytes of filler);
 `/api/slow?ms=N` is `delay_ms`. `/healthz` answers 200, or 503 once the pod drains, and
 bypasses the sidecar's faults (as a kubelet probe bypasses the mesh's routes).
+`/relay/<name>` asks the pod's relay (`targets.relay`) to call the allowlisted destination
+`name`: 200 with the `RelayAnswer` as JSON whatever the destination did, 403 for a name not
+in the allowlist, 404 when the pod has no relay.
 
 Per-request work is kept small: a fleet process serves thousands of these.
 """
@@ -18,7 +21,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
-from targets.sidecar import REJECT_STATUS, Forwarded, Sidecar
+from targets.relay import Relay, UnknownDestination
+from targets.sidecar import ATTEMPT_COUNT_HEADER, REJECT_STATUS, Forwarded, Sidecar
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -31,13 +35,19 @@ MAX_FILLER = 1 << 20
 _JSON = (b"content-type", b"application/json")
 _TEXT = (b"content-type", b"text/plain")
 _SERVER = (b"server", b"envoy")
+_RELAY = "/relay/"
+_ATTEMPT_COUNT = ATTEMPT_COUNT_HEADER.encode()
 
 
 class HttpApp:
     """One pod's HTTP side. `draining` is flipped by the server when it starts to drain."""
 
-    def __init__(self, sidecar: Sidecar, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, sidecar: Sidecar, *, relay: Relay | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.sidecar = sidecar
+        self.relay = relay
         self.draining = False
         self._clock = clock
         self._inflight: set[asyncio.Task[object]] = set()
@@ -97,12 +107,17 @@ class HttpApp:
         started = self._clock()
         sidecar = self.sidecar
         faults = sidecar.faults(path)
-        given = None
+        given = arrived_attempts = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
                 given = value.decode("latin-1")
-                break
+            elif name == _ATTEMPT_COUNT:
+                arrived_attempts = value.decode("latin-1")
+        if path.startswith(_RELAY):
+            await self._relay(send, path[len(_RELAY):], given)
+            return
         request_id = sidecar.request_id(given)
+        app_headers = _encode(sidecar.app_headers(arrived_attempts))
 
         if faults.headers.reject_requests_with:
             rejected = sidecar.rejects(
@@ -112,7 +127,8 @@ class HttpApp:
                 headers = sidecar.response_headers(faults, None, request_id, 0.0)
                 body = _json({"error": f"request header {rejected} not allowed",
                               "pod": sidecar.pod, "version": sidecar.version})
-                await _respond(send, REJECT_STATUS, [_JSON, _SERVER, *_encode(headers)], body)
+                await _respond(send, REJECT_STATUS,
+                               [_JSON, _SERVER, *_encode(headers), *app_headers], body)
                 return
 
         delay = sidecar.delay(faults)
@@ -148,7 +164,19 @@ class HttpApp:
         headers = sidecar.response_headers(faults, forwarded, request_id,
                                            self._clock() - started)
         body = b"" if scope.get("method") == "HEAD" else _json(doc)
-        await _respond(send, status, [_JSON, _SERVER, *_encode(headers)], body)
+        await _respond(send, status, [_JSON, _SERVER, *_encode(headers), *app_headers], body)
+
+    async def _relay(self, send: Send, name: str, request_id: str | None) -> None:
+        headers = [_JSON, _SERVER, *self._version_header()]
+        if self.relay is None:
+            await _respond(send, 404, headers, _json({"error": "this pod has no relay"}))
+            return
+        try:
+            answer = await self.relay.call(name, request_id)
+        except UnknownDestination as exc:
+            await _respond(send, 403, headers, _json({"error": str(exc)}))
+            return
+        await _respond(send, 200, headers, _json(answer.to_json()))
 
     def _version_header(self) -> list[tuple[bytes, bytes]]:
         return [(b"x-proxy-version", self.sidecar.version.encode("latin-1"))]

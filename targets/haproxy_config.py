@@ -117,6 +117,9 @@ class PodWiring:
     grace_s: float = 0.0
     default_hard_stop_after_s: float = 1.0
     maxconn: int = 4096
+    # An outbound proxy (the relay's): the servers its HTTP backend balances over round robin
+    # instead of the one app (`app_host`/`app_http_port` then unused).
+    upstreams: tuple[tuple[str, int], ...] = ()
 
 
 def render_config(version: HaproxyVersion, wiring: PodWiring) -> str:
@@ -166,8 +169,12 @@ def render_config(version: HaproxyVersion, wiring: PodWiring) -> str:
         *marks,
         "    default_backend app_http",
         "", "backend app_http",
-        f"    server app {_addr(wiring.app_host, wiring.app_http_port)}",
     ]
+    if wiring.upstreams:
+        lines.append("    balance roundrobin")
+        lines += [f"    server up{i} {_addr(h, p)}" for i, (h, p) in enumerate(wiring.upstreams)]
+    else:
+        lines.append(f"    server app {_addr(wiring.app_host, wiring.app_http_port)}")
     if wiring.grpc_fd is not None and wiring.app_grpc_port is not None:
         app_grpc = _addr(wiring.app_host, wiring.app_grpc_port)
         if version.grpc == "tcp":

@@ -10,6 +10,8 @@ method name; a route's keys replace the defaults' keys of the same name):
       "1.21.0":
         attempt_count_header: true            # x-envoy-attempt-count on responses
         max_connection_age: 30m               # gRPC port: real GOAWAYs
+        outbound:                             # the relay's calls: the caller's sidecar
+          retries: {num_retries: 2, retry_on: [503]}
         defaults: {latency: {fixed: 2ms}}
         routes:
           /api/checkout:
@@ -58,6 +60,18 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class OutboundPolicy:
+    """The emulated sidecar's outbound side, for the calls the pod itself makes (the relay's):
+    it retries per `retries` as a caller's Envoy does toward a dependency, and with
+    `attempt_count_header` sends `x-envoy-attempt-count` on every upstream attempt (Envoy's
+    `include_request_attempt_count`). In a real mesh the pod's own sidecar does this and the
+    profile leaves `outbound` out."""
+
+    retries: RetryPolicy = RetryPolicy()
+    attempt_count_header: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class HeaderRules:
     """Header handling of one proxy version. Response rules apply to HTTP response headers
     and to gRPC trailing metadata; a request carrying a `reject_requests_with` header is
@@ -102,6 +116,7 @@ class VersionProfile:
     attempt_count_header: bool = False
     max_connection_age_s: float | None = None
     max_connection_age_grace_s: float | None = None
+    outbound: OutboundPolicy | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "routes", MappingProxyType(dict(self.routes)))
@@ -173,7 +188,7 @@ class _Parser(LineParser):
     def version(self, version: str, raw: Any, key: str, parent: dict[Any, Any]) -> VersionProfile:
         m = self.mapping(raw, key, parent, version, {
             "attempt_count_header", "max_connection_age", "max_connection_age_grace",
-            "defaults", "routes",
+            "defaults", "routes", "outbound",
         })
         attempt_header = m.get("attempt_count_header", False)
         if not isinstance(attempt_header, bool):
@@ -204,7 +219,19 @@ class _Parser(LineParser):
             version=version, defaults=defaults, routes=routes,
             attempt_count_header=attempt_header,
             max_connection_age_s=age, max_connection_age_grace_s=grace,
+            outbound=self.outbound(m, key),
         )
+
+    def outbound(self, m: LineMap, key: str) -> OutboundPolicy | None:
+        if "outbound" not in m:
+            return None
+        k = f"{key}.outbound"
+        om = self.mapping(m["outbound"], k, m, "outbound", {"retries", "attempt_count_header"})
+        header = om.get("attempt_count_header", True)
+        if not isinstance(header, bool):
+            raise self.fail("must be true or false", f"{k}.attempt_count_header", om,
+                            "attempt_count_header")
+        return OutboundPolicy(retries=self.retries(om, k), attempt_count_header=header)
 
     def faults(self, m: LineMap, key: str) -> Faults:
         error_status = m.get("error_status", 503)

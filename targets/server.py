@@ -12,7 +12,8 @@ propagate), then the listeners close, in-flight requests get up to `drain_s` to 
 whatever is still open (held streams, slow requests) is cut.
 
     python -m targets.server --http 127.0.0.1:18080 --grpc 127.0.0.1:19090 \\
-        --version 1.20.3 --profiles targets/examples/profiles.yaml --pod checkout-0
+        --version 1.20.3 --profiles targets/examples/profiles.yaml --pod checkout-0 \\
+        --namespace shop --relay targets/examples/relay-allowlist.yaml
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from targets._http import HttpApp
 from targets._listener import HttpListener
 from targets.profile import VersionProfile, load_profiles
 from targets.proto import target_pb2_grpc
+from targets.relay import EndpointView, PodIdentity, Relay
+from targets.relay_config import RelayConfig, load_relay
 from targets.sidecar import AttemptCounter, Sidecar
 
 DEFAULT_KEEP_ALIVE_S = 30.0
@@ -62,7 +65,8 @@ class TargetServer:
     """One pod: HTTP and gRPC listeners behind an emulated sidecar.
 
     `grpc_port=None` serves HTTP only (big fleets). Ports 0 pick free ports; read the
-    chosen ones from `http_port` / `grpc_port` after `start()`.
+    chosen ones from `http_port` / `grpc_port` after `start()`. With `relay`, the pod also
+    calls that allowlist's destinations for the probe (`/relay/<name>`, `Target/Relay`).
     """
 
     def __init__(
@@ -73,6 +77,9 @@ class TargetServer:
         http_port: int = 0,
         grpc_port: int | None = 0,
         pod: str = "target",
+        namespace: str = "",
+        relay: RelayConfig | None = None,
+        relay_view: EndpointView | None = None,
         seed: int | None = None,
         keep_alive_s: float = DEFAULT_KEEP_ALIVE_S,
         attempts_ttl_s: float = 60.0,
@@ -82,13 +89,18 @@ class TargetServer:
         self.profile = profile
         self.host = host
         self.pod = pod
+        self.namespace = namespace
         self._want_http = http_port
         self._want_grpc = grpc_port
         self._keep_alive_s = keep_alive_s
         counter = AttemptCounter(ttl_s=attempts_ttl_s, capacity=attempts_capacity, clock=clock)
-        self.sidecar = Sidecar(profile, pod=pod, seed=seed, counter=counter, clock=clock)
-        self._http_app = HttpApp(self.sidecar, clock=clock)
-        self._service = TargetService(self.sidecar, clock=clock)
+        self.sidecar = Sidecar(profile, pod=pod, namespace=namespace, seed=seed,
+                               counter=counter, clock=clock)
+        self.relay = None if relay is None else Relay(
+            relay, caller=PodIdentity(pod, namespace, profile.version), outbound=profile.outbound,
+            view=relay_view)
+        self._http_app = HttpApp(self.sidecar, relay=self.relay, clock=clock)
+        self._service = TargetService(self.sidecar, relay=self.relay, clock=clock)
         self._health = health_aio.HealthServicer()
         self._http_port: int | None = None
         self._grpc_port: int | None = None
@@ -187,6 +199,8 @@ class TargetServer:
             if notice_s > 0:
                 await asyncio.sleep(notice_s)
             await asyncio.gather(self._stop_http(drain_s), self._stop_grpc(drain_s))
+            if self.relay is not None:
+                await self.relay.aclose()
         finally:
             self._stopped.set()
 
@@ -244,6 +258,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--version", required=True, help="the proxy version to emulate")
     parser.add_argument("--profiles", help="fault profile YAML (default: no faults)")
     parser.add_argument("--pod", default=socket.gethostname(), help="pod name to report")
+    parser.add_argument("--namespace", default="", help="namespace to report (default none)")
+    parser.add_argument("--relay", help="relay config YAML: the destinations this pod may "
+                        "call for the probe (default: no relay)")
     parser.add_argument("--seed", type=int, help="seed for the fault decisions")
     parser.add_argument("--drain", default="5s", help="drain time on SIGTERM (default 5s)")
     parser.add_argument("--drain-notice", default="0",
@@ -267,8 +284,9 @@ async def _serve(args: argparse.Namespace) -> None:
         grpc_host, grpc_port = parse_hostport(args.grpc)
         if grpc_host != http_host:
             raise BadInput("--http and --grpc must use the same host")
+    relay = load_relay(args.relay) if args.relay else None
     server = TargetServer(profile, host=http_host, http_port=http_port, grpc_port=grpc_port,
-                          pod=args.pod, seed=args.seed)
+                          pod=args.pod, namespace=args.namespace, relay=relay, seed=args.seed)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

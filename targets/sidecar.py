@@ -30,6 +30,13 @@ Clock = Callable[[], float]
 
 OK_STATUS = 200
 REJECT_STATUS = 400
+VERSION_HEADER = "x-proxy-version"
+ATTEMPT_COUNT_HEADER = "x-envoy-attempt-count"
+# What the app says about itself, so a caller that relays knows which pod answered, and how
+# many attempts its own proxy made (the x-envoy-attempt-count the request arrived with).
+POD_HEADER = "x-pod-name"
+NAMESPACE_HEADER = "x-pod-namespace"
+SEEN_ATTEMPTS_HEADER = "x-seen-attempt-count"
 _TWO_64 = float(2**64)
 
 # The standard HTTP-to-gRPC status mapping (grpc/doc/http-grpc-status-mapping.md); Envoy
@@ -102,12 +109,14 @@ class Sidecar:
         profile: VersionProfile,
         *,
         pod: str,
+        namespace: str = "",
         seed: int | None = None,
         counter: AttemptCounter | None = None,
         clock: Clock = time.monotonic,
     ):
         self.profile = profile
         self.pod = pod
+        self.namespace = namespace
         self.version = profile.version
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "big")
@@ -180,15 +189,26 @@ class Sidecar:
         self, faults: Faults, forwarded: Forwarded | None, request_id: str, elapsed_s: float
     ) -> list[tuple[str, str]]:
         """The headers (HTTP) or trailing metadata (gRPC) this version puts on a response."""
-        headers = [("x-proxy-version", self.version), ("x-request-id", request_id)]
+        headers = [(VERSION_HEADER, self.version), ("x-request-id", request_id)]
         if forwarded is not None:
             headers.append(("x-app-attempts", str(forwarded.app_attempts)))
             headers.append(("x-envoy-upstream-service-time", str(int(elapsed_s * 1000))))
             if self.profile.attempt_count_header:
-                headers.append(("x-envoy-attempt-count", str(forwarded.attempts)))
+                headers.append((ATTEMPT_COUNT_HEADER, str(forwarded.attempts)))
         rules = faults.headers
         if rules.rewrites_response:
             headers = rewrite_headers(rules, headers)
+        return headers
+
+
+    def app_headers(self, arrived_attempt_count: str | None) -> list[tuple[str, str]]:
+        """The app's own headers: its pod and namespace, and the attempt count its request
+        arrived with (set by the caller's proxy), echoed when there was one."""
+        headers = [(POD_HEADER, self.pod)]
+        if self.namespace:
+            headers.append((NAMESPACE_HEADER, self.namespace))
+        if arrived_attempt_count and arrived_attempt_count.isdigit():
+            headers.append((SEEN_ATTEMPTS_HEADER, arrived_attempt_count))
         return headers
 
 

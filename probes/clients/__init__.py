@@ -3,7 +3,9 @@
     Prober (Protocol)          call(endpoint, request_id) -> CallOutcome; forget; aclose
     ├── HttpProber             HTTP/1.1 on the probe's own protocol + httptools (`_h1`),
     │                          HTTP/2 on httpcore through the httpx transport API
-    └── GrpcProber             grpc.aio unary, raw bytes; standard health Check
+    ├── GrpcProber             grpc.aio unary, raw bytes; standard health Check
+    └── RelayProber            through a relay pod (`/relay/<destination>`): the
+                               destination's outcome, attempts and answering pod
     build_prober(path)         picks one from PROBERS by PathSpec.kind
 
     StreamProber               the engine's StreamHolder: K long-lived server streams per
@@ -25,6 +27,7 @@ from probes.clients._classify import classify_exception, classify_grpc_code, cla
 from probes.clients._grpc import GrpcProber
 from probes.clients._http import BODY_LIMIT, HttpProber
 from probes.clients._registry import PROBERS, ProberFactory, build_prober
+from probes.clients._relay import RelayProber
 from probes.clients._stream_types import (
     EndReason,
     OpenStream,
@@ -44,6 +47,7 @@ __all__ = [
     "OpenStream",
     "Prober",
     "ProberFactory",
+    "RelayProber",
     "StreamEnd",
     "StreamPolicy",
     "StreamProber",

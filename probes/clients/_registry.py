@@ -10,15 +10,17 @@ from probes._spec import PathSpec
 from probes.clients._base import Prober
 from probes.clients._grpc import GrpcProber
 from probes.clients._http import HttpProber
+from probes.clients._relay import RelayProber
 
 ProberFactory = Callable[[PathSpec], Prober]
 
 # Keyed by PathSpec.kind. Long-lived streams ("stream") get their own module and entry.
-PROBERS: Mapping[str, ProberFactory] = MappingProxyType({"http": HttpProber, "grpc": GrpcProber})
+PROBERS: Mapping[str, ProberFactory] = MappingProxyType(
+    {"http": HttpProber, "grpc": GrpcProber, "relay": RelayProber})
 
 
 def build_prober(path: PathSpec, registry: Mapping[str, ProberFactory] = PROBERS) -> Prober:
-    """The prober for a path, from `registry` (default: HTTP and gRPC unary)."""
+    """The prober for a path, from `registry` (default: HTTP, gRPC unary and relay)."""
     try:
         factory = registry[path.kind]
     except KeyError:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atargets/proto/target.proto\x12\x13skewprobe.target.v1\"G\n\x0b\x45\x63hoRequest\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x10\n\x08\x64\x65lay_ms\x18\x02 \x01(\r\x12\x15\n\rpayload_bytes\x18\x03 \x01(\r\"g\n\tEchoReply\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x15\n\rproxy_version\x18\x03 \x01(\t\x12\x14\n\x0c\x61pp_attempts\x18\x04 \x01(\r\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\"R\n\x10SubscribeRequest\x12\x13\n\x0binterval_ms\x18\x01 \x01(\r\x12\x12\n\nmax_events\x18\x02 \x01(\r\x12\x15\n\rpayload_bytes\x18\x03 \x01(\r\"b\n\x05\x45vent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x17\n\x0fsent_unix_nanos\x18\x02 \x01(\x03\x12\x0b\n\x03pod\x18\x03 \x01(\t\x12\x15\n\rproxy_version\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x32\xa4\x01\n\x06Target\x12H\n\x04\x45\x63ho\x12 .skewprobe.target.v1.EchoRequest\x1a\x1e.skewprobe.target.v1.EchoReply\x12P\n\tSubscribe\x12%.skewprobe.target.v1.SubscribeRequest\x1a\x1a.skewprobe.target.v1.Event0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atargets/proto/target.proto\x12\x13skewprobe.target.v1\"G\n\x0b\x45\x63hoRequest\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x10\n\x08\x64\x65lay_ms\x18\x02 \x01(\r\x12\x15\n\rpayload_bytes\x18\x03 \x01(\r\"g\n\tEchoReply\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x15\n\rproxy_version\x18\x03 \x01(\t\x12\x14\n\x0c\x61pp_attempts\x18\x04 \x01(\r\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\"R\n\x10SubscribeRequest\x12\x13\n\x0binterval_ms\x18\x01 \x01(\r\x12\x12\n\nmax_events\x18\x02 \x01(\r\x12\x15\n\rpayload_bytes\x18\x03 \x01(\r\"b\n\x05\x45vent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x17\n\x0fsent_unix_nanos\x18\x02 \x01(\x03\x12\x0b\n\x03pod\x18\x03 \x01(\t\x12\x15\n\rproxy_version\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\"#\n\x0cRelayRequest\x12\x13\n\x0b\x64\x65stination\x18\x01 \x01(\t\"D\n\x0bPodIdentity\x12\x0b\n\x03pod\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x15\n\rproxy_version\x18\x03 \x01(\t\"\xae\x02\n\nRelayReply\x12\x13\n\x0b\x64\x65stination\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\r\x12\x11\n\tgrpc_code\x18\x04 \x01(\t\x12\x12\n\nlatency_us\x18\x05 \x01(\x04\x12\x15\n\x08\x61ttempts\x18\x06 \x01(\rH\x00\x88\x01\x01\x12\x15\n\rattempts_from\x18\x07 \x01(\t\x12\x35\n\x0b\x61nswered_by\x18\x08 \x01(\x0b\x32 .skewprobe.target.v1.PodIdentity\x12\x30\n\x06\x63\x61ller\x18\t \x01(\x0b\x32 .skewprobe.target.v1.PodIdentity\x12\x0f\n\x07\x61\x64\x64ress\x18\n \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x0b \x01(\tB\x0b\n\t_attempts2\xf1\x01\n\x06Target\x12H\n\x04\x45\x63ho\x12 .skewprobe.target.v1.EchoRequest\x1a\x1e.skewprobe.target.v1.EchoReply\x12P\n\tSubscribe\x12%.skewprobe.target.v1.SubscribeRequest\x1a\x1a.skewprobe.target.v1.Event0\x01\x12K\n\x05Relay\x12!.skewprobe.target.v1.RelayRequest\x1a\x1f.skewprobe.target.v1.RelayReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,6 +39,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBSCRIBEREQUEST']._serialized_end=311
   _globals['_EVENT']._serialized_start=313
   _globals['_EVENT']._serialized_end=411
-  _globals['_TARGET']._serialized_start=414
-  _globals['_TARGET']._serialized_end=578
+  _globals['_RELAYREQUEST']._serialized_start=413
+  _globals['_RELAYREQUEST']._serialized_end=448
+  _globals['_PODIDENTITY']._serialized_start=450
+  _globals['_PODIDENTITY']._serialized_end=518
+  _globals['_RELAYREPLY']._serialized_start=521
+  _globals['_RELAYREPLY']._serialized_end=823
+  _globals['_TARGET']._serialized_start=826
+  _globals['_TARGET']._serialized_end=1067
 # @@protoc_insertion_point(module_scope)

@@ -1,7 +1,8 @@
 # ruff: noqa
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -52,3 +53,45 @@ class Event(_message.Message):
     proxy_version: str
     payload: bytes
     def __init__(self, seq: _Optional[int] = ..., sent_unix_nanos: _Optional[int] = ..., pod: _Optional[str] = ..., proxy_version: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class RelayRequest(_message.Message):
+    __slots__ = ("destination",)
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    destination: str
+    def __init__(self, destination: _Optional[str] = ...) -> None: ...
+
+class PodIdentity(_message.Message):
+    __slots__ = ("pod", "namespace", "proxy_version")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PROXY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    pod: str
+    namespace: str
+    proxy_version: str
+    def __init__(self, pod: _Optional[str] = ..., namespace: _Optional[str] = ..., proxy_version: _Optional[str] = ...) -> None: ...
+
+class RelayReply(_message.Message):
+    __slots__ = ("destination", "outcome", "status", "grpc_code", "latency_us", "attempts", "attempts_from", "answered_by", "caller", "address", "detail")
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_US_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FROM_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    destination: str
+    outcome: str
+    status: int
+    grpc_code: str
+    latency_us: int
+    attempts: int
+    attempts_from: str
+    answered_by: PodIdentity
+    caller: PodIdentity
+    address: str
+    detail: str
+    def __init__(self, destination: _Optional[str] = ..., outcome: _Optional[str] = ..., status: _Optional[int] = ..., grpc_code: _Optional[str] = ..., latency_us: _Optional[int] = ..., attempts: _Optional[int] = ..., attempts_from: _Optional[str] = ..., answered_by: _Optional[_Union[PodIdentity, _Mapping]] = ..., caller: _Optional[_Union[PodIdentity, _Mapping]] = ..., address: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...

@@ -44,6 +44,11 @@ class TargetStub:
                 request_serializer=targets_dot_proto_dot_target__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=targets_dot_proto_dot_target__pb2.Event.FromString,
                 _registered_method=True)
+        self.Relay = channel.unary_unary(
+                '/skewprobe.target.v1.Target/Relay',
+                request_serializer=targets_dot_proto_dot_target__pb2.RelayRequest.SerializeToString,
+                response_deserializer=targets_dot_proto_dot_target__pb2.RelayReply.FromString,
+                _registered_method=True)
 
 
 class TargetServicer:
@@ -63,6 +68,14 @@ class TargetServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Relay(self, request, context):
+        """Relay: this pod calls a destination named in its relay allowlist, through its own
+        (outbound) sidecar, and reports what the destination answered. Never an open proxy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TargetServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +88,11 @@ def add_TargetServicer_to_server(servicer, server):
                     servicer.Subscribe,
                     request_deserializer=targets_dot_proto_dot_target__pb2.SubscribeRequest.FromString,
                     response_serializer=targets_dot_proto_dot_target__pb2.Event.SerializeToString,
+            ),
+            'Relay': grpc.unary_unary_rpc_method_handler(
+                    servicer.Relay,
+                    request_deserializer=targets_dot_proto_dot_target__pb2.RelayRequest.FromString,
+                    response_serializer=targets_dot_proto_dot_target__pb2.RelayReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +149,33 @@ class Target:
             '/skewprobe.target.v1.Target/Subscribe',
             targets_dot_proto_dot_target__pb2.SubscribeRequest.SerializeToString,
             targets_dot_proto_dot_target__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Relay(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/skewprobe.target.v1.Target/Relay',
+            targets_dot_proto_dot_target__pb2.RelayRequest.SerializeToString,
+            targets_dot_proto_dot_target__pb2.RelayReply.FromString,
             options,
             channel_credentials,
             insecure,

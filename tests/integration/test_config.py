@@ -86,7 +86,23 @@ def test_unknown_protocol() -> None:
 
 def test_two_protocols_in_one_path() -> None:
     error = _error(GOOD.replace("    rate: 5/s\n", "    grpc: {health: ''}\n    rate: 5/s\n"))
-    assert error.key == "paths[0]" and "exactly one of http, grpc or stream" in str(error)
+    assert error.key == "paths[0]" and "exactly one of http, grpc, stream or relay" in str(error)
+    error = _error(GOOD.replace("    rate: 5/s\n",
+                                "    relay: {destination: cat}\n    rate: 5/s\n"))
+    assert error.key == "paths[0]" and "exactly one of http, grpc, stream or relay" in str(error)
+
+
+def test_relay_path_names_a_destination() -> None:
+    config = parse_config(GOOD.replace("http: {method: GET, path: /api/checkout}",
+                                       "relay: {destination: catalog}"))
+    relay = config.paths[0]
+    assert relay.kind == "relay" and relay.relay is not None
+    assert relay.relay.destination == "catalog"
+    error = _error(GOOD.replace("http: {method: GET, path: /api/checkout}",
+                                "relay: {destination: 'http://x/'}"))
+    assert error.key == "paths[0].relay.destination"
+    error = _error(GOOD.replace("http: {method: GET, path: /api/checkout}", "relay: {}"))
+    assert error.key == "paths[0].relay"
 
 
 def test_duplicate_path_name() -> None:
@@ -162,5 +178,6 @@ def test_schema_is_published_and_matches_examples() -> None:
     schema = json.loads(result.stdout)
     assert result.returncode == 0 and "paths" in schema["properties"]
     for example in Path("targets/examples").glob("*.yaml"):
-        if "profiles" not in example.name:
+        # Fault profiles and the relay's allowlist are the targets' files, not probe configs.
+        if "profiles" not in example.name and "allowlist" not in example.name:
             load_config(example)

@@ -22,3 +22,11 @@ def store_with_a_failing_canary(path: Path, now: float) -> None:
                                outcome))
     with Store.open(path) as store:
         store.write(*agg.flush(now=now, force=True))
+
+
+def newest_window_end(store_path: str) -> float:
+    """The end of the newest window a probe wrote to the store (it has written one)."""
+    with Store.open(store_path, readonly=True) as store:
+        newest = store.newest_window_end()
+    assert newest is not None
+    return newest

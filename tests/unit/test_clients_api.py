@@ -7,7 +7,7 @@ import pytest
 import probes.clients as clients
 from probes._exceptions import BadInput
 from probes._spec import GrpcSpec, HttpSpec, PathSpec, StreamSpec
-from probes.clients import PROBERS, GrpcProber, HttpProber, Prober, build_prober
+from probes.clients import PROBERS, GrpcProber, HttpProber, Prober, RelayProber, build_prober
 
 
 def test_all_names_exist_and_nothing_private_is_exported():
@@ -18,7 +18,8 @@ def test_all_names_exist_and_nothing_private_is_exported():
 
 
 def test_registry_maps_path_kinds_to_probers():
-    assert set(PROBERS) == {"http", "grpc"}
+    assert set(PROBERS) == {"http", "grpc", "relay"}
+    assert PROBERS["relay"] is RelayProber
     http = build_prober(PathSpec("h", 1.0, 1.0, http=HttpSpec()))
     grpc = build_prober(PathSpec("g", 1.0, 1.0, grpc=GrpcSpec()))
     assert isinstance(http, HttpProber) and isinstance(http, Prober)

@@ -26,6 +26,18 @@ def test_example_regresses_checkout_only() -> None:
         assert canary.faults_for(route) == base.faults_for(route) == Faults()
 
 
+def test_outbound_policy_is_the_callers_side_and_absent_unless_given() -> None:
+    profiles = parse_profiles(
+        'versions:\n  "a": {}\n  "b":\n    outbound:\n      retries: {num_retries: 2}\n'
+        '  "c":\n    outbound: {attempt_count_header: false}\n')
+    assert profiles.profile("a").outbound is None
+    b = profiles.profile("b").outbound
+    assert b is not None and b.attempt_count_header
+    assert (b.retries.num_retries, b.retries.retry_on) == (2, {503})
+    c = profiles.profile("c").outbound
+    assert c is not None and not c.attempt_count_header and c.retries.num_retries == 0
+
+
 def test_example_reference_version_parses_every_knob() -> None:
     ref = load_profiles(EXAMPLES / "profiles.yaml").profile("1.22.0-example")
     assert ref.max_connection_age_s == 300 and ref.max_connection_age_grace_s == 10
@@ -78,6 +90,10 @@ versions:
         ('versions:\n  "1":\n    attempt_count_header: yes please\n', 3,
          "versions['1'].attempt_count_header", "true or false"),
         ('versions:\n  "1": {}\n  "1": {}\n', 3, "1", "duplicate"),
+        ('versions:\n  "1":\n    outbound: {retry: 1}\n', 3, "versions['1'].outbound.retry",
+         "unknown key"),
+        ('versions:\n  "1":\n    outbound:\n      retries: {retry_on: [200]}\n', 4,
+         "versions['1'].outbound.retries.retry_on", "400-599"),
         ("versions: [1, 2]\n", 1, "versions", "non-empty mapping"),
         ("other: {}\n", 1, "(top level).other", "unknown key"),
     ],

@@ -1,0 +1,233 @@
+"""Pair cohorts: the caller × callee version matrix of a relay path, judged cell by cell.
+
+A relay path's results are keyed by the pair (caller's proxy version, callee's proxy version),
+`probes._types.pair_cohort`. The baseline is the old-old pair (the oldest caller version with
+the oldest callee version present); every other pair is the canary of one ordinary verdict
+against it (`verdict_service.compute_verdict`, the same statistics, gates and tolerances as
+any path), so "correct in isolation, inconsistent between callers" shows as the one cell that
+fails. α is split evenly over the cells, so the matrix as a whole keeps the verdict's
+false-fail bound.
+
+Stale routing is judged per **caller** version, not per pair: `stale_endpoint` calls are the
+caller's proxy routing by a list it no longer updates, whoever answered. A caller version
+fails when the anytime-valid confidence sequence of its stale share (`stats.bounded.mean_cs`,
+the one-cohort half of the success-rate test) lies wholly above the success-rate tolerance;
+it passes when the sequence lies wholly below it. The old-old pair is no refuge here: when the
+control plane moves past the oldest callers, their own pair is the stale one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from probes._spec import Config
+from probes._types import Outcome, pair_cohort, split_pair
+from probes.stats.bounded import mean_cs
+from probes.stats.cohorts import version_key
+from probes.store import Store
+from probes.verdict_service import JudgingSettings, compute_verdict, verdict_from_source
+
+__all__ = ["CallerStale", "PairCell", "PairMatrix", "format_matrix", "pair_matrix",
+           "relay_paths"]
+
+FAIL, PASS, INCONCLUSIVE, BASELINE = "fail", "pass", "inconclusive", "baseline"
+_METRICS = (("success_rate", "success"), ("latency_p99_ms", "p99_ms"),
+            ("attempts_per_request", "attempts"))
+
+
+@dataclass(frozen=True, slots=True)
+class PairCell:
+    """One (caller, callee) pair: its verdict against the old-old pair and its figures."""
+
+    caller: str
+    callee: str
+    verdict: str  # pass | fail | inconclusive | baseline
+    requests: int
+    figures: Mapping[str, float | None]  # success, p99_ms, attempts (None: not measured)
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"caller": self.caller, "callee": self.callee, "verdict": self.verdict,
+                "requests": self.requests, **self.figures, "reason": self.reason or None}
+
+
+@dataclass(frozen=True, slots=True)
+class CallerStale:
+    """Stale routing seen from one caller version: its relay calls, the stale ones, the
+    confidence sequence of the share and the verdict against the tolerance."""
+
+    caller: str
+    calls: int
+    stale: int
+    lower: float
+    upper: float
+    verdict: str
+
+    @property
+    def share(self) -> float:
+        return self.stale / self.calls if self.calls else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"caller": self.caller, "calls": self.calls, "stale": self.stale,
+                "share": self.share, "lower": self.lower, "upper": self.upper,
+                "verdict": self.verdict}
+
+
+@dataclass(frozen=True, slots=True)
+class PairMatrix:
+    """A relay path's matrix: callers (rows) × callees (columns), oldest first."""
+
+    path: str
+    callers: tuple[str, ...]
+    callees: tuple[str, ...]
+    cells: tuple[PairCell, ...]
+    stale: tuple[CallerStale, ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        judged = [c.verdict for c in self.cells if c.verdict != BASELINE]
+        judged += [s.verdict for s in self.stale]
+        if FAIL in judged:
+            return FAIL
+        return PASS if judged and all(v == PASS for v in judged) else INCONCLUSIVE
+
+    def cell(self, caller: str, callee: str) -> PairCell | None:
+        return next((c for c in self.cells if (c.caller, c.callee) == (caller, callee)), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "verdict": self.verdict, "callers": list(self.callers),
+                "callees": list(self.callees), "cells": [c.to_json() for c in self.cells],
+                "stale": [s.to_json() for s in self.stale]}
+
+
+def _ordered(names: set[str]) -> tuple[str, ...]:
+    """Versions oldest first; names that are not versions after them, by name."""
+    return tuple(sorted(names, key=lambda n: (version_key(n) is None, version_key(n) or (), n)))
+
+
+def relay_paths(store_path: str) -> list[str]:
+    """The paths in a store whose cohorts are pairs (relay paths), by name."""
+    store = Store.open(store_path, readonly=True)
+    try:
+        table = store.read_table()
+    finally:
+        store.close()
+    found: set[str] = set()
+    for i, cohort in enumerate(table.cohorts):
+        if split_pair(cohort) is not None:
+            rows = table.cohort == i
+            found.update(table.paths[p] for p in set(table.path[rows].tolist()))
+    return sorted(found)
+
+
+def pair_matrix(
+    store_path: str, settings: JudgingSettings | Config, *, path: str, now: float,
+    since: str | None = None, every_window: bool = False,
+) -> PairMatrix:
+    """Judge every pair of `path` against its old-old pair, from the store at `store_path`.
+
+    As `skewprobe verdict` judges, windows written while the probe was overloaded are left
+    out; `every_window` judges every window it wrote (for tests about pairs, not about a
+    loaded machine's overload rule, as `verdict_from_source` is used elsewhere)."""
+    if isinstance(settings, Config):
+        settings = JudgingSettings.from_config(settings)
+    store = Store.open(store_path, readonly=True)
+    try:
+        table = store.read_table(paths=[path])
+        windows = store.read_windows(paths=[path])
+    finally:
+        store.close()
+    pairs = {p for c in set(table.cohort.tolist())
+             if (p := split_pair(table.cohorts[c])) is not None}
+    callers = _ordered({a for a, _ in pairs})
+    callees = _ordered({b for _, b in pairs})
+    if not pairs:
+        return PairMatrix(path, (), (), ())
+    base = (callers[0], callees[0])
+    others = sorted(pairs - {base}, key=lambda p: (callers.index(p[0]), callees.index(p[1])))
+    share = dataclasses.replace(settings, alpha=settings.alpha / max(1, len(others)))
+    cells: list[PairCell] = []
+    base_figures: dict[str, float | None] = {}
+    base_requests = 0
+    for caller, callee in others:
+        query: dict[str, Any] = dict(path=path, since=since, now=now,
+                                     baseline=pair_cohort(*base),
+                                     canary=pair_cohort(caller, callee))
+        if every_window:
+            with Store.open(store_path, readonly=True) as source:
+                result = verdict_from_source(source, share, **query)
+        else:
+            result = compute_verdict(store_path, share, **query)
+        judged = (result.get("paths") or [{}])[0]
+        metrics = judged.get("metrics", {})
+        samples = judged.get("samples", {})
+        base_requests = max(base_requests, int(samples.get("baseline") or 0))
+        for key, short in _METRICS:
+            if key in metrics and metrics[key].get("baseline") is not None:
+                base_figures[short] = metrics[key]["baseline"]
+        cells.append(PairCell(
+            caller, callee, judged.get("verdict", INCONCLUSIVE),
+            int(samples.get("canary") or 0),
+            {short: metrics.get(key, {}).get("canary") for key, short in _METRICS},
+            (judged.get("reasons") or [""])[0] if judged.get("verdict") != PASS else "",
+        ))
+    figures = {short: base_figures.get(short) for _, short in _METRICS}
+    cells.insert(0, PairCell(*base, BASELINE, base_requests, figures))
+    calls: dict[str, list[int]] = {c: [0, 0] for c in callers}
+    for w in windows:
+        pair = split_pair(w.cohort)
+        if pair is not None:
+            calls[pair[0]][0] += w.requests
+            calls[pair[0]][1] += w.outcomes.get(Outcome.STALE_ENDPOINT, 0)
+    tolerance = settings.tolerances.success_rate_drop_pp / 100.0
+    log_threshold = math.log(len(callers) / settings.alpha)  # α split over the callers
+    stale = tuple(_caller_stale(c, n, k, tolerance, log_threshold, settings.min_samples)
+                  for c, (n, k) in calls.items())
+    return PairMatrix(path, callers, callees, tuple(cells), stale)
+
+
+def _caller_stale(caller: str, calls: int, stale: int, tolerance: float,
+                  log_threshold: float, min_samples: int) -> CallerStale:
+    lower, upper = (float(x) for x in mean_cs(stale, calls, log_threshold))
+    if lower > tolerance:
+        verdict = FAIL
+    elif upper <= tolerance and calls >= min_samples:
+        verdict = PASS
+    else:
+        verdict = INCONCLUSIVE
+    return CallerStale(caller, calls, stale, lower, upper, verdict)
+
+
+def _figure(cell: PairCell) -> str:
+    parts = [cell.verdict]
+    success, attempts = cell.figures.get("success"), cell.figures.get("attempts")
+    if success is not None:
+        parts.append(f"{success * 100:.2f}%")
+    if attempts is not None:
+        parts.append(f"{attempts:.2f} att")
+    return " ".join(parts)
+
+
+def format_matrix(matrix: PairMatrix) -> str:
+    """The matrix as a text table: a row per caller version, a column per callee version."""
+    head = [f"{matrix.path}: caller \\ callee", *matrix.callees]
+    rows = [head]
+    for caller in matrix.callers:
+        row = [caller]
+        for callee in matrix.callees:
+            cell = matrix.cell(caller, callee)
+            row.append("-" if cell is None else _figure(cell))
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
+             for r in rows]
+    lines += [f"  {c.caller} -> {c.callee}: {c.verdict}: {c.reason}"
+              for c in matrix.cells if c.verdict in (FAIL, INCONCLUSIVE) and c.reason]
+    lines += [f"  stale routing seen from callers on {s.caller}: {s.share * 100:.1f} % of relay"
+              f" calls ({s.stale} of {s.calls}): {s.verdict}"
+              for s in matrix.stale if s.stale or s.verdict == FAIL]
+    return "\n".join([*lines, f"pairs verdict: {matrix.verdict}"])
