@@ -1,0 +1,27 @@
+"""The HTTP/2 conformance suite: every HTTP/2 test of the client modules runs on both HTTP/2
+clients, the probe's own (`_h2lean`) and httpcore's (`_h2`), as uvicorn runs one suite on
+both its HTTP parsers. A test takes `h2_client` (HTTP/2 only) or `version` ("1.1", then "2"
+on each client); where the two differ on purpose, the test says which does what and why."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes.clients import _http
+
+
+@pytest.fixture(params=_http.H2_CLIENTS)
+def h2_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The HTTP/2 client HttpProber picks by default for this test."""
+    monkeypatch.setattr(_http, "H2_CLIENT", request.param)
+    return str(request.param)
+
+
+@pytest.fixture(params=["1.1", *(f"2-{name}" for name in _http.H2_CLIENTS)])
+def version(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The HTTP version a test's path asks for; HTTP/2 once on each client."""
+    value = str(request.param)
+    if value.startswith("2-"):
+        monkeypatch.setattr(_http, "H2_CLIENT", value.removeprefix("2-"))
+        return "2"
+    return value
