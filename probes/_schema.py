@@ -346,6 +346,14 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "max_in_flight": {"type": "integer", "minimum": 1},
+                "clients": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "http2": {"enum": ["lean", "httpcore"]},
+                        "grpc": {"enum": ["grpcio", "lean"]},
+                    },
+                },
                 "max_rate": {"type": "string", "pattern": RATE},
                 "cohort_balance_max": {"type": "number", "minimum": 1},
             },

@@ -103,6 +103,8 @@ class H2Settings:
     body_limit: int
     # Answer headers the prober reads (lower-case); the rest are skipped unread.
     wanted: frozenset[bytes]
+    # Keep the body's bytes (gRPC reads its message), not only their count.
+    keep_body: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,8 @@ class H2Answer:
     received: int | BaseException
     # Trailers (wanted names only), for gRPC.
     trailers: Mapping[str, str]
+    # The body, when the settings keep it (at most about body_limit bytes).
+    body: bytes = b""
 
 
 class FrameFilter:
@@ -187,8 +191,8 @@ class FrameFilter:
 
 
 class _Stream:
-    __slots__ = ("answered", "head_only", "headers", "received", "reused", "sent", "status",
-                 "trailers", "waiter")
+    __slots__ = ("answered", "body", "head_only", "headers", "received", "reused", "sent",
+                 "status", "trailers", "waiter")
 
     def __init__(
         self, waiter: asyncio.Future[H2Answer], *, reused: bool, head_only: bool, sent: float
@@ -202,6 +206,7 @@ class _Stream:
         self.headers: dict[str, str] = {}
         self.trailers: dict[str, str] = {}
         self.received = 0
+        self.body: list[bytes] = []
 
 
 _CONFIG = h2.config.H2Configuration(
@@ -370,6 +375,8 @@ class _Connection(asyncio.Protocol):
                     conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 if stream is not None:
                     stream.received += len(event.data)
+                    if self._settings.keep_body:
+                        stream.body.append(event.data)
                     if stream.received >= self._settings.body_limit:
                         self._finish(stream)
                         self._reset_quietly(event.stream_id)
@@ -483,7 +490,8 @@ class _Connection(asyncio.Protocol):
     def _finish(self, stream: _Stream, received: BaseException | None = None) -> None:
         if not stream.waiter.done():
             stream.waiter.set_result(H2Answer(
-                stream.status, stream.headers, received or stream.received, stream.trailers
+                stream.status, stream.headers, received or stream.received, stream.trailers,
+                b"".join(stream.body) if stream.body else b"",
             ))
 
     def _cut(self, stream: _Stream, error: H2Error) -> None:

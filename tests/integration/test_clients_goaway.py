@@ -135,7 +135,7 @@ async def test_http2_goaway_after_the_answers_is_churn_for_the_unprocessed(h2_cl
 
 
 @pytest.mark.parametrize("refuse", [False, True])
-async def test_grpc_unprocessed_rpc_is_re_sent_once_as_churn(refuse):
+async def test_grpc_unprocessed_rpc_is_re_sent_once_as_churn(refuse, grpc_client):
     # gRPC's own transparent retry is off (it would hide the churn); the prober re-sends
     # exactly the RPCs grpc core reports as never seen by the server.
     async with H2DrainServer(drain_after=4, last_stream_id=3, refuse=refuse) as server:
@@ -145,5 +145,8 @@ async def test_grpc_unprocessed_rpc_is_re_sent_once_as_churn(refuse):
     # grpc core finishes the streams at or below last-stream-id correctly, so every RPC
     # reached the callee exactly once.
     assert Counter(p.request_id for p in server.processed) == Counter(IDS)
-    marker = "error code 7" if refuse else "GOAWAY received"
+    if grpc_client == "grpcio":
+        marker = "error code 7" if refuse else "GOAWAY received"
+    else:
+        marker = "REFUSED_STREAM" if refuse else "GOAWAY last_stream_id=3"
     assert all(marker in o.detail for o in outcomes.values() if o.churn)

@@ -18,7 +18,7 @@ import pytest
 
 from probes._spec import GrpcSpec, HttpSpec, PathSpec, TlsSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients import HttpProber, build_prober
+from probes.clients import GrpcProber, HttpProber, build_prober
 from tests.servers.engine import engine_call
 from tests.servers.grpc_health import grpc_health_server
 from tests.servers.h2drain import H2DrainServer
@@ -26,7 +26,7 @@ from tests.servers.hostile import HostileServer
 from tests.servers.tls import SERVER_NAME, Pki, TlsFront
 
 # HTTP/2 on both clients: the probe's own and httpcore's ("2-httpcore").
-KINDS = ["1.1", "2", "2-httpcore", "grpc"]
+KINDS = ["1.1", "2", "2-httpcore", "grpc", "grpc-lean"]
 
 
 def client_tls(pki: Pki, client: Pki | None) -> TlsSpec:
@@ -41,7 +41,7 @@ def client_tls(pki: Pki, client: Pki | None) -> TlsSpec:
 async def mtls_target(kind: str, pki: Pki) -> AsyncIterator[TlsFront]:
     """A plaintext server of `kind` behind TLS that requires client certificates."""
     alpn = ["h2"] if kind != "1.1" else []
-    if kind == "grpc":
+    if kind.startswith("grpc"):
         async with grpc_health_server() as port, TlsFront(pki.server_context(alpn=alpn),
                                                           port) as front:
             yield front
@@ -52,7 +52,7 @@ async def mtls_target(kind: str, pki: Pki) -> AsyncIterator[TlsFront]:
 
 
 def path_for(kind: str, tls: TlsSpec) -> PathSpec:
-    if kind == "grpc":
+    if kind.startswith("grpc"):
         return PathSpec("p", 1.0, 2.0, grpc=GrpcSpec(health_service="", tls=tls))
     return PathSpec("p", 1.0, 2.0,
                     http=HttpSpec(path="/status/200", version=kind[0] if kind != "1.1" else kind,
@@ -61,7 +61,11 @@ def path_for(kind: str, tls: TlsSpec) -> PathSpec:
 
 async def call(kind: str, tls: TlsSpec, port: int) -> CallOutcome:
     path = path_for(kind, tls)
-    prober = HttpProber(path, h2_client="httpcore") if kind == "2-httpcore" else build_prober(path)
+    prober = (
+        HttpProber(path, h2_client="httpcore") if kind == "2-httpcore"
+        else GrpcProber(path, client="lean" if kind == "grpc-lean" else "grpcio")
+        if kind.startswith("grpc") else build_prober(path)
+    )
     try:
         outcome, _ = await engine_call(prober, Endpoint("pod-0", "127.0.0.1", port, {}), 3.0)
     finally:
