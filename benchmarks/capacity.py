@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grpc", action="store_true",
                     help="the unary path is a gRPC health Check on the pods' gRPC ports (with "
                          "--target haproxy: one grpc.aio health server on every pod address)")
-    ap.add_argument("--client", choices=("lean", "httpcore", "grpcio"),
+    ap.add_argument("--client", choices=("lean", "lean-h2", "httpcore", "grpcio"),
                     help="probe.clients for the path's kind (HTTP/2 or gRPC)")
     ap.add_argument("--target", choices=("fleet", "haproxy"), default="fleet",
                     help="what answers the HTTP calls: the Python fleet (default) or one "

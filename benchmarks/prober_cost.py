@@ -13,10 +13,12 @@ time; a round's calls all must be `ok` (else the option's row says how many were
 Options (`--options`, default all):
 
     h1            HttpProber, HTTP/1.1 (`_h1`, the probe's own protocol)
-    h2-lean       HttpProber, HTTP/2 on the probe's own protocol over h2 (`_h2lean`)
+    h2-lean       HttpProber, HTTP/2 on the probe's own protocol and framing (`_h2lean`, `_h2own`)
+    h2-lean-h2    HttpProber, HTTP/2 on the probe's own protocol over h2's state machine
     h2-httpcore   HttpProber, HTTP/2 through httpcore (`_h2`)
-    grpc          GrpcProber (grpc.aio), the product as configured
-    grpc-lean     GrpcProber over the probe's own HTTP/2 client, if built in
+    grpc          GrpcProber on grpc.aio (`probe.clients.grpc: grpcio`)
+    grpc-lean     GrpcProber over the probe's own HTTP/2 client and framing
+    grpc-lean-h2  GrpcProber over the probe's own HTTP/2 client on h2's state machine
     grpc-bare     grpc.aio, the same channel options, only `await stub(req)`: no metadata
                   read back (the floor of grpc.aio's per-call cost)
     grpc-nocomp   the product's call with compression explicitly off on the channel
@@ -24,8 +26,8 @@ Options (`--options`, default all):
 
 Experiments on the lean client (module attributes swapped while the option runs):
 
-    h2-lean-novalidate  h2's inbound header validation off as well
-    grpc-lean-novalidate  grpc-lean likewise
+    h2-lean-novalidate  lean-h2 with h2's inbound header validation off as well
+    grpc-lean-novalidate  grpc-lean-h2 likewise
 
     .venv/bin/python benchmarks/prober_cost.py                      # 200 endpoints, 5 cycles
     .venv/bin/python benchmarks/prober_cost.py --endpoints 600 --rounds 5 --cycles 7
@@ -59,8 +61,8 @@ from probes._types import Endpoint, Outcome
 from probes.clients import GrpcProber, HttpProber, Prober, _h2lean
 from probes.clients import _grpc as grpc_module
 
-OPTIONS = ("h1", "h2-lean", "h2-httpcore", "grpc", "grpc-lean", "grpc-bare", "grpc-nocomp",
-           "grpc-lat", "h2-lean-novalidate", "grpc-lean-novalidate")
+OPTIONS = ("h1", "h2-lean", "h2-lean-h2", "h2-httpcore", "grpc", "grpc-lean", "grpc-lean-h2",
+           "grpc-bare", "grpc-nocomp", "grpc-lat", "h2-lean-novalidate", "grpc-lean-novalidate")
 HEALTH = "/grpc.health.v1.Health/Check"
 
 _GRPC_SERVER = """
@@ -148,8 +150,11 @@ def _make(option: str, port: int, grpc_port: int) -> tuple[Callable[[], Any], in
         path = PathSpec("p", 1.0, 1.0, http=HttpSpec(path="/", version=version))
         return HttpProber(path, h2_client=client)
 
-    def grpc_prober(extra_options: list[tuple[str, Any]] | None = None, **kw: Any) -> Prober:
-        prober = GrpcProber(PathSpec("g", 1.0, 1.0, grpc=GrpcSpec(health_service="")), **kw)
+    def grpc_prober(
+        extra_options: list[tuple[str, Any]] | None = None, client: str = "grpcio"
+    ) -> Prober:
+        spec = PathSpec("g", 1.0, 1.0, grpc=GrpcSpec(health_service=""))
+        prober = GrpcProber(spec, client=client)
         if extra_options:  # an experiment on the product's channel options
             prober._options = [*prober._options, *extra_options]
         return prober
@@ -158,15 +163,17 @@ def _make(option: str, port: int, grpc_port: int) -> tuple[Callable[[], Any], in
         "h1": (lambda: http("1.1"), port),
         "h2-lean": (lambda: http("2", "lean"), port),
         "h2-httpcore": (lambda: http("2", "httpcore"), port),
-        "grpc": (grpc_prober, grpc_port),
+        "grpc": (lambda: grpc_prober(client="grpcio"), grpc_port),
+        "grpc-lean-h2": (lambda: grpc_prober(client="lean-h2"), grpc_port),
+        "h2-lean-h2": (lambda: http("2", "lean-h2"), port),
         "grpc-lean": (lambda: grpc_prober(client="lean"), grpc_port),
         "grpc-bare": (lambda: _BareGrpc([]), grpc_port),
         "grpc-nocomp": (lambda: grpc_prober(
             extra_options=[("grpc.default_compression_algorithm", 0)]), grpc_port),
         "grpc-lat": (lambda: grpc_prober(
             extra_options=[("grpc.optimization_target", "latency")]), grpc_port),
-        "h2-lean-novalidate": (lambda: http("2", "lean"), port),
-        "grpc-lean-novalidate": (lambda: grpc_prober(client="lean"), grpc_port),
+        "h2-lean-novalidate": (lambda: http("2", "lean-h2"), port),
+        "grpc-lean-novalidate": (lambda: grpc_prober(client="lean-h2"), grpc_port),
     }
     return table[option]
 

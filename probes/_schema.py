@@ -350,8 +350,8 @@ SCHEMA: dict[str, Any] = {
                     "type": "object",
                     "additionalProperties": False,
                     "properties": {
-                        "http2": {"enum": ["lean", "httpcore"]},
-                        "grpc": {"enum": ["grpcio", "lean"]},
+                        "http2": {"enum": ["lean", "lean-h2", "httpcore"]},
+                        "grpc": {"enum": ["lean", "lean-h2", "grpcio"]},
                     },
                 },
                 "max_rate": {"type": "string", "pattern": RATE},

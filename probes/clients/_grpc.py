@@ -58,10 +58,11 @@ _UNPROCESSED_DETAILS = ("GOAWAY received", "Received RST_STREAM with error code 
 
 _Channel = tuple[grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable] | _h2lean.H2Client
 
-# The gRPC clients, by name: grpc.aio (grpc core, "grpcio") or the probe's own HTTP/2 client
-# ("lean", `_grpc_lean`). One place picks; `GrpcProber(client=...)` overrides it.
-GRPC_CLIENTS = ("grpcio", "lean")
-GRPC_CLIENT = "grpcio"
+# The gRPC unary clients, by name: the probe's own HTTP/2 client ("lean": `_grpc_lean` over
+# `_h2lean` with its own framing; "lean-h2": on h2's state machine) or grpc.aio ("grpcio",
+# grpc core). One place picks; `GrpcProber(client=...)` overrides it (BENCHMARKS.md D13).
+GRPC_CLIENTS = ("lean", "lean-h2", "grpcio")
+GRPC_CLIENT = "lean"
 _Metadata = Sequence[tuple[str, str | bytes]]
 _AnyMetadata: TypeAlias = "grpc.aio.Metadata | Sequence[tuple[str, str]] | None"
 
@@ -96,7 +97,7 @@ class GrpcProber:
         self._client = client or GRPC_CLIENT
         if self._client not in GRPC_CLIENTS:
             raise BadInput(f"gRPC client must be one of {', '.join(GRPC_CLIENTS)}")
-        self._lean = self._client == "lean"
+        self._lean = self._client != "grpcio"
         if self._lean:
             self._scheme = "https" if spec.tls else "http"
             self._ssl = ssl_context(spec.tls, where=f"path {path.name}") if spec.tls else None
@@ -113,6 +114,7 @@ class GrpcProber:
                      *(k.encode("latin-1") for k in (*self._attempt_keys, self._cohort_key) if k))
                 ),
                 keep_body=True,
+                framing="h2" if self._client == "lean-h2" else "own",
             )
             self._body = _grpc_lean.frame(self._request)
             self._lean_headers("localhost")  # a metadata entry that cannot be sent: bad input

@@ -54,9 +54,9 @@ _FRAME_HEADER = 9
 _GOAWAY = 0x7
 _HEADERS = 0x1
 _MAX_FRAME = 16384  # SETTINGS_MAX_FRAME_SIZE as this client announces it (h2's default)
-_WINDOW = 1 << 24
+WINDOW = 1 << 24
 _CANCEL = h2.errors.ErrorCodes.CANCEL
-_REFUSED_STREAM = 0x7
+REFUSED_STREAM = 0x7
 # The peer found the exchange malformed; any other code tears the stream down: a reset.
 PROTOCOL_CODES = frozenset({1, 6, 9})  # PROTOCOL_ERROR, FRAME_SIZE_ERROR, COMPRESSION_ERROR
 
@@ -105,6 +105,8 @@ class H2Settings:
     wanted: frozenset[bytes]
     # Keep the body's bytes (gRPC reads its message), not only their count.
     keep_body: bool = False
+    # "own": the probe's own framing (`_h2own`); "h2": h2's state machine (this module).
+    framing: str = "own"
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,12 +338,12 @@ class _Connection(asyncio.Protocol):
                 h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100,
                 h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 65536,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: min(
-                    max(self._settings.body_limit, 65535), _WINDOW
+                    max(self._settings.body_limit, 65535), WINDOW
                 ),
             },
         )
         self.conn.initiate_connection()
-        self.conn.increment_flow_control_window(_WINDOW)
+        self.conn.increment_flow_control_window(WINDOW)
         transport.write(self.conn.data_to_send())
 
     def data_received(self, data: bytes) -> None:
@@ -464,9 +466,9 @@ class _Connection(asyncio.Protocol):
         stream.answered = True
 
     def _on_reset(self, stream: _Stream, stream_id: int, code: int) -> None:
-        name = _code_name(code)
+        name = code_name(code)
         error = StreamReset(f"stream {stream_id} reset by the server ({name})", code)
-        if code == _REFUSED_STREAM and not stream.answered:
+        if code == REFUSED_STREAM and not stream.answered:
             error.replay = (Replay.UNPROCESSED, f"stream {stream_id} refused (REFUSED_STREAM)")
         self._cut(stream, error)
 
@@ -474,14 +476,14 @@ class _Connection(asyncio.Protocol):
         self.goaway = (last, code)
         for stream_id, stream in list(self.streams.items()):
             if stream_id > last:
-                error = Disconnected(f"GOAWAY ({_code_name(code)}) with last_stream_id={last}")
+                error = Disconnected(f"GOAWAY ({code_name(code)}) with last_stream_id={last}")
                 error.replay = (
                     Replay.UNPROCESSED, f"GOAWAY last_stream_id={last} below stream {stream_id}"
                 )
                 self._cut(stream, error)
             elif code != 0:
                 self._cut(stream, StreamReset(
-                    f"connection ended by GOAWAY ({_code_name(code)}, last_stream_id={last})",
+                    f"connection ended by GOAWAY ({code_name(code)}, last_stream_id={last})",
                     code,
                 ))
         if not self.streams or all(s.waiter.done() for s in self.streams.values()):
@@ -534,7 +536,7 @@ class _Connection(asyncio.Protocol):
             self._timer = self._loop.call_at(next_due, self._check_read)
 
 
-def _code_name(code: int) -> str:
+def code_name(code: int) -> str:
     try:
         return h2.errors.ErrorCodes(code).name
     except ValueError:
@@ -544,8 +546,8 @@ def _code_name(code: int) -> str:
 class H2Client:
     """One endpoint: its request headers and its connection(s)."""
 
-    __slots__ = ("_body", "_closed", "_connecting", "_conns", "_headers", "_host", "_port",
-                 "_server_name", "_settings", "_ssl")
+    __slots__ = ("_block", "_body", "_closed", "_connecting", "_conns", "_headers", "_host",
+                 "_port", "_server_name", "_settings", "_ssl")
 
     def __init__(
         self,
@@ -565,9 +567,11 @@ class H2Client:
         self._settings = settings
         self._ssl = ssl_context
         self._server_name = server_name if ssl_context is not None else None
-        self._conns: list[_Connection] = []
+        # The request's header block, HPACK-encoded once (own framing).
+        self._block = _h2own.encode_block(headers) if settings.framing == "own" else b""
+        self._conns: list[_Connection | _h2own.OwnConnection] = []
         # A connection being opened: calls that arrive meanwhile share it.
-        self._connecting: asyncio.Task[_Connection] | None = None
+        self._connecting: asyncio.Task[_Connection | _h2own.OwnConnection] | None = None
         self._closed = False
 
     @property
@@ -588,6 +592,8 @@ class H2Client:
                 connecting.add_done_callback(self._connected)
             # Shielded: one caller's deadline does not end the others' connection.
             conn = await asyncio.shield(connecting)
+        if isinstance(conn, _h2own.OwnConnection):
+            return await conn.exchange(self._block, extra, self._body, head_only=head_only)
         return await conn.exchange([*self._headers, *extra], self._body, head_only=head_only)
 
     async def aclose(self) -> None:
@@ -596,7 +602,7 @@ class H2Client:
             conn.abort()
         self._conns.clear()
 
-    def _take(self) -> _Connection | None:
+    def _take(self) -> _Connection | _h2own.OwnConnection | None:
         conns = self._conns
         if not conns:
             return None
@@ -612,14 +618,17 @@ class H2Client:
                 return conn
         return None
 
-    def _connected(self, task: asyncio.Task[_Connection]) -> None:
+    def _connected(self, task: asyncio.Task[_Connection | _h2own.OwnConnection]) -> None:
         self._connecting = None
         if not task.cancelled():
             task.exception()  # retrieved here too: every caller may have been cancelled
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> _Connection | _h2own.OwnConnection:
         loop = asyncio.get_running_loop()
-        conn = _Connection(loop, self._settings)
+        conn: _Connection | _h2own.OwnConnection = (
+            _h2own.OwnConnection(loop, self._settings) if self._settings.framing == "own"
+            else _Connection(loop, self._settings)
+        )
         budget = self._settings.connect_budget_s
         where = f"{self._host}:{self._port}"
         try:
@@ -637,6 +646,9 @@ class H2Client:
             raise Disconnected("client closed")
         self._conns.append(conn)
         return conn
+
+
+from probes.clients import _h2own  # noqa: E402 (it imports this module's names)
 
 
 def request_headers(

@@ -34,9 +34,10 @@ from probes.clients._wire import IDEMPOTENT_METHODS, Replay, WireRecord, recordi
 
 BODY_LIMIT = 1 << 20
 
-# The HTTP/2 clients, by name: the probe's own on h2's state machine (`_h2lean`), or
-# httpcore's (`_h2`). One place picks; `HttpProber(h2_client=...)` overrides it.
-H2_CLIENTS = ("lean", "httpcore")
+# The HTTP/2 clients, by name: the probe's own (`_h2lean`; "lean": its own framing,
+# "lean-h2": on h2's state machine), or httpcore's (`_h2`). One place picks;
+# `HttpProber(h2_client=...)` overrides it (BENCHMARKS.md D13).
+H2_CLIENTS = ("lean", "lean-h2", "httpcore")
 H2_CLIENT = "lean"
 
 # The reference target echoes the attempts it saw here when no proxy header is present.
@@ -82,7 +83,7 @@ class HttpProber:
         self._h2_client = h2_client or H2_CLIENT
         if self._h2_client not in H2_CLIENTS:
             raise BadInput(f"HTTP/2 client must be one of {', '.join(H2_CLIENTS)}")
-        self._lean = self._http2 and self._h2_client == "lean"
+        self._lean = self._http2 and self._h2_client != "httpcore"
         self._ssl = (
             ssl_context(spec.tls, where=f"path {path.name}")
             if spec.scheme == "https"
@@ -122,6 +123,7 @@ class HttpProber:
             keepalive_s=self._keepalive_s,
             body_limit=body_limit,
             wanted=self._h1.wanted,
+            framing="h2" if self._h2_client == "lean-h2" else "own",
         )
         self._h1_request("localhost")  # a header that cannot be sent is bad input, now
         if self._lean:

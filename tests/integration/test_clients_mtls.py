@@ -25,8 +25,8 @@ from tests.servers.h2drain import H2DrainServer
 from tests.servers.hostile import HostileServer
 from tests.servers.tls import SERVER_NAME, Pki, TlsFront
 
-# HTTP/2 on both clients: the probe's own and httpcore's ("2-httpcore").
-KINDS = ["1.1", "2", "2-httpcore", "grpc", "grpc-lean"]
+# HTTP/2 and gRPC on the probe's own client and on the library's ("-httpcore", "-grpcio").
+KINDS = ["1.1", "2", "2-httpcore", "grpc", "grpc-grpcio"]
 
 
 def client_tls(pki: Pki, client: Pki | None) -> TlsSpec:
@@ -63,7 +63,7 @@ async def call(kind: str, tls: TlsSpec, port: int) -> CallOutcome:
     path = path_for(kind, tls)
     prober = (
         HttpProber(path, h2_client="httpcore") if kind == "2-httpcore"
-        else GrpcProber(path, client="lean" if kind == "grpc-lean" else "grpcio")
+        else GrpcProber(path, client="grpcio" if kind == "grpc-grpcio" else "lean")
         if kind.startswith("grpc") else build_prober(path)
     )
     try:

@@ -169,10 +169,10 @@ def test_schema_is_published_and_matches_examples() -> None:
 
 def test_probe_clients_pick_the_http2_and_grpc_clients() -> None:
     default = parse_config(GOOD, file="good.yaml")
-    assert (default.http2_client, default.grpc_client) == ("lean", "grpcio")
-    picked = parse_config(GOOD + "probe: {clients: {http2: httpcore, grpc: lean}}\n",
+    assert (default.http2_client, default.grpc_client) == ("lean", "lean")
+    picked = parse_config(GOOD + "probe: {clients: {http2: httpcore, grpc: grpcio}}\n",
                           file="good.yaml")
-    assert (picked.http2_client, picked.grpc_client) == ("httpcore", "lean")
+    assert (picked.http2_client, picked.grpc_client) == ("httpcore", "grpcio")
     registry = registry_for(http2_client=picked.http2_client, grpc_client=picked.grpc_client)
     assert isinstance(build_prober(picked.paths[0], registry), HttpProber)
     error = _error(GOOD + "probe: {clients: {http2: curl}}\n")

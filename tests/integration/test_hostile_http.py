@@ -150,7 +150,7 @@ async def test_idle_http2_connection_closed_without_goaway_is_never_a_failure(ra
     # The probe's own client reads every connection, sees the close at once and sends the
     # next request on a fresh connection: nothing lost, nothing re-sent.
     raw.after_s = 0.05
-    lean = h2_client == "lean"
+    lean = h2_client != "httpcore"
     expected = (("GET", Outcome.OK, 0), ("POST", Outcome.OK, 0)) if lean else (
         ("GET", Outcome.OK, 1), ("POST", Outcome.RESET, 0))
     for method, outcome_class, churn in expected:
