@@ -69,9 +69,6 @@ BUDGET_S = 0.010
 
 def _config(endpoints_file: Path, args: argparse.Namespace) -> str:
     version = '"2"' if args.http == "2" else '"1.1"'
-    clients = ""
-    if args.client:
-        clients = f", clients: {{{'grpc' if args.grpc else 'http2'}: {args.client}}}"
     call = (
         "    grpc: {health: \"\"}\n    port: grpc\n" if args.grpc
         else f"    http: {{method: GET, path: /api/capacity, version: {version}}}\n"
@@ -79,7 +76,7 @@ def _config(endpoints_file: Path, args: argparse.Namespace) -> str:
     text = (
         f"targets:\n  file: {{path: {endpoints_file}}}\n"
         f"window: {args.window}\n"
-        f"probe: {{max_in_flight: {max(1000, args.pods * 2)}{clients}}}\n"
+        f"probe: {{max_in_flight: {max(1000, args.pods * 2)}}}\n"
         "paths:\n"
         "  - name: capacity\n"
         f"{call}"
@@ -112,7 +109,24 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+# The product with another HTTP/2 or gRPC unary client than its default (`--client`): the
+# same `skewprobe run`, its client selection set before it starts (no config key yet).
+_CLIENT_LAUNCHER = """
+import sys
+from probes.clients import _grpc, _http
+_http.H2_CLIENT, _grpc.GRPC_CLIENT = {h2!r}, {grpc!r}
+from probes.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def _probe_launcher(args: argparse.Namespace) -> list[str]:
+    if args.client:
+        if args.gc_log or args.gc_experiment:
+            raise SystemExit("--client cannot be combined with --gc-log or --gc-experiment")
+        h2 = args.client if not args.grpc else "lean"
+        grpc = args.client if args.grpc else "lean"
+        return [h.PYTHON, "-c", _CLIENT_LAUNCHER.format(h2=h2, grpc=grpc)]
     if args.gc_log:
         # The product unchanged, with a gc.callbacks hook (benchmarks/_gclog.py) that logs
         # every collection after the warm-up's freeze.
@@ -426,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the unary path is a gRPC health Check on the pods' gRPC ports (with "
                          "--target haproxy: one grpc.aio health server on every pod address)")
     ap.add_argument("--client", choices=("lean", "lean-h2", "httpcore", "grpcio"),
-                    help="probe.clients for the path's kind (HTTP/2 or gRPC)")
+                    help="the HTTP/2 (--http 2) or gRPC (--grpc) client, if not the default")
     ap.add_argument("--target", choices=("fleet", "haproxy"), default="fleet",
                     help="what answers the HTTP calls: the Python fleet (default) or one "
                          "HAProxy returning 200 on every pod's address (streams stay on "

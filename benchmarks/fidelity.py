@@ -20,7 +20,8 @@ time and the same rate per protocol:
   (trailers), which is what a C-core client would time, without Python on either side.
   (It does not read `grpc-status`; the probe's outcomes show the calls were OK.)
 - `--grpc-client grpcio` runs the probe's gRPC path on grpc.aio instead of its own HTTP/2
-  client (`probe.clients.grpc`), `--http2-client httpcore` its HTTP/2 path on httpcore.
+  client, `--http2-client httpcore` its HTTP/2 path on httpcore (set before `skewprobe run`
+  starts, as the product has no config key for it yet).
 
 "minus delay" is the quantile minus the nominal injected delay: the server's, the loopback's
 and the client's overhead together. h2load's is the floor; the probe's minus h2load's is the
@@ -58,6 +59,16 @@ _NAMES = {"1.1": "http1", "2": "http2"}
 LAG = "skewprobe_schedule_lag_seconds"
 
 
+# `skewprobe run` with the HTTP/2 and gRPC unary clients asked for (no config key yet).
+_CLIENT_LAUNCHER = """
+import sys
+from probes.clients import _grpc, _http
+_http.H2_CLIENT, _grpc.GRPC_CLIENT = {h2!r}, {grpc!r}
+from probes.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def _profile(delay: str) -> str:
     return f'versions:\n  "bench":\n    defaults: {{latency: {{fixed: {delay}}}}}\n'
 
@@ -67,7 +78,6 @@ def _config(
 ) -> str:
     common = f"    rate: {rate:g}/s\n    timeout: 1s\n"
     return (
-        f"probe: {{clients: {{http2: {args.http2_client}, grpc: {args.grpc_client}}}}}\n"
         "targets:\n  static:\n"
         f"    - address: {host}:{http_port}\n"
         f"      ports: {{http: {http_port}, grpc: {grpc_port}}}\n"
@@ -145,8 +155,10 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         config = work / "fidelity.yaml"
         config.write_text(_config(args.host, http_port, grpc_port, args.rate, args),
                           encoding="utf-8")
+        launcher = [h.PYTHON, "-c", _CLIENT_LAUNCHER.format(h2=args.http2_client,
+                                                            grpc=args.grpc_client)]
         probe_cmd = [
-            *h.skewprobe_cmd(), "run", "--config", str(config), "--store", str(store),
+            *launcher, "run", "--config", str(config), "--store", str(store),
             "--listen", f"127.0.0.1:{listen_port}",
             "--duration", f"{int(args.warmup + args.duration + 60)}s",
         ]
@@ -268,9 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.78.0.1", help="the target's loopback address")
     ap.add_argument("--json", help="also write the figures as JSON here")
     ap.add_argument("--http2-client", choices=("lean", "lean-h2", "httpcore"), default="lean",
-                    help="probe.clients.http2 (lean)")
+                    help="the HTTP/2 client (lean)")
     ap.add_argument("--grpc-client", choices=("lean", "lean-h2", "grpcio"), default="lean",
-                    help="probe.clients.grpc (lean)")
+                    help="the gRPC unary client (lean)")
     ap.add_argument("--quick", action="store_true", help="a short run for run_all.py (15 s)")
     args = ap.parse_args(argv)
     if args.quick:

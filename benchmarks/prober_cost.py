@@ -16,7 +16,7 @@ Options (`--options`, default all):
     h2-lean       HttpProber, HTTP/2 on the probe's own protocol and framing (`_h2lean`, `_h2own`)
     h2-lean-h2    HttpProber, HTTP/2 on the probe's own protocol over h2's state machine
     h2-httpcore   HttpProber, HTTP/2 through httpcore (`_h2`)
-    grpc          GrpcProber on grpc.aio (`probe.clients.grpc: grpcio`)
+    grpc          GrpcProber on grpc.aio (`client="grpcio"`)
     grpc-lean     GrpcProber over the probe's own HTTP/2 client and framing
     grpc-lean-h2  GrpcProber over the probe's own HTTP/2 client on h2's state machine
     grpc-bare     grpc.aio, the same channel options, only `await stub(req)`: no metadata

@@ -346,14 +346,6 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "max_in_flight": {"type": "integer", "minimum": 1},
-                "clients": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "http2": {"enum": ["lean", "lean-h2", "httpcore"]},
-                        "grpc": {"enum": ["lean", "lean-h2", "grpcio"]},
-                    },
-                },
                 "max_rate": {"type": "string", "pattern": RATE},
                 "cohort_balance_max": {"type": "number", "minimum": 1},
             },

@@ -266,9 +266,6 @@ class Config:
     # cohort comparison, shown apart in the report.
     warmup_s: float = DEFAULT_WARMUP_S
     max_in_flight: int = 1000
-    # Which client runs HTTP/2 and gRPC unary paths (`probe.clients`; BENCHMARKS.md D13).
-    http2_client: str = "lean"
-    grpc_client: str = "lean"
     cohort_balance_max: float = DEFAULT_COHORT_BALANCE_MAX
     max_rate_per_s: float = 20000.0
     store: str = "skewprobe.db"

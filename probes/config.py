@@ -327,8 +327,6 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
         window_s=(b.duration(data["window"], ["window"]) if "window" in data
                   else DEFAULT_WINDOW_S),
         max_in_flight=int(probe.get("max_in_flight", 1000)),
-        http2_client=(probe.get("clients") or {}).get("http2", "lean"),
-        grpc_client=(probe.get("clients") or {}).get("grpc", "lean"),
         cohort_balance_max=float(probe.get("cohort_balance_max",
                                            DEFAULT_COHORT_BALANCE_MAX)),
         max_rate_per_s=(

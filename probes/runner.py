@@ -34,7 +34,7 @@ from probes._spec import ApiTlsSpec, Config
 from probes._types import CallResult, Endpoint
 from probes._window_writer import WindowWriter
 from probes.api import ApiApp, VerdictQuery
-from probes.clients import OpenStream, StreamProber, build_prober, registry_for
+from probes.clients import OpenStream, StreamProber, build_prober
 from probes.discovery import DiscoverySource, FileSource, StaticSource
 from probes.discovery.changes import RestartTracker
 from probes.discovery.shard import ShardSource
@@ -181,12 +181,7 @@ class ProbeRunner:
                 self._api_socket = None
 
     async def _main(self) -> None:
-        registry = registry_for(
-            http2_client=self.config.http2_client, grpc_client=self.config.grpc_client
-        )
-        self.probers = {
-            p.name: build_prober(p, registry) for p in self.config.paths if p.stream is None
-        }
+        self.probers = {p.name: build_prober(p) for p in self.config.paths if p.stream is None}
         stream_paths = [p for p in self.config.paths if p.stream is not None]
         if stream_paths:
             self.stream_prober = StreamProber(stream_paths, self.streams)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from probes._exceptions import ConfigError
-from probes.clients import HttpProber, build_prober, registry_for
 from probes.config import load_config, parse_config, parse_duration, parse_rate
 
 GOOD = """\
@@ -165,15 +164,3 @@ def test_schema_is_published_and_matches_examples() -> None:
     for example in Path("targets/examples").glob("*.yaml"):
         if "profiles" not in example.name:
             load_config(example)
-
-
-def test_probe_clients_pick_the_http2_and_grpc_clients() -> None:
-    default = parse_config(GOOD, file="good.yaml")
-    assert (default.http2_client, default.grpc_client) == ("lean", "lean")
-    picked = parse_config(GOOD + "probe: {clients: {http2: httpcore, grpc: grpcio}}\n",
-                          file="good.yaml")
-    assert (picked.http2_client, picked.grpc_client) == ("httpcore", "grpcio")
-    registry = registry_for(http2_client=picked.http2_client, grpc_client=picked.grpc_client)
-    assert isinstance(build_prober(picked.paths[0], registry), HttpProber)
-    error = _error(GOOD + "probe: {clients: {http2: curl}}\n")
-    assert "probe.clients.http2" in str(error)
