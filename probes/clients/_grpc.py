@@ -50,6 +50,9 @@ from probes.clients._pool import EndpointPool
 from probes.clients._tls import grpc_credentials, ssl_context
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_SERVING = health_pb2.HealthCheckResponse(
+    status=health_pb2.HealthCheckResponse.SERVING
+).SerializeToString()
 APP_ATTEMPTS_KEY = "x-app-attempts"
 MAX_RECEIVE_BYTES = 4 << 20
 
@@ -306,6 +309,8 @@ def _lookup(key: str, metadata: Sequence[_AnyMetadata]) -> str | None:
 
 
 def _serving_status(response: bytes) -> str:
+    if response == _SERVING:
+        return "SERVING"
     try:
         status = health_pb2.HealthCheckResponse.FromString(response).status
     except Exception:  # a malformed answer is an answer we did not expect

@@ -24,6 +24,7 @@ rules), which this module's connection stands in for.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import hpack
 from hpack.table import HeaderTable
@@ -123,6 +124,25 @@ class _Stream:
         self.body: list[bytes] = []
 
 
+_DECODED_MAX = 8
+
+
+class _TableState:
+    """What decides how a header block decodes: the dynamic table's length, its newest
+    entry (held, compared by identity: a new entry is a new object) and its size limit."""
+
+    __slots__ = ("length", "maxsize", "newest")
+
+    def __init__(self, length: int, newest: object, maxsize: int) -> None:
+        self.length = length
+        self.newest = newest
+        self.maxsize = maxsize
+
+    def same(self, other: _TableState) -> bool:
+        return (self.length == other.length and self.newest is other.newest
+                and self.maxsize == other.maxsize)
+
+
 class _ConnectionError(Exception):
     """A connection error found while reading (becomes `MalformedAnswer` for every stream)."""
 
@@ -133,6 +153,8 @@ class OwnConnection(asyncio.Protocol):
     __slots__ = (
         "_block",
         "_buf",
+        "_decoded",
+        "_decoded_at",
         "_decoder",
         "_last_read",
         "_loop",
@@ -168,6 +190,10 @@ class OwnConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._decoder = hpack.Decoder()
         self._decoder.max_header_list_size = 65536
+        # Header blocks decoded without changing the server's dynamic table, by their
+        # bytes: a server answers a probe with the same block every second (see `_decode`).
+        self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._decoded_at: _TableState | None = None
         self._block: tuple[int, bool, bytearray] | None = None  # a header block in pieces
         self._next_id = 1
         self._seen_settings = False
@@ -446,7 +472,7 @@ class OwnConnection(asyncio.Protocol):
 
     def _on_headers(self, stream_id: int, end_stream: bool, block: bytes) -> None:
         try:
-            headers = self._decoder.decode(block, raw=True)
+            headers = self._decode(block)
         except hpack.HPACKError as exc:
             raise _ConnectionError(
                 f"header block cannot be decoded (hpack: {type(exc).__name__}: {exc}) "
@@ -482,6 +508,32 @@ class OwnConnection(asyncio.Protocol):
         if end_stream:
             stream.ended = True
             self._finish(stream)
+
+    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        """hpack's decoding of `block`, or the same block's earlier result when the dynamic
+        table is as it was then and that decoding left it unchanged (so the block refers to
+        the same entries and inserts none). The table's state is its length, its newest
+        entry (the object, held, so compared by identity) and its size limit."""
+        table = self._decoder.header_table
+        entries = table.dynamic_entries
+        before = _TableState(len(entries), entries[0] if entries else None, table.maxsize)
+        if self._decoded_at is not None and before.same(self._decoded_at):
+            hit = self._decoded.get(block)
+            if hit is not None:
+                return hit
+        else:
+            self._decoded.clear()
+            self._decoded_at = None
+        headers = cast(list[tuple[bytes, bytes]], self._decoder.decode(block, raw=True))
+        after = _TableState(len(entries), entries[0] if entries else None, table.maxsize)
+        if before.same(after):
+            if len(self._decoded) < _DECODED_MAX:
+                self._decoded[block] = headers
+                self._decoded_at = after
+        else:
+            self._decoded.clear()
+            self._decoded_at = None
+        return headers
 
     def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id:
