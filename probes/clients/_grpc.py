@@ -238,11 +238,13 @@ class GrpcProber:
     ) -> CallOutcome | _Unprocessed:
         remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
         rid = request_id if isinstance(request_id, bytes) else request_id.encode("latin-1")
+        extra = [_grpc_lean.timeout_header(remaining), (b"x-request-id", rid)]
         try:
-            async with asyncio.timeout(remaining):
-                answer = await client.request(
-                    [_grpc_lean.timeout_header(remaining), (b"x-request-id", rid)]
-                )
+            if client.keeps_deadlines:  # the connection's timer carries the deadline
+                answer = await client.request(extra, deadline=deadline)
+            else:
+                async with asyncio.timeout(remaining):
+                    answer = await client.request(extra)
             reply = _grpc_lean.reply(answer, MAX_RECEIVE_BYTES)
         except TimeoutError:
             detail = "Deadline Exceeded"

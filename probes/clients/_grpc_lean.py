@@ -141,6 +141,8 @@ def error_reply(exc: BaseException) -> Reply:
             return Reply(_RST_TO_GRPC.get(link.code, "INTERNAL"), detail)
         if isinstance(link, _h2lean.ConnectTimedOut):
             return Reply("DEADLINE_EXCEEDED", f"Deadline Exceeded (no connection yet): {detail}")
+        if isinstance(link, _h2lean.DeadlineExceeded):
+            return Reply("DEADLINE_EXCEEDED", "Deadline Exceeded")
         if isinstance(link, _h2lean.ReadTimedOut):
             return Reply("DEADLINE_EXCEEDED", detail)
         if isinstance(link, socket.gaierror):

@@ -29,6 +29,7 @@ may be re-sent (None: it may not):
     │   └── ConnectTimedOut
     ├── Disconnected        the connection closed or was reset before the answer ended
     ├── ReadTimedOut        no byte from the server for the read budget
+    │   └── DeadlineExceeded  the call's deadline passed (gRPC, own framing)
     ├── StreamReset         RST_STREAM, or GOAWAY with an error code (`code`)
     └── MalformedAnswer     not HTTP/2 (h2's protocol error is the cause)
 """
@@ -81,6 +82,10 @@ class Disconnected(H2Error):
 
 class ReadTimedOut(H2Error):
     pass
+
+
+class DeadlineExceeded(ReadTimedOut):
+    """The call's own deadline passed (gRPC's, carried by the connection's timer)."""
 
 
 class StreamReset(H2Error):
@@ -578,8 +583,13 @@ class H2Client:
     def connections(self) -> int:
         return len(self._conns)
 
+    @property
+    def keeps_deadlines(self) -> bool:
+        """Whether `request(deadline=)` is kept by the connection (own framing only)."""
+        return self._settings.framing == "own"
+
     async def request(
-        self, extra: list[Header], *, head_only: bool = False
+        self, extra: list[Header], *, head_only: bool = False, deadline: float = 0.0
     ) -> H2Answer:
         """One request on the endpoint's connection, or a new one; raises `H2Error`."""
         if self._closed:
@@ -593,7 +603,8 @@ class H2Client:
             # Shielded: one caller's deadline does not end the others' connection.
             conn = await asyncio.shield(connecting)
         if isinstance(conn, _h2own.OwnConnection):
-            return await conn.exchange(self._block, extra, self._body, head_only=head_only)
+            return await conn.exchange(self._block, extra, self._body, head_only=head_only,
+                                       deadline=deadline)
         return await conn.exchange([*self._headers, *extra], self._body, head_only=head_only)
 
     async def aclose(self) -> None:

@@ -32,6 +32,7 @@ from hpack.table import HeaderTable
 from probes.clients._h2lean import (
     REFUSED_STREAM,
     WINDOW,
+    DeadlineExceeded,
     Disconnected,
     H2Answer,
     H2Error,
@@ -104,12 +105,13 @@ def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes
 
 
 class _Stream:
-    __slots__ = ("answered", "body", "ended", "head_only", "headers", "received", "recv_window",
-                 "reused", "send_window", "sent", "status", "trailers", "waiter")
+    __slots__ = ("answered", "body", "deadline", "ended", "head_only", "headers", "received",
+                 "recv_window", "reused", "send_window", "sent", "status", "trailers", "waiter")
 
     def __init__(self, waiter: asyncio.Future[H2Answer], *, reused: bool, head_only: bool,
-                 sent: float, recv_window: int, send_window: int) -> None:
+                 sent: float, recv_window: int, send_window: int, deadline: float) -> None:
         self.waiter = waiter
+        self.deadline = deadline
         self.reused = reused
         self.head_only = head_only
         self.sent = sent
@@ -223,7 +225,9 @@ class OwnConnection(asyncio.Protocol):
     # -- the caller's side -----------------------------------------------------------------
 
     async def exchange(self, block: bytes, extra: list[Header], body: bytes | None, *,
-                       head_only: bool) -> H2Answer:
+                       head_only: bool, deadline: float = 0.0) -> H2Answer:
+        """One request; `deadline` (loop time, 0: none) ends it as `DeadlineExceeded` on the
+        connection's own timer (gRPC's deadline, without a timer of its own per call)."""
         transport = self._transport
         if transport is None or self.closed:
             raise Disconnected("connection closed before the request was sent")
@@ -232,7 +236,7 @@ class OwnConnection(asyncio.Protocol):
         waiter: asyncio.Future[H2Answer] = self._loop.create_future()
         stream = _Stream(waiter, reused=self.answered_before, head_only=head_only,
                          sent=self._loop.time(), recv_window=self._stream_window,
-                         send_window=self._peer_window)
+                         send_window=self._peer_window, deadline=deadline)
         self.streams[stream_id] = stream
         try:
             payload = block + encode_block(extra) if extra else block
@@ -243,10 +247,13 @@ class OwnConnection(asyncio.Protocol):
                 self._write_long_headers(stream_id, payload, flags & _END_STREAM)
             if body:
                 await self._send_body(stream_id, stream, body)
-            if self._timer is None:
-                self._timer = self._loop.call_at(
-                    stream.sent + self._settings.read_budget_s, self._check_read
-                )
+            due = stream.sent + self._settings.read_budget_s
+            if deadline and deadline < due:
+                due = deadline
+            if self._timer is None or self._timer.when() > due:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = self._loop.call_at(due, self._check_read)
             return await waiter
         except BaseException:
             if not stream.ended and not self.closed and self._transport is not None:
@@ -640,10 +647,15 @@ class OwnConnection(asyncio.Protocol):
             if stream.waiter.done():
                 continue
             due = max(self._last_read, stream.sent) + budget
-            if now >= due:
+            if stream.deadline and now >= stream.deadline:
+                self._cut(stream, DeadlineExceeded("Deadline Exceeded"))
+            elif now >= due:
                 self.silent = True
                 self._cut(stream, ReadTimedOut(f"no byte from the server for {budget:g}s"))
-            elif not next_due or due < next_due:
-                next_due = due
+            else:
+                if stream.deadline and stream.deadline < due:
+                    due = stream.deadline
+                if not next_due or due < next_due:
+                    next_due = due
         if next_due:
             self._timer = self._loop.call_at(next_due, self._check_read)
