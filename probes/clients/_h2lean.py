@@ -1,9 +1,13 @@
-"""HTTP/2 on an `asyncio.Protocol` with h2's state machine: the lean HTTP/2 client.
+"""HTTP/2 on an `asyncio.Protocol`: the lean HTTP/2 client (HTTP/2 and gRPC unary paths).
 
-As `_h1` did for HTTP/1.1 (BENCHMARKS.md, D6 and D13): a connection keeps its socket, one
-`h2.connection.H2Connection` and the streams in flight; a request's header list is built once
-per endpoint. One connection per endpoint carries every concurrent call (a second one opens
-only when the server's stream limit is reached, or the first has been told to go away).
+As `_h1` did for HTTP/1.1 (BENCHMARKS.md, D6 and D13): a connection keeps its socket, its
+framing state and the streams in flight; a request's header list is built once per
+endpoint. One connection per endpoint carries every concurrent call (a second one opens only
+when the server's stream limit is reached, or the first has been told to go away). Two
+framings, picked by `H2Settings.framing`: the probe's own (`_h2own.OwnConnection`, the
+default: the header block HPACK-encoded once per endpoint) or h2's state machine
+(`_Connection` below, client name `lean-h2`: 1.7× the CPU). This module holds the client, the
+errors and settings both share, and the h2-based connection; the notes below hold for both.
 
 What the wire says is kept honest, more so than through httpcore (`_h2`'s notes):
 
