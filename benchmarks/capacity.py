@@ -69,13 +69,17 @@ BUDGET_S = 0.010
 
 def _config(endpoints_file: Path, args: argparse.Namespace) -> str:
     version = '"2"' if args.http == "2" else '"1.1"'
+    call = (
+        "    grpc: {health: \"\"}\n    port: grpc\n" if args.grpc
+        else f"    http: {{method: GET, path: /api/capacity, version: {version}}}\n"
+    )
     text = (
         f"targets:\n  file: {{path: {endpoints_file}}}\n"
         f"window: {args.window}\n"
         f"probe: {{max_in_flight: {max(1000, args.pods * 2)}}}\n"
         "paths:\n"
         "  - name: capacity\n"
-        f"    http: {{method: GET, path: /api/capacity, version: {version}}}\n"
+        f"{call}"
         f"    rate: {args.rate:g}/s\n"
         f"    timeout: {args.timeout}\n"
     )
@@ -105,7 +109,24 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+# The product with another HTTP/2 or gRPC unary client than its default (`--client`): the
+# same `skewprobe run`, its client selection set before it starts (no config key yet).
+_CLIENT_LAUNCHER = """
+import sys
+from probes.clients import _grpc, _http
+_http.H2_CLIENT, _grpc.GRPC_CLIENT = {h2!r}, {grpc!r}
+from probes.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def _probe_launcher(args: argparse.Namespace) -> list[str]:
+    if args.client:
+        if args.gc_log or args.gc_experiment:
+            raise SystemExit("--client cannot be combined with --gc-log or --gc-experiment")
+        h2 = args.client if not args.grpc else "lean"
+        grpc = args.client if args.grpc else "lean"
+        return [h.PYTHON, "-c", _CLIENT_LAUNCHER.format(h2=h2, grpc=grpc)]
     if args.gc_log:
         # The product unchanged, with a gc.callbacks hook (benchmarks/_gclog.py) that logs
         # every collection after the warm-up's freeze.
@@ -138,7 +159,7 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     with h.children() as kids:
         fleet_cmd = [
             h.PYTHON, "-m", "targets.fleet", "--pods", str(args.pods), "--from", "1.20.3",
-            *([] if args.streams else ["--no-grpc"]),
+            *([] if args.streams or (args.grpc and args.target == "fleet") else ["--no-grpc"]),
             "--endpoints-file", str(endpoints), "--base-host", args.base_host,
             "--http-port", "0", "--quiet", "--drain", "0", "--drain-notice", "0",
         ]
@@ -152,6 +173,9 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if args.target == "haproxy":
             haproxy = _haproxy_target(args, work, endpoints, probe_endpoints)
             kids.append(haproxy)
+            if args.grpc:
+                kids.append(_grpc_target(args, work, probe_endpoints))
+                haproxy = kids[-1]  # the callee of this run's calls
         probe_cmd = [
             *_probe_launcher(args), "run", "--config", str(config), "--store", str(store),
             "--listen", f"127.0.0.1:{listen_port}",
@@ -235,6 +259,39 @@ def _haproxy_target(
     return child
 
 
+_GRPC_SERVER = """
+import asyncio, sys
+import grpc.aio
+from grpc_health.v1 import health, health_pb2_grpc
+async def main(hosts, port):
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    for host in hosts:
+        server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+asyncio.run(main(sys.argv[1].split(","), int(sys.argv[2])))
+"""
+
+
+def _grpc_target(args: argparse.Namespace, work: Path, probe_endpoints: Path) -> h.Child:
+    """`--grpc --target haproxy`: one grpc.aio server with the standard health service on
+    every pod's address (port `--haproxy-port` + 1), pinned to the fleet's core, in place
+    of the fleet's per-pod gRPC servers (HAProxy cannot answer gRPC itself: no trailers)."""
+    doc = json.loads(probe_endpoints.read_text(encoding="utf-8"))
+    port = args.haproxy_port + 1
+    hosts = [e["address"].rpartition(":")[0] for e in doc["endpoints"]]
+    for e in doc["endpoints"]:
+        e["ports"] = {"grpc": port}
+    probe_endpoints.write_text(json.dumps(doc), encoding="utf-8")
+    child = h.Child("grpc", h.pinned(args.fleet_core, [h.PYTHON, "-c", _GRPC_SERVER,
+                                                       ",".join(hosts), str(port)]),
+                    log=work / "grpc.err")
+    child.wait_line("ready", timeout_s=120.0)
+    return child
+
+
 def _figures(
     args: argparse.Namespace, a: h.Snapshot, b: h.Snapshot, mem: dict[str, int],
     probe: h.Child, fleet: h.Child, store: Path, probe_cpu_total: float,
@@ -268,7 +325,8 @@ def _figures(
     gc_s = {g: t - h.by_label(a.metrics, GC_PAUSE + "_sum", "generation").get(g, 0.0)
             for g, t in h.by_label(b.metrics, GC_PAUSE + "_sum", "generation").items()}
     return {
-        "pods": args.pods, "http": args.http, "rate_per_endpoint": args.rate,
+        "pods": args.pods, "http": "grpc" if args.grpc else args.http,
+        "client": args.client or "default", "rate_per_endpoint": args.rate,
         "target": args.target, "machine_speed_s": args.machine_speed_s,
         "streams_wanted": args.pods * args.streams,
         "streams_open_first_last": [h.gauge_sum(a.metrics, "skewprobe_streams_open"),
@@ -341,7 +399,7 @@ def report(runs: list[dict[str, Any]]) -> str:
     rows = []
     for i, r in enumerate(runs, 1):
         rows.append([
-            i, r["pods"], r["target"], r["http"],
+            i, r["pods"], r["target"], f"{r['http']} ({r.get('client', 'default')})",
             "{:,.0f} → {:,.0f}".format(*r["streams_open_first_last"]), r["stream_resets"],
             r["interval_s"], f"{r['achieved_ratio']:.4f}",
             ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items())) or "none",
@@ -378,6 +436,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring (5)")
     ap.add_argument("--rate", type=float, default=1.0, help="calls/s per endpoint (1)")
     ap.add_argument("--http", choices=("1.1", "2"), default="1.1", help="HTTP version")
+    ap.add_argument("--grpc", action="store_true",
+                    help="the unary path is a gRPC health Check on the pods' gRPC ports (with "
+                         "--target haproxy: one grpc.aio health server on every pod address)")
+    ap.add_argument("--client", choices=("lean", "lean-h2", "httpcore", "grpcio"),
+                    help="the HTTP/2 (--http 2) or gRPC (--grpc) client, if not the default")
     ap.add_argument("--target", choices=("fleet", "haproxy"), default="fleet",
                     help="what answers the HTTP calls: the Python fleet (default) or one "
                          "HAProxy returning 200 on every pod's address (streams stay on "

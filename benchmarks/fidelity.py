@@ -13,6 +13,15 @@ time and the same rate per protocol:
   in flight for HTTP/1.1, up to 4 streams for HTTP/2), per-request times from `--log-file`.
   h2load times from its actual send. Its quantiles are given twice: binned into the probe's
   histogram (like for like) and exact.
+- gRPC's reference is h2load too (nghttp2, C): the same unary `Echo` as an HTTP/2 POST
+  (`content-type: application/grpc`, `te: trailers`, an empty message behind its 5-byte
+  prefix), up to 4 streams, at the same rate. No gRPC C-core command-line client is
+  packaged here; h2load sends the identical request bytes and times the answer's end
+  (trailers), which is what a C-core client would time, without Python on either side.
+  (It does not read `grpc-status`; the probe's outcomes show the calls were OK.)
+- `--grpc-client grpcio` runs the probe's gRPC path on grpc.aio instead of its own HTTP/2
+  client, `--http2-client httpcore` its HTTP/2 path on httpcore (set before `skewprobe run`
+  starts, as the product has no config key for it yet).
 
 "minus delay" is the quantile minus the nominal injected delay: the server's, the loopback's
 and the client's overhead together. h2load's is the floor; the probe's minus h2load's is the
@@ -46,14 +55,27 @@ from probes.measure.histogram import Histogram
 from probes.store import Store
 
 PATHS = ("http1", "http2", "grpc")
+_NAMES = {"1.1": "http1", "2": "http2"}
 LAG = "skewprobe_schedule_lag_seconds"
+
+
+# `skewprobe run` with the HTTP/2 and gRPC unary clients asked for (no config key yet).
+_CLIENT_LAUNCHER = """
+import sys
+from probes.clients import _grpc, _http
+_http.H2_CLIENT, _grpc.GRPC_CLIENT = {h2!r}, {grpc!r}
+from probes.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 def _profile(delay: str) -> str:
     return f'versions:\n  "bench":\n    defaults: {{latency: {{fixed: {delay}}}}}\n'
 
 
-def _config(host: str, http_port: int, grpc_port: int, rate: float) -> str:
+def _config(
+    host: str, http_port: int, grpc_port: int, rate: float, args: argparse.Namespace
+) -> str:
     common = f"    rate: {rate:g}/s\n    timeout: 1s\n"
     return (
         "targets:\n  static:\n"
@@ -75,12 +97,16 @@ def _config(host: str, http_port: int, grpc_port: int, rate: float) -> str:
 
 
 def _h2load(
-    version: str, url: str, rate: float, duration: float, log: Path, core: int | None
+    version: str, url: str, rate: float, duration: float, log: Path, core: int | None,
+    grpc_body: Path | None = None,
 ) -> subprocess.Popen[str]:
     n = max(1, round(rate * duration))
     cmd = ["h2load", "-n", str(n), "-c", "1", "--rps", str(max(1, round(rate))),
            "--log-file", str(log), url]
     cmd[1:1] = ["--h1", "-m", "1"] if version == "1.1" else ["-m", "4"]
+    if grpc_body is not None:
+        cmd[1:1] = ["-d", str(grpc_body), "-H", "content-type: application/grpc",
+                    "-H", "te: trailers"]
     return subprocess.Popen(h.pinned(core, cmd), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -127,9 +153,12 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         m = server.wait_line(r"http=([\d.]+):(\d+) grpc=[\d.]+:(\d+)", timeout_s=30.0)
         http_port, grpc_port = int(m.group(2)), int(m.group(3))
         config = work / "fidelity.yaml"
-        config.write_text(_config(args.host, http_port, grpc_port, args.rate), encoding="utf-8")
+        config.write_text(_config(args.host, http_port, grpc_port, args.rate, args),
+                          encoding="utf-8")
+        launcher = [h.PYTHON, "-c", _CLIENT_LAUNCHER.format(h2=args.http2_client,
+                                                            grpc=args.grpc_client)]
         probe_cmd = [
-            *h.skewprobe_cmd(), "run", "--config", str(config), "--store", str(store),
+            *launcher, "run", "--config", str(config), "--store", str(store),
             "--listen", f"127.0.0.1:{listen_port}",
             "--duration", f"{int(args.warmup + args.duration + 60)}s",
         ]
@@ -144,6 +173,12 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                        args.client_core)
             for v in ("1.1", "2")
         }
+        grpc_body = work / "echo.bin"
+        grpc_body.write_bytes(b"\x00\x00\x00\x00\x00")  # an empty EchoRequest, framed
+        loads["grpc"] = _h2load(
+            "grpc", f"http://{args.host}:{grpc_port}/skewprobe.target.v1.Target/Echo",
+            args.rate, args.duration, work / "h2load-grpc.log", args.client_core, grpc_body,
+        )
         h2load_out = {v: p.communicate(timeout=args.duration * 3 + 30)[0]
                       for v, p in loads.items()}
         # h2load ends a little after its last send; the probe's interval is the same span.
@@ -185,13 +220,13 @@ def _figures(
         p50, p99 = pooled.quantiles((0.5, 0.99)) if pooled.count else (np.nan, np.nan)
         out["rows"][f"probe {path}"] = {"n": pooled.count, "p50": float(p50), "p99": float(p99),
                                         "outcomes": outcomes}
-    for v in ("1.1", "2"):
+    for v in ("1.1", "2", "grpc"):
         values = _h2load_seconds(work / f"h2load-{v}.log")
         binned = Histogram.from_values(values)
         q = binned.quantiles((0.5, 0.99)) if binned.count else (np.nan, np.nan)
         exact = (np.quantile(values, [0.5, 0.99], method="inverted_cdf")
                  if values.size else (np.nan, np.nan))
-        out["rows"][f"h2load {'http1' if v == '1.1' else 'http2'}"] = {
+        out["rows"][f"h2load {_NAMES.get(v, v)}"] = {
             "n": int(values.size), "p50": float(q[0]), "p99": float(q[1]),
             "p50_exact": float(exact[0]), "p99_exact": float(exact[1]),
         }
@@ -215,7 +250,8 @@ def report(runs: list[dict[str, Any]]) -> str:
     rows = []
     for i, r in enumerate(runs, 1):
         d = r["delay_s"]
-        for name in ("probe http1", "h2load http1", "probe http2", "h2load http2", "probe grpc"):
+        for name in ("probe http1", "h2load http1", "probe http2", "h2load http2", "probe grpc",
+                     "h2load grpc"):
             x = r["rows"][name]
             proto = name.split()[1]
             ref = r["rows"].get(f"h2load {proto}")
@@ -243,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-core", type=int, default=1, help="core of the target")
     ap.add_argument("--host", default="127.78.0.1", help="the target's loopback address")
     ap.add_argument("--json", help="also write the figures as JSON here")
+    ap.add_argument("--http2-client", choices=("lean", "lean-h2", "httpcore"), default="lean",
+                    help="the HTTP/2 client (lean)")
+    ap.add_argument("--grpc-client", choices=("lean", "lean-h2", "grpcio"), default="lean",
+                    help="the gRPC unary client (lean)")
     ap.add_argument("--quick", action="store_true", help="a short run for run_all.py (15 s)")
     args = ap.parse_args(argv)
     if args.quick:

@@ -2,11 +2,14 @@
 
     Prober (Protocol)          call(endpoint, request_id) -> CallOutcome; forget; aclose
     ├── HttpProber             HTTP/1.1 on the probe's own protocol + httptools (`_h1`),
-    │                          HTTP/2 on httpcore through the httpx transport API
-    ├── GrpcProber             grpc.aio unary, raw bytes; standard health Check
+    │                          HTTP/2 on the probe's own protocol + h2 (`_h2lean`), or on
+    │                          httpcore through the httpx transport API (`_h2`)
+    ├── GrpcProber             grpc.aio unary, raw bytes; standard health Check; or the
+    │                          same over `_h2lean` (`_grpc_lean`)
     └── RelayProber            through a relay pod (`/relay/<destination>`): the
                                destination's outcome, attempts and answering pod
-    build_prober(path)         picks one from PROBERS by PathSpec.kind
+    build_prober(path)         picks one from PROBERS by PathSpec.kind; `registry_for` gives
+                               the registry with the HTTP/2 and gRPC clients a config picked
 
     StreamProber               the engine's StreamHolder: K long-lived server streams per
                                (stream path, endpoint), re-opened with backoff; reports
@@ -26,7 +29,7 @@ from probes.clients._base import Prober
 from probes.clients._classify import classify_exception, classify_grpc_code, classify_status
 from probes.clients._grpc import GrpcProber
 from probes.clients._http import BODY_LIMIT, HttpProber
-from probes.clients._registry import PROBERS, ProberFactory, build_prober
+from probes.clients._registry import PROBERS, ProberFactory, build_prober, registry_for
 from probes.clients._relay import RelayProber
 from probes.clients._stream_types import (
     EndReason,
@@ -57,4 +60,5 @@ __all__ = [
     "classify_grpc_code",
     "classify_status",
     "classify_stream_end",
+    "registry_for",
 ]

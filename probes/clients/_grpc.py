@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import grpc
 import grpc.aio
@@ -42,26 +43,37 @@ from grpc_health.v1 import health_pb2
 from probes._exceptions import BadInput
 from probes._spec import GrpcSpec, PathSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients._base import USER_AGENT, host_port, inner_budget_s
+from probes.clients import _grpc_lean, _h2lean
+from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
 from probes.clients._classify import classify_exception, classify_grpc_code, parse_count
 from probes.clients._pool import EndpointPool
-from probes.clients._tls import grpc_credentials
+from probes.clients._tls import grpc_credentials, ssl_context
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_SERVING = health_pb2.HealthCheckResponse(
+    status=health_pb2.HealthCheckResponse.SERVING
+).SerializeToString()
 APP_ATTEMPTS_KEY = "x-app-attempts"
 MAX_RECEIVE_BYTES = 4 << 20
 
 # Details grpc core gives an RPC it failed because the server never saw it (see above).
 _UNPROCESSED_DETAILS = ("GOAWAY received", "Received RST_STREAM with error code 7")
 
-_Channel = tuple[grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable]
+_Channel = tuple[grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable] | _h2lean.H2Client
+
+# The gRPC unary clients, by name: the probe's own HTTP/2 client ("lean": `_grpc_lean` over
+# `_h2lean` with its own framing; "lean-h2": on h2's state machine) or grpc.aio ("grpcio",
+# grpc core). One place picks; `GrpcProber(client=...)` overrides it (BENCHMARKS.md D15).
+GRPC_CLIENTS = ("lean", "lean-h2", "grpcio")
+GRPC_CLIENT = "lean"
 _Metadata = Sequence[tuple[str, str | bytes]]
+_AnyMetadata: TypeAlias = "grpc.aio.Metadata | Sequence[tuple[str, str]] | None"
 
 
 class GrpcProber:
     """gRPC unary calls (or health checks) for one path, one channel per endpoint."""
 
-    def __init__(self, path: PathSpec) -> None:
+    def __init__(self, path: PathSpec, *, client: str | None = None) -> None:
         spec = path.grpc
         if spec is None:
             raise BadInput(f"path {path.name}: not a gRPC path")
@@ -85,6 +97,30 @@ class GrpcProber:
             grpc_credentials(spec.tls, where=f"path {path.name}") if spec.tls else None
         )
         self._options = _channel_options(spec)
+        self._client = client or GRPC_CLIENT
+        if self._client not in GRPC_CLIENTS:
+            raise BadInput(f"gRPC client must be one of {', '.join(GRPC_CLIENTS)}")
+        self._lean = self._client != "grpcio"
+        if self._lean:
+            self._scheme = "https" if spec.tls else "http"
+            self._ssl = ssl_context(spec.tls, where=f"path {path.name}") if spec.tls else None
+            if self._ssl is not None:
+                self._ssl.set_alpn_protocols(["h2"])
+            self._server_name = spec.tls.server_name if spec.tls else None
+            self._h2 = _h2lean.H2Settings(
+                connect_budget_s=self._budget,
+                read_budget_s=self._budget,
+                keepalive_s=keepalive_s(path.rate_per_s),
+                body_limit=MAX_RECEIVE_BYTES + 6,
+                wanted=frozenset(
+                    (*_grpc_lean.STATUS_KEYS,
+                     *(k.encode("latin-1") for k in (*self._attempt_keys, self._cohort_key) if k))
+                ),
+                keep_body=True,
+                framing="h2" if self._client == "lean-h2" else "own",
+            )
+            self._body = _grpc_lean.frame(self._request)
+            self._lean_headers("localhost")  # a metadata entry that cannot be sent: bad input
         self._pool: EndpointPool[_Channel] = EndpointPool(self._connect, self._disconnect)
 
     @property
@@ -99,13 +135,17 @@ class GrpcProber:
         metadata = (*self._metadata, ("x-request-id", request_id))
         deadline = asyncio.get_running_loop().time() + self._budget
         async with self._pool.use(endpoint) as lease:
-            outcome = await self._once(lease.client, metadata, deadline)
-            if not _unprocessed(outcome):
-                return outcome
+            first = await self._once(lease.client, metadata, deadline)
+            if not _unprocessed(first):
+                assert isinstance(first, CallOutcome)
+                return first
+            outcome = first.outcome if isinstance(first, _Unprocessed) else first
             # Never seen by the server: re-send once, on a channel of its own.
             self._pool.retire(lease)
         async with self._pool.use(endpoint) as lease:
             again = await self._once(lease.client, metadata, deadline)
+        if isinstance(again, _Unprocessed):
+            again = again.outcome
         note = f"re-sent on a fresh connection: {outcome.detail}"
         return dataclasses.replace(
             again, churn=1, detail=f"{note}; {again.detail}" if again.detail else note
@@ -119,6 +159,11 @@ class GrpcProber:
 
     def _connect(self, endpoint: Endpoint) -> _Channel:
         target = host_port(endpoint.host, endpoint.port_for(self._path.port))
+        if self._lean:
+            return _h2lean.H2Client(
+                endpoint.host, endpoint.port_for(self._path.port), self._lean_headers(target),
+                self._body, self._h2, ssl_context=self._ssl, server_name=self._server_name,
+            )
         if self._credentials is not None:
             channel = grpc.aio.secure_channel(target, self._credentials, options=self._options)
         else:
@@ -126,11 +171,26 @@ class GrpcProber:
         # Bytes in, bytes out: no serializers, so no generated code for the callee.
         return channel, channel.unary_unary(self._method)
 
+    def _lean_headers(self, authority: str) -> list[_h2lean.Header]:
+        try:
+            return _grpc_lean.request_headers(
+                self._scheme, authority, self._method, self._metadata, USER_AGENT
+            )
+        except (ValueError, UnicodeEncodeError) as exc:
+            raise BadInput(f"path {self._path.name}: grpc: {exc}") from exc
+
     @staticmethod
     async def _disconnect(client: _Channel) -> None:
-        await client[0].close()
+        if isinstance(client, _h2lean.H2Client):
+            await client.aclose()
+        else:
+            await client[0].close()
 
-    async def _once(self, client: _Channel, metadata: _Metadata, deadline: float) -> CallOutcome:
+    async def _once(
+        self, client: _Channel, metadata: _Metadata, deadline: float
+    ) -> CallOutcome | _Unprocessed:
+        if isinstance(client, _h2lean.H2Client):
+            return await self._once_lean(client, metadata[-1][1], deadline)
         channel, method = client
         remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
         try:
@@ -173,24 +233,73 @@ class GrpcProber:
                 outcome, detail = Outcome.UNEXPECTED_STATUS, f"health status {serving}"
         return CallOutcome(outcome, status=0, attempts=attempts, cohort_hint=cohort, detail=detail)
 
-    def _attempts(self, *metadata: grpc.aio.Metadata | None) -> int | None:
+    async def _once_lean(
+        self, client: _h2lean.H2Client, request_id: str | bytes, deadline: float
+    ) -> CallOutcome | _Unprocessed:
+        remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
+        rid = request_id if isinstance(request_id, bytes) else request_id.encode("latin-1")
+        extra = [_grpc_lean.timeout_header(remaining), (b"x-request-id", rid)]
+        try:
+            if client.keeps_deadlines:  # the connection's timer carries the deadline
+                answer = await client.request(extra, deadline=deadline)
+            else:
+                async with asyncio.timeout(remaining):
+                    answer = await client.request(extra)
+            reply = _grpc_lean.reply(answer, MAX_RECEIVE_BYTES)
+        except TimeoutError:
+            detail = "Deadline Exceeded"
+            if not client.connections:
+                detail = f"{detail} (no connection yet)"
+            reply = _grpc_lean.Reply("DEADLINE_EXCEEDED", detail)
+        except _h2lean.H2Error as exc:
+            reply = _grpc_lean.error_reply(exc)
+        except Exception as exc:
+            kind, detail = classify_exception(exc)
+            return CallOutcome(kind, detail=detail)
+        attempts = self._attempts(reply.initial, reply.trailing)
+        cohort = self._cohort(reply.initial, reply.trailing)
+        code, detail = reply.code, reply.detail
+        if code == "OK" and reply.message is None:
+            code, detail = "INTERNAL", "status OK without a message"
+        outcome = reply.outcome or classify_grpc_code(code, self._expected, detail)
+        if code == "OK" and self._health and outcome == Outcome.OK:
+            assert reply.message is not None
+            serving = _serving_status(reply.message)
+            if serving != "SERVING":
+                outcome, detail = Outcome.UNEXPECTED_STATUS, f"health status {serving}"
+        result = CallOutcome(outcome, status=_grpc_lean.CODES[code], attempts=attempts,
+                             cohort_hint=cohort, detail=detail)
+        return _Unprocessed(result) if reply.unprocessed else result
+
+    def _attempts(self, *metadata: _AnyMetadata) -> int | None:
         for key in self._attempt_keys:
             count = parse_count(_lookup(key, metadata))
             if count is not None:
                 return count
         return None
 
-    def _cohort(self, *metadata: grpc.aio.Metadata | None) -> str | None:
+    def _cohort(self, *metadata: _AnyMetadata) -> str | None:
         return _lookup(self._cohort_key, metadata) if self._cohort_key else None
 
 
-def _unprocessed(outcome: CallOutcome) -> bool:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Unprocessed:
+    """A lean call the server provably never saw (its HTTP/2 client says so)."""
+
+    outcome: CallOutcome
+
+
+
+
+def _unprocessed(outcome: CallOutcome | _Unprocessed) -> bool:
+    if isinstance(outcome, _Unprocessed):
+        return True
     return outcome.outcome == Outcome.grpc("UNAVAILABLE") and any(
         marker in outcome.detail for marker in _UNPROCESSED_DETAILS
     )
 
 
-def _lookup(key: str, metadata: Sequence[grpc.aio.Metadata | None]) -> str | None:
+def _lookup(key: str, metadata: Sequence[_AnyMetadata]) -> str | None:
     """The first text value of `key` in initial, then trailing metadata."""
     for md in metadata:
         if md is None:
@@ -202,6 +311,8 @@ def _lookup(key: str, metadata: Sequence[grpc.aio.Metadata | None]) -> str | Non
 
 
 def _serving_status(response: bytes) -> str:
+    if response == _SERVING:
+        return "SERVING"
     try:
         status = health_pb2.HealthCheckResponse.FromString(response).status
     except Exception:  # a malformed answer is an answer we did not expect

@@ -25,7 +25,7 @@ import httpx
 from probes._exceptions import BadInput
 from probes._spec import HttpSpec, PathSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients import _h1, _h2
+from probes.clients import _h1, _h2, _h2lean
 from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
 from probes.clients._classify import classify_exception, classify_status, parse_count
 from probes.clients._pool import EndpointPool, Lease
@@ -34,10 +34,16 @@ from probes.clients._wire import IDEMPOTENT_METHODS, Replay, WireRecord, recordi
 
 BODY_LIMIT = 1 << 20
 
+# The HTTP/2 clients, by name: the probe's own (`_h2lean`; "lean": its own framing,
+# "lean-h2": on h2's state machine), or httpcore's (`_h2`). One place picks;
+# `HttpProber(h2_client=...)` overrides it (BENCHMARKS.md D15).
+H2_CLIENTS = ("lean", "lean-h2", "httpcore")
+H2_CLIENT = "lean"
+
 # The reference target echoes the attempts it saw here when no proxy header is present.
 APP_ATTEMPTS_HEADER = "x-app-attempts"
 
-_Client = tuple[httpx.AsyncBaseTransport, httpx.URL] | _h1.H1Client
+_Client = tuple[httpx.AsyncBaseTransport, httpx.URL] | _h1.H1Client | _h2lean.H2Client
 _Lease = Lease[_Client]
 _ReplayReason = Callable[[BaseException, WireRecord], "tuple[Replay, str] | None"]
 
@@ -56,7 +62,9 @@ _Attempt = CallOutcome | _Resend
 class HttpProber:
     """HTTP/1.1 or HTTP/2 calls for one path, with connections kept per endpoint."""
 
-    def __init__(self, path: PathSpec, *, body_limit: int = BODY_LIMIT) -> None:
+    def __init__(
+        self, path: PathSpec, *, body_limit: int = BODY_LIMIT, h2_client: str | None = None
+    ) -> None:
         spec = path.http
         if spec is None:
             raise BadInput(f"path {path.name}: not an HTTP path")
@@ -72,6 +80,10 @@ class HttpProber:
         self._expected = frozenset(path.expect.status)
         self._body_limit = body_limit
         self._http2 = spec.version == "2"
+        self._h2_client = h2_client or H2_CLIENT
+        if self._h2_client not in H2_CLIENTS:
+            raise BadInput(f"HTTP/2 client must be one of {', '.join(H2_CLIENTS)}")
+        self._lean = self._http2 and self._h2_client != "httpcore"
         self._ssl = (
             ssl_context(spec.tls, where=f"path {path.name}")
             if spec.scheme == "https"
@@ -91,7 +103,10 @@ class HttpProber:
             dict.fromkeys((path.attempts_header.lower(), APP_ATTEMPTS_HEADER))
         )
         self._cohort_header = path.cohort_header.lower() if path.cohort_header else None
-        self._replay_reason: _ReplayReason = _h2.replay_reason if self._http2 else _h1.replay_reason
+        self._replay_reason: _ReplayReason = (
+            _h2lean_replay if self._lean
+            else _h2.replay_reason if self._http2 else _h1.replay_reason
+        )
         self._h1 = _h1.H1Settings(
             connect_budget_s=budget,
             read_budget_s=budget,
@@ -102,7 +117,19 @@ class HttpProber:
                 for h in (*self._attempt_headers, self._cohort_header) if h
             ),
         )
+        self._h2 = _h2lean.H2Settings(
+            connect_budget_s=budget,
+            read_budget_s=budget,
+            keepalive_s=self._keepalive_s,
+            body_limit=body_limit,
+            wanted=self._h1.wanted,
+            framing="h2" if self._h2_client == "lean-h2" else "own",
+        )
         self._h1_request("localhost")  # a header that cannot be sent is bad input, now
+        if self._lean:
+            self._h2_request("localhost")
+            if spec.scheme == "https":
+                self._ssl.set_alpn_protocols(["h2"])
         self._pool: EndpointPool[_Client] = EndpointPool(self._connect, self._disconnect)
 
     @property
@@ -142,6 +169,13 @@ class HttpProber:
             )
         except httpx.InvalidURL as exc:
             raise LookupError(f"endpoint {endpoint.name}: not a usable address: {exc}") from exc
+        if self._lean:
+            return _h2lean.H2Client(
+                endpoint.host, port, self._h2_request(url.netloc.decode("ascii")),
+                self._body, self._h2,
+                ssl_context=self._ssl if self._spec.scheme == "https" else None,
+                server_name=self._extensions.get("sni_hostname"),
+            )
         if self._http2:
             transport = _h2.H2Transport(ssl_context=self._ssl, keepalive_s=self._keepalive_s)
             return transport, url
@@ -159,9 +193,17 @@ class HttpProber:
         except ValueError as exc:
             raise BadInput(f"path {self._path.name}: http: {exc}") from exc
 
+    def _h2_request(self, authority: str) -> list[_h2lean.Header]:
+        try:
+            return _h2lean.request_headers(
+                self._method, self._spec.scheme, authority, self._spec.path, self._headers
+            )
+        except (ValueError, UnicodeEncodeError) as exc:
+            raise BadInput(f"path {self._path.name}: http: {exc}") from exc
+
     @staticmethod
     async def _disconnect(client: _Client) -> None:
-        if isinstance(client, _h1.H1Client):
+        if isinstance(client, _h1.H1Client | _h2lean.H2Client):
             await client.aclose()
         else:
             await client[0].aclose()
@@ -207,6 +249,12 @@ class HttpProber:
         client = lease.client
         if isinstance(client, _h1.H1Client):
             return await self._exchange_h1(client, request_id)
+        if isinstance(client, _h2lean.H2Client):
+            answer = await client.request(
+                [(b"x-request-id", request_id.encode("latin-1"))],
+                head_only=self._method == "HEAD",
+            )
+            return self._answer(answer.status, answer.headers.get, answer.received)
         transport, url = client
         request = httpx.Request(
             self._method,
@@ -267,6 +315,10 @@ class HttpProber:
                 if received >= self._body_limit:
                     break
         return received
+
+
+def _h2lean_replay(exc: BaseException, record: WireRecord) -> tuple[Replay, str] | None:
+    return _h2lean.replay_reason(exc)
 
 
 def _join(*parts: str) -> str:

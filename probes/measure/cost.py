@@ -31,12 +31,12 @@ __all__ = [
 ]
 
 # Probe CPU-seconds per call, per protocol: BENCHMARKS.md, "CPU per call by protocol"
-# (issue 19's measurements on main, one sitting, one machine, 1 call/s per endpoint).
+# (one sitting, one machine, 600 endpoints × 1 call/s, HAProxy target; cheaper at scale).
 CPU_S_PER_CALL: Final[Mapping[str, float]] = MappingProxyType({
-    "HTTP/1.1": 0.302e-3,     # 600 endpoints, HAProxy target (0.185e-3 at 2,400: D6)
-    "HTTP/2": 1.051e-3,       # 600 endpoints, HAProxy target (h2c)
-    "gRPC unary": 0.879e-3,   # 300 fleet endpoints, health Check: no Echo figure yet
-    "gRPC health": 0.879e-3,  # 300 fleet endpoints
+    "HTTP/1.1": 0.265e-3,     # the probe's own HTTP/1.1 (0.185e-3 at 2,400: D6)
+    "HTTP/2": 0.358e-3,       # h2c on the probe's own HTTP/2 client (D15)
+    "gRPC unary": 0.349e-3,   # health Check on the same client: no Echo figure yet
+    "gRPC health": 0.349e-3,  # the same calls
 })
 # A held stream's CPU per hour (a message every second): BENCHMARKS.md D11, 276 ms per
 # stream-hour with 2,000 streams.

@@ -107,6 +107,10 @@ async def target() -> AsyncIterator[GrpcTarget]:
         await started.server.stop(None)
 
 
+# Every test here runs on both gRPC clients (tests/integration/conftest.py).
+pytestmark = pytest.mark.usefixtures("grpc_client")
+
+
 def grpc_path(
     method: str = "Echo",
     *,

@@ -18,8 +18,6 @@ from tests.servers.engine import engine_call
 from tests.servers.hostile import HostileServer, accept_and_hang, closed_port, full_backlog
 from tests.servers.tls import SERVER_NAME, make_cert
 
-VERSIONS = ["1.1", "2"]
-
 
 def http_path(
     target: str = "/status/200",
@@ -67,7 +65,7 @@ async def test_ok_sends_request_id_and_reads_attempts_and_cohort_http1(hostile):
     assert hostile.request_ids == ["abc-123"]
 
 
-async def test_ok_reads_attempts_and_cohort_http2(h2c):
+async def test_ok_reads_attempts_and_cohort_http2(h2c, h2_client):
     path = http_path(
         "/status/200?x-envoy-attempt-count=2&x-proxy-version=1.21.0",
         version="2",
@@ -98,7 +96,6 @@ async def test_attempts_absent_is_none_never_one(hostile):
     assert outcome.attempts is None
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize(
     ("status", "expect", "outcome"),
     [
@@ -131,7 +128,7 @@ async def test_keep_alive_reuses_one_connection_per_endpoint(hostile):
     assert hostile.request_ids == ["r0", "r1", "r2"]
 
 
-async def test_keep_alive_http2(h2c):
+async def test_keep_alive_http2(h2c, h2_client):
     prober = HttpProber(http_path(version="2"))
     try:
         results = await asyncio.gather(
@@ -146,7 +143,6 @@ async def test_keep_alive_http2(h2c):
 # --- the callee misbehaves -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 async def test_connect_refused(version):
     with closed_port() as port:
         outcome, _ = await one_call(http_path(version=version), at(port))
@@ -154,7 +150,6 @@ async def test_connect_refused(version):
     assert "refused" in outcome.detail.lower() or "failed" in outcome.detail.lower()
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 async def test_connect_timeout_when_syns_are_dropped(version):
     # The prober's own connect timeout fires inside the engine's deadline, so the outcome
     # says the connection never came up rather than just "timeout".
@@ -166,7 +161,6 @@ async def test_connect_timeout_when_syns_are_dropped(version):
     assert took < 1.0
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 async def test_timeout_when_accepted_but_never_answered(version):
     async with accept_and_hang() as port:
         outcome, took = await one_call(http_path(version=version, timeout_s=0.3), at(port))
@@ -201,7 +195,7 @@ async def test_garbage_answer_is_a_protocol_error(hostile):
     assert outcome.outcome == Outcome.PROTOCOL_ERROR
 
 
-async def test_http2_against_an_http1_only_server_is_a_protocol_error(hostile):
+async def test_http2_against_an_http1_only_server_is_a_protocol_error(hostile, h2_client):
     outcome, _ = await one_call(http_path(version="2"), at(hostile.port))
     assert outcome.outcome == Outcome.PROTOCOL_ERROR
 
@@ -247,18 +241,20 @@ async def test_huge_or_endless_body_is_cut_with_bounded_memory(hostile, target):
         await prober.aclose()
 
 
-async def test_huge_body_over_http2_retires_the_connection(h2c):
+async def test_huge_body_over_http2_is_cut_and_the_connection_stays_usable(h2c, h2_client):
     prober = HttpProber(http_path("/big/52428800", version="2"))
     try:
         outcome, _ = await engine_call(prober, at(h2c.port), 5.0)
         assert outcome.outcome == Outcome.OK
         assert outcome.detail.startswith("body truncated")
-        # A stream left half-read would hold the connection's flow-control window.
         again, _ = await engine_call(prober, at(h2c.port), 5.0)
         assert again.outcome == Outcome.OK
     finally:
         await prober.aclose()
-    assert h2c.connections == 2
+    # The probe's own client resets the stream (CANCEL) and keeps the connection; httpcore
+    # cannot reset one stream, and a stream left half-read would hold the connection's
+    # flow-control window, so that connection is retired.
+    assert h2c.connections == (2 if h2_client == "httpcore" else 1)
 
 
 # --- TLS -----------------------------------------------------------------------------------
@@ -321,7 +317,6 @@ async def test_named_port_is_used(hostile):
     assert outcome.outcome == Outcome.OK
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 async def test_forget_closes_the_endpoints_connections(hostile, h2c, version):
     server = h2c if version == "2" else hostile
     prober = HttpProber(http_path(version=version))

@@ -18,14 +18,15 @@ import pytest
 
 from probes._spec import GrpcSpec, HttpSpec, PathSpec, TlsSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients import build_prober
+from probes.clients import GrpcProber, HttpProber, build_prober
 from tests.servers.engine import engine_call
 from tests.servers.grpc_health import grpc_health_server
 from tests.servers.h2drain import H2DrainServer
 from tests.servers.hostile import HostileServer
 from tests.servers.tls import SERVER_NAME, Pki, TlsFront
 
-KINDS = ["1.1", "2", "grpc"]
+# HTTP/2 and gRPC on the probe's own client and on the library's ("-httpcore", "-grpcio").
+KINDS = ["1.1", "2", "2-httpcore", "grpc", "grpc-grpcio"]
 
 
 def client_tls(pki: Pki, client: Pki | None) -> TlsSpec:
@@ -39,8 +40,8 @@ def client_tls(pki: Pki, client: Pki | None) -> TlsSpec:
 @contextlib.asynccontextmanager
 async def mtls_target(kind: str, pki: Pki) -> AsyncIterator[TlsFront]:
     """A plaintext server of `kind` behind TLS that requires client certificates."""
-    alpn = ["h2"] if kind in ("2", "grpc") else []
-    if kind == "grpc":
+    alpn = ["h2"] if kind != "1.1" else []
+    if kind.startswith("grpc"):
         async with grpc_health_server() as port, TlsFront(pki.server_context(alpn=alpn),
                                                           port) as front:
             yield front
@@ -51,14 +52,20 @@ async def mtls_target(kind: str, pki: Pki) -> AsyncIterator[TlsFront]:
 
 
 def path_for(kind: str, tls: TlsSpec) -> PathSpec:
-    if kind == "grpc":
+    if kind.startswith("grpc"):
         return PathSpec("p", 1.0, 2.0, grpc=GrpcSpec(health_service="", tls=tls))
     return PathSpec("p", 1.0, 2.0,
-                    http=HttpSpec(path="/status/200", version=kind, scheme="https", tls=tls))
+                    http=HttpSpec(path="/status/200", version=kind[0] if kind != "1.1" else kind,
+                                  scheme="https", tls=tls))
 
 
 async def call(kind: str, tls: TlsSpec, port: int) -> CallOutcome:
-    prober = build_prober(path_for(kind, tls))
+    path = path_for(kind, tls)
+    prober = (
+        HttpProber(path, h2_client="httpcore") if kind == "2-httpcore"
+        else GrpcProber(path, client="grpcio" if kind == "grpc-grpcio" else "lean")
+        if kind.startswith("grpc") else build_prober(path)
+    )
     try:
         outcome, _ = await engine_call(prober, Endpoint("pod-0", "127.0.0.1", port, {}), 3.0)
     finally:

@@ -22,7 +22,6 @@ from tests.servers.hostile import HostileServer
 from tests.servers.memory import PeakRss
 from tests.servers.tls import SERVER_NAME, Cert, make_cert
 
-VERSIONS = ["1.1", "2"]
 # A name under the reserved .invalid TLD (RFC 6761) never resolves.
 UNRESOLVABLE = "nohost.invalid"
 
@@ -59,7 +58,6 @@ def cert(tmp_path: Path) -> Cert:
 # --- slowloris: header bytes dripped, never finished ----------------------------------------
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 async def test_slowloris_headers_time_out_and_do_not_hold_up_other_calls(
     version, hostile, raw, h2c
 ):
@@ -120,7 +118,7 @@ async def test_http1_reset_mid_body_is_a_reset_after_the_status(hostile):
     assert took < 0.5
 
 
-async def test_http2_reset_mid_body_is_a_reset_after_the_status(raw):
+async def test_http2_reset_mid_body_is_a_reset_after_the_status(raw, h2_client):
     # Headers and three DATA frames, then the TCP connection is reset.
     outcome, _ = await one_call(path("/x.Y/tcprst-3", version="2"), at(raw.port))
     assert (outcome.outcome, outcome.status) == (Outcome.RESET, 200)
@@ -138,19 +136,24 @@ async def test_http2_reset_mid_body_is_a_reset_after_the_status(raw):
         ("badhpack", "header block"),
     ],
 )
-async def test_malformed_http2_after_the_headers_is_a_protocol_error(raw, mode, says):
+async def test_malformed_http2_after_the_headers_is_a_protocol_error(raw, mode, says, h2_client):
     outcome, took = await one_call(path(f"/x.Y/{mode}", version="2"), at(raw.port))
     assert (outcome.outcome, outcome.status) == (Outcome.PROTOCOL_ERROR, 200)
     assert says in outcome.detail
     assert took < 0.6  # the answer's frames arrive after 0.2 s; never the 1 s timeout
 
 
-async def test_idle_http2_connection_closed_without_goaway_is_re_sent_not_a_reset(raw):
+async def test_idle_http2_connection_closed_without_goaway_is_never_a_failure(raw, h2_client):
     # The server answers, then drops the idle connection without GOAWAY (a restart). httpcore
     # only finds out by sending the next request on it: a GET is re-sent once on a fresh
     # connection and counted as churn; a POST, which the server may have seen, is a reset.
+    # The probe's own client reads every connection, sees the close at once and sends the
+    # next request on a fresh connection: nothing lost, nothing re-sent.
     raw.after_s = 0.05
-    for method, outcome_class, churn in (("GET", Outcome.OK, 1), ("POST", Outcome.RESET, 0)):
+    lean = h2_client != "httpcore"
+    expected = (("GET", Outcome.OK, 0), ("POST", Outcome.OK, 0)) if lean else (
+        ("GET", Outcome.OK, 1), ("POST", Outcome.RESET, 0))
+    for method, outcome_class, churn in expected:
         prober = HttpProber(path("/x.Y/idleclose", version="2", method=method))
         try:
             first, _ = await engine_call(prober, at(raw.port), 1.0)
@@ -160,13 +163,12 @@ async def test_idle_http2_connection_closed_without_goaway_is_re_sent_not_a_rese
             await prober.aclose()
         assert first.outcome == Outcome.OK
         assert (second.outcome, second.churn) == (outcome_class, churn), second
-        assert "closed without GOAWAY" in second.detail
+        assert lean or "closed without GOAWAY" in second.detail
 
 
 # --- TLS where there is none, and none where there is TLS -------------------------------------
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 async def test_tls_on_a_plaintext_port_is_a_tls_error(version, hostile, cert):
     # The server answers a ClientHello with a plaintext 400, as nginx does.
     tls = TlsSpec(ca=str(cert.cert), server_name=SERVER_NAME)
@@ -175,7 +177,6 @@ async def test_tls_on_a_plaintext_port_is_a_tls_error(version, hostile, cert):
     assert "WRONG_VERSION_NUMBER" in outcome.detail
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 async def test_plaintext_on_a_tls_port_is_a_reset(version, cert):
     # The server's TLS stack drops a connection that opens with a plaintext request; over
     # plaintext the client cannot know TLS was expected: the connection closed unanswered.
@@ -188,7 +189,6 @@ async def test_plaintext_on_a_tls_port_is_a_reset(version, cert):
 # --- DNS -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", VERSIONS)
 async def test_a_name_that_does_not_resolve_is_a_dns_error_at_once(version):
     outcome, took = await one_call(path(version=version, timeout_s=3.0), at(80, UNRESOLVABLE))
     assert outcome.outcome == Outcome.DNS_ERROR, outcome

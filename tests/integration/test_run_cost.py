@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.config import parse_config
-from probes.measure.cost import CPU_S_PER_CALL
+from probes.measure.cost import CPU_S_PER_CALL, CPU_S_PER_STREAM_HOUR, SHARD_CORES
 from probes.runner import ProbeRunner, RunOptions
 from tests.servers.asgi import serve_app
 from tests.servers.grpc_health import grpc_health_server
@@ -62,14 +63,15 @@ async def test_run_logs_its_cost_once_at_start(tmp_path: Path) -> None:
     assert line.startswith("skewprobe: INFO skewprobe.cost: expected cost on this machine: ")
     # 3 endpoints × 5/s per HTTP path, 3 × 2/s health checks, 3 × 2 held streams.
     assert f"HTTP/1.1 15 calls/s × {CPU_S_PER_CALL['HTTP/1.1'] * 1e3:.3f} ms = 0.00 core" in line
-    assert "HTTP/2 15 calls/s × 1.051 ms = 0.02 core" in line
-    assert "gRPC health 6 calls/s × 0.879 ms = 0.01 core" in line
+    assert f"HTTP/2 15 calls/s × {CPU_S_PER_CALL['HTTP/2'] * 1e3:.3f} ms = 0.01 core" in line
+    health = CPU_S_PER_CALL["gRPC health"] * 1e3
+    assert f"gRPC health 6 calls/s × {health:.3f} ms = 0.00 core" in line
     assert "6 held streams = 0.00 core" in line
-    assert "total 0.03 of the 1 core one probe can use" in line
+    assert "total 0.01 of the 1 core one probe can use" in line
 
 
 async def test_run_warns_above_one_core_before_the_overload_rule(tmp_path: Path) -> None:
-    """3 endpoints × 400/s over HTTP/1.1 and HTTP/2 intend 1.63 cores: warned as the first
+    """3 endpoints × 700/s over HTTP/1.1 and HTTP/2 intend 1.31 cores: warned as the first
     endpoints are scheduled, and the run stopped right there, so the machine never carries it
     and the overload rule, which needs closed windows, has said nothing yet."""
     records: list[logging.LogRecord] = []
@@ -87,7 +89,7 @@ async def test_run_warns_above_one_core_before_the_overload_rule(tmp_path: Path)
     logger.setLevel(logging.INFO)
     try:
         async with serve_app(_ok) as base, grpc_health_server() as grpc_port:
-            text = _config(int(base.rsplit(":", 1)[1]), grpc_port, rate="400/s")
+            text = _config(int(base.rsplit(":", 1)[1]), grpc_port, rate="700/s")
             runner = ProbeRunner(parse_config(text), RunOptions(
                 store_path=str(tmp_path / "probe.db"), listen=None))
             await asyncio.wait_for(runner.run(), 60)
@@ -96,7 +98,10 @@ async def test_run_warns_above_one_core_before_the_overload_rule(tmp_path: Path)
         logger.setLevel(logging.NOTSET)
     assert [r.levelname for r in records] == ["INFO", "WARNING"], records
     info, warning = (r.getMessage() for r in records)
-    assert "HTTP/1.1 1,200 calls/s" in info and "HTTP/2 1,200 calls/s" in info
-    assert warning.startswith("expected 1.63 cores, above the 1 one probe can use")
-    assert "--shard i/3" in warning and "shards: 3" in warning
+    assert "HTTP/1.1 2,100 calls/s" in info and "HTTP/2 2,100 calls/s" in info
+    want = (2100 * (CPU_S_PER_CALL["HTTP/1.1"] + CPU_S_PER_CALL["HTTP/2"])
+            + 6 * CPU_S_PER_CALL["gRPC health"] + 6 * CPU_S_PER_STREAM_HOUR / 3600)
+    assert warning.startswith(f"expected {want:.2f} cores, above the 1 one probe can use")
+    shards = math.ceil(want / SHARD_CORES)
+    assert f"--shard i/{shards}" in warning and f"shards: {shards}" in warning
     assert runner is not None and runner.overload.reason is None

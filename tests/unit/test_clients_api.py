@@ -7,7 +7,15 @@ import pytest
 import probes.clients as clients
 from probes._exceptions import BadInput
 from probes._spec import GrpcSpec, HttpSpec, PathSpec, StreamSpec
-from probes.clients import PROBERS, GrpcProber, HttpProber, Prober, RelayProber, build_prober
+from probes.clients import (
+    PROBERS,
+    GrpcProber,
+    HttpProber,
+    Prober,
+    RelayProber,
+    build_prober,
+    registry_for,
+)
 
 
 def test_all_names_exist_and_nothing_private_is_exported():
@@ -48,3 +56,13 @@ def test_wrong_spec_for_the_prober_is_bad_input():
         HttpProber(PathSpec("g", 1.0, 1.0, grpc=GrpcSpec()))
     with pytest.raises(BadInput):
         GrpcProber(PathSpec("h", 1.0, 1.0, http=HttpSpec()))
+
+
+def test_registry_for_picks_the_http2_and_grpc_clients():
+    registry = registry_for(http2_client="httpcore", grpc_client="grpcio")
+    assert isinstance(registry["http"](PathSpec("h", 1.0, 1.0, http=HttpSpec())), HttpProber)
+    assert isinstance(registry["grpc"](PathSpec("g", 1.0, 1.0, grpc=GrpcSpec())), GrpcProber)
+    with pytest.raises(BadInput, match="HTTP/2 client"):
+        HttpProber(PathSpec("h", 1.0, 1.0, http=HttpSpec()), h2_client="curl")
+    with pytest.raises(BadInput, match="gRPC client"):
+        GrpcProber(PathSpec("g", 1.0, 1.0, grpc=GrpcSpec()), client="curl")

@@ -48,12 +48,12 @@ def test_calls_per_protocol_times_cpu_per_call_is_the_core_share() -> None:
     for protocol, rate in cost.calls_per_s.items():
         assert cost.cores[protocol] == pytest.approx(rate * CPU_S_PER_CALL[protocol])
     assert cost.cores["held streams"] == pytest.approx(1200 * CPU_S_PER_STREAM_HOUR / 3600)
-    want = (1500 * 0.302 + 300 * 1.051 + 100 * 0.879 + 50 * 0.879) / 1000 + 1200 * 0.276 / 3600
-    assert cost.total_cores == pytest.approx(want)  # 0.99: just under one core
+    want = (1500 * 0.265 + 300 * 0.358 + 100 * 0.349 + 50 * 0.349) / 1000 + 1200 * 0.276 / 3600
+    assert cost.total_cores == pytest.approx(want)  # 0.63: under one core
     assert not cost.over and cost.warning() is None
     line = cost.line()
-    assert "HTTP/1.1 1,500 calls/s × 0.302 ms = 0.45 core" in line
-    assert "HTTP/2 300 calls/s × 1.051 ms = 0.32 core" in line
+    assert "HTTP/1.1 1,500 calls/s × 0.265 ms = 0.40 core" in line
+    assert "HTTP/2 300 calls/s × 0.358 ms = 0.11 core" in line
     assert "1,200 held streams = 0.09 core" in line
     assert f"total {want:.2f} of the 1 core one probe can use (2 CPUs here" in line
     # Paths without endpoints cost nothing and are not listed.
@@ -61,12 +61,12 @@ def test_calls_per_protocol_times_cpu_per_call_is_the_core_share() -> None:
 
 
 def test_above_one_core_warns_and_says_how_many_shards() -> None:
-    # The case: 2,400 endpoints × 1/s over HTTP/2 needs ~2.5 cores.
-    cost = estimate(_paths(), {"h2": 2400.0}, {}, cpus=2)
-    assert cost.total_cores == pytest.approx(2.5224)
-    assert cost.over and cost.shards == math.ceil(2.5224 / SHARD_CORES) == 5
+    # 7,200 HTTP/2 endpoints × 1/s: 2.58 cores by the 600-endpoint figure.
+    cost = estimate(_paths(), {"h2": 7200.0}, {}, cpus=2)
+    assert cost.total_cores == pytest.approx(7200 * 0.358e-3)
+    assert cost.over and cost.shards == math.ceil(2.5776 / SHARD_CORES) == 5
     warning = cost.warning()
-    assert warning is not None and warning.startswith("expected 2.52 cores, above the 1 one")
+    assert warning is not None and warning.startswith("expected 2.58 cores, above the 1 one")
     assert "--shard i/5" in warning and "shards: 5" in warning
     # Exactly one core is not above it; a hair more is.
     at_one = {"h1": 1 / CPU_S_PER_CALL["HTTP/1.1"]}
@@ -75,11 +75,11 @@ def test_above_one_core_warns_and_says_how_many_shards() -> None:
 
 
 def test_a_cgroup_quota_below_one_core_is_the_ceiling() -> None:
-    rates = {"h1": 1000.0}  # 0.302 core
+    rates = {"h1": 1000.0}  # 0.265 core
     assert not estimate(_paths(), rates, {}, cpus=8, cgroup_cores=4.0).over
     limited = estimate(_paths(), rates, {}, cpus=8, cgroup_cores=0.25)
     assert limited.usable_cores == 0.25 and limited.over
-    assert limited.shards == 2  # 0.302 / 0.25
+    assert limited.shards == 2  # 0.265 / 0.25
     assert "cgroup limit 0.25 cores" in limited.line()
     assert "above the 0.25 one probe can use" in (limited.warning() or "")
 
