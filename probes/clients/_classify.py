@@ -26,7 +26,7 @@ import httptools
 import httpx
 
 from probes._types import Outcome
-from probes.clients import _h1, _h2lean
+from probes.clients import _h1, _h2base
 
 # HTTP/2 error codes (RFC 9113 §7) that say the peer found the exchange malformed; any other
 # code on a GOAWAY or RST_STREAM means the connection or stream was torn down: a reset.
@@ -139,16 +139,16 @@ def _rule(exc: BaseException) -> tuple[int, str] | None:
         return 4, Outcome.RESET
     if isinstance(exc, ssl.SSLError | ssl.CertificateError):
         return 0, Outcome.TLS_ERROR
-    if isinstance(exc, _h1.ConnectTimedOut | _h2lean.ConnectTimedOut | httpcore.ConnectTimeout):
+    if isinstance(exc, _h1.ConnectTimedOut | _h2base.ConnectTimedOut | httpcore.ConnectTimeout):
         return 1, Outcome.CONNECT_TIMEOUT
     if isinstance(exc, ConnectionRefusedError):
         return 2, Outcome.CONNECT_REFUSED
     if isinstance(exc, socket.gaierror):
         # The lookup failed (`_h1` and httpcore both keep the gaierror in the chain).
         return 2, Outcome.DNS_ERROR
-    if isinstance(exc, _h1.ReadTimedOut | _h2lean.ReadTimedOut | httpcore.TimeoutException):
+    if isinstance(exc, _h1.ReadTimedOut | _h2base.ReadTimedOut | httpcore.TimeoutException):
         return 3, Outcome.TIMEOUT
-    if isinstance(exc, _h2lean.StreamReset):
+    if isinstance(exc, _h2base.StreamReset):
         return 4, Outcome.PROTOCOL_ERROR if exc.code in _H2_PROTOCOL_CODES else Outcome.RESET
     event = _h2_event(exc)
     if event is not None:
@@ -160,18 +160,18 @@ def _rule(exc: BaseException) -> tuple[int, str] | None:
         | BrokenPipeError
         | ConnectionAbortedError
         | _h1.Disconnected
-        | _h2lean.Disconnected,
+        | _h2base.Disconnected,
     ):
         return 4, Outcome.RESET
     if isinstance(exc, httpcore.RemoteProtocolError) and str(exc).startswith(_CLOSED_MESSAGES):
         return 4, Outcome.RESET
-    if isinstance(exc, _h1.ConnectFailed | _h2lean.ConnectFailed | httpcore.ConnectError):
+    if isinstance(exc, _h1.ConnectFailed | _h2base.ConnectFailed | httpcore.ConnectError):
         # Unreachable host or network: the endpoint could not be connected to at all.
         return 5, Outcome.CONNECT_REFUSED
     if isinstance(
         exc,
         _h1.MalformedAnswer
-        | _h2lean.MalformedAnswer
+        | _h2base.MalformedAnswer
         | httptools.HttpParserError
         | httpcore.ProtocolError
         | h2.exceptions.ProtocolError,
@@ -210,7 +210,7 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         return Outcome.PROBE_ERROR, describe(exc)
     outcome, decider = best[1], best[2]
     if isinstance(decider, ssl.SSLEOFError | ssl.SSLZeroReturnError) and any(
-        isinstance(link, _h1.ConnectFailed | _h2lean.ConnectFailed | httpcore.ConnectError)
+        isinstance(link, _h1.ConnectFailed | _h2base.ConnectFailed | httpcore.ConnectError)
         for link in chain
     ):
         outcome = Outcome.TLS_ERROR

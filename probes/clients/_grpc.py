@@ -43,7 +43,7 @@ from grpc_health.v1 import health_pb2
 from probes._exceptions import BadInput
 from probes._spec import GrpcSpec, PathSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients import _grpc_lean, _h2lean
+from probes.clients import _grpc_lean, _h2base, _h2lean
 from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
 from probes.clients._classify import classify_exception, classify_grpc_code, parse_count
 from probes.clients._pool import EndpointPool
@@ -107,7 +107,7 @@ class GrpcProber:
             if self._ssl is not None:
                 self._ssl.set_alpn_protocols(["h2"])
             self._server_name = spec.tls.server_name if spec.tls else None
-            self._h2 = _h2lean.H2Settings(
+            self._h2 = _h2base.H2Settings(
                 connect_budget_s=self._budget,
                 read_budget_s=self._budget,
                 keepalive_s=keepalive_s(path.rate_per_s),
@@ -171,7 +171,7 @@ class GrpcProber:
         # Bytes in, bytes out: no serializers, so no generated code for the callee.
         return channel, channel.unary_unary(self._method)
 
-    def _lean_headers(self, authority: str) -> list[_h2lean.Header]:
+    def _lean_headers(self, authority: str) -> list[_h2base.Header]:
         try:
             return _grpc_lean.request_headers(
                 self._scheme, authority, self._method, self._metadata, USER_AGENT
@@ -251,7 +251,7 @@ class GrpcProber:
             if not client.connections:
                 detail = f"{detail} (no connection yet)"
             reply = _grpc_lean.Reply("DEADLINE_EXCEEDED", detail)
-        except _h2lean.H2Error as exc:
+        except _h2base.H2Error as exc:
             reply = _grpc_lean.error_reply(exc)
         except Exception as exc:
             kind, detail = classify_exception(exc)

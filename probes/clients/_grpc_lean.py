@@ -30,7 +30,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from probes._types import Outcome
-from probes.clients import _h2lean
+from probes.clients import _h2base
 from probes.clients._classify import classify_exception, exception_chain
 
 # gRPC status codes by name, as grpc.StatusCode numbers them.
@@ -67,26 +67,26 @@ class Reply:
 def request_headers(
     scheme: str, authority: str, method: str, metadata: tuple[tuple[str, str], ...],
     user_agent: str,
-) -> list[_h2lean.Header]:
+) -> list[_h2base.Header]:
     headers: list[tuple[str, str]] = [
         ("content-type", "application/grpc"),
         ("te", "trailers"),
         ("user-agent", user_agent),
         *metadata,
     ]
-    return _h2lean.request_headers("POST", scheme, authority, method, headers)
+    return _h2base.request_headers("POST", scheme, authority, method, headers)
 
 
 def frame(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
-def timeout_header(seconds: float) -> _h2lean.Header:
+def timeout_header(seconds: float) -> _h2base.Header:
     """`grpc-timeout` in whole milliseconds (at most 8 digits, as the spec allows)."""
     return b"grpc-timeout", f"{min(max(int(seconds * 1000), 1), 99_999_999)}m".encode()
 
 
-def reply(answer: _h2lean.H2Answer, max_receive: int) -> Reply:
+def reply(answer: _h2base.H2Answer, max_receive: int) -> Reply:
     initial = tuple(answer.headers.items())
     trailing = tuple(answer.trailers.items())
     if answer.status != 200:
@@ -129,21 +129,21 @@ def error_reply(exc: BaseException) -> Reply:
     kind, detail = classify_exception(exc)
     unprocessed = False
     for link in exception_chain(exc):
-        if isinstance(link, _h2lean.H2Error) and link.replay is not None:
+        if isinstance(link, _h2base.H2Error) and link.replay is not None:
             unprocessed = link.replay[0].value == "unprocessed"
             detail = f"{detail}; {link.replay[1]}"
     if kind in (Outcome.TLS_ERROR, Outcome.DNS_ERROR, Outcome.PROTOCOL_ERROR):
         return Reply("UNAVAILABLE", detail, outcome=kind)
     for link in exception_chain(exc):
-        if isinstance(link, _h2lean.StreamReset):
+        if isinstance(link, _h2base.StreamReset):
             if link.code == _REFUSED_STREAM:
                 return Reply("UNAVAILABLE", detail, unprocessed=unprocessed)
             return Reply(_RST_TO_GRPC.get(link.code, "INTERNAL"), detail)
-        if isinstance(link, _h2lean.ConnectTimedOut):
+        if isinstance(link, _h2base.ConnectTimedOut):
             return Reply("DEADLINE_EXCEEDED", f"Deadline Exceeded (no connection yet): {detail}")
-        if isinstance(link, _h2lean.DeadlineExceeded):
+        if isinstance(link, _h2base.DeadlineExceeded):
             return Reply("DEADLINE_EXCEEDED", "Deadline Exceeded")
-        if isinstance(link, _h2lean.ReadTimedOut):
+        if isinstance(link, _h2base.ReadTimedOut):
             return Reply("DEADLINE_EXCEEDED", detail)
         if isinstance(link, socket.gaierror):
             return Reply("UNAVAILABLE", detail, outcome=Outcome.DNS_ERROR)

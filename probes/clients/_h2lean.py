@@ -6,8 +6,9 @@ endpoint. One connection per endpoint carries every concurrent call (a second on
 when the server's stream limit is reached, or the first has been told to go away). Two
 framings, picked by `H2Settings.framing`: the probe's own (`_h2own.OwnConnection`, the
 default: the header block HPACK-encoded once per endpoint) or h2's state machine
-(`_Connection` below, client name `lean-h2`: 1.7× the CPU). This module holds the client, the
-errors and settings both share, and the h2-based connection; the notes below hold for both.
+(`_Connection` below, client name `lean-h2`: 1.7× the CPU). This module holds the client
+and the h2-based connection; the errors, settings and answer both share are in `_h2base`;
+the notes below hold for both.
 
 What the wire says is kept honest, more so than through httpcore (`_h2`'s notes):
 
@@ -43,8 +44,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 import h2.config
 import h2.connection
@@ -53,81 +52,29 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from probes.clients import _h2own
+from probes.clients._h2base import (
+    REFUSED_STREAM,
+    WINDOW,
+    ConnectFailed,
+    ConnectTimedOut,
+    Disconnected,
+    H2Answer,
+    H2Error,
+    H2Settings,
+    Header,
+    MalformedAnswer,
+    ReadTimedOut,
+    StreamReset,
+    code_name,
+)
 from probes.clients._wire import Replay
 
 _FRAME_HEADER = 9
 _GOAWAY = 0x7
 _HEADERS = 0x1
 _MAX_FRAME = 16384  # SETTINGS_MAX_FRAME_SIZE as this client announces it (h2's default)
-WINDOW = 1 << 24
 _CANCEL = h2.errors.ErrorCodes.CANCEL
-REFUSED_STREAM = 0x7
-# The peer found the exchange malformed; any other code tears the stream down: a reset.
-PROTOCOL_CODES = frozenset({1, 6, 9})  # PROTOCOL_ERROR, FRAME_SIZE_ERROR, COMPRESSION_ERROR
-
-Header = tuple[bytes, bytes]
-
-
-class H2Error(Exception):
-    replay: tuple[Replay, str] | None = None
-
-
-class ConnectFailed(H2Error):
-    pass
-
-
-class ConnectTimedOut(ConnectFailed):
-    pass
-
-
-class Disconnected(H2Error):
-    pass
-
-
-class ReadTimedOut(H2Error):
-    pass
-
-
-class DeadlineExceeded(ReadTimedOut):
-    """The call's own deadline passed (gRPC's, carried by the connection's timer)."""
-
-
-class StreamReset(H2Error):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class MalformedAnswer(H2Error):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class H2Settings:
-    """What every connection of one path shares."""
-
-    connect_budget_s: float
-    read_budget_s: float
-    keepalive_s: float
-    body_limit: int
-    # Answer headers the prober reads (lower-case); the rest are skipped unread.
-    wanted: frozenset[bytes]
-    # Keep the body's bytes (gRPC reads its message), not only their count.
-    keep_body: bool = False
-    # "own": the probe's own framing (`_h2own`); "h2": h2's state machine (this module).
-    framing: str = "own"
-
-
-@dataclass(frozen=True, slots=True)
-class H2Answer:
-    status: int
-    headers: Mapping[str, str]
-    # Body bytes read (at most about body_limit), or what cut the body short.
-    received: int | BaseException
-    # Trailers (wanted names only), for gRPC.
-    trailers: Mapping[str, str]
-    # The body, when the settings keep it (at most about body_limit bytes).
-    body: bytes = b""
 
 
 class FrameFilter:
@@ -545,13 +492,6 @@ class _Connection(asyncio.Protocol):
             self._timer = self._loop.call_at(next_due, self._check_read)
 
 
-def code_name(code: int) -> str:
-    try:
-        return h2.errors.ErrorCodes(code).name
-    except ValueError:
-        return f"error code {code}"
-
-
 class H2Client:
     """One endpoint: its request headers and its connection(s)."""
 
@@ -661,35 +601,3 @@ class H2Client:
             raise Disconnected("client closed")
         self._conns.append(conn)
         return conn
-
-
-from probes.clients import _h2own  # noqa: E402 (it imports this module's names)
-
-
-def request_headers(
-    method: str, scheme: str, authority: str, target: str, headers: list[tuple[str, str]]
-) -> list[Header]:
-    """The request's header list, checked once: raises ValueError for a header HTTP/2
-    forbids (connection-specific, RFC 9113 §8.2.2) or that has a line break or NUL."""
-    out: list[Header] = [
-        (b":method", method.encode("ascii")),
-        (b":scheme", scheme.encode("ascii")),
-        (b":authority", authority.encode("ascii")),
-        (b":path", target.encode("ascii")),
-    ]
-    for name, value in headers:
-        low = name.lower()
-        if not low or set(low) & set("\r\n\0 :") or set(value) & set("\r\n\0"):
-            raise ValueError(f"header {name!r} cannot be sent")
-        if low in ("connection", "keep-alive", "proxy-connection", "transfer-encoding",
-                   "upgrade") or (low == "te" and value.lower() != "trailers"):
-            raise ValueError(f"header {name!r} is connection-specific: HTTP/2 forbids it")
-        if low == "host":
-            out[2] = (b":authority", value.encode("latin-1"))
-            continue
-        out.append((low.encode("latin-1"), value.encode("latin-1")))
-    return out
-
-
-def replay_reason(exc: BaseException) -> tuple[Replay, str] | None:
-    return exc.replay if isinstance(exc, H2Error) else None

@@ -29,7 +29,7 @@ from typing import cast
 import hpack
 from hpack.table import HeaderTable
 
-from probes.clients._h2lean import (
+from probes.clients._h2base import (
     REFUSED_STREAM,
     WINDOW,
     DeadlineExceeded,

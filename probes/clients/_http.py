@@ -25,7 +25,7 @@ import httpx
 from probes._exceptions import BadInput
 from probes._spec import HttpSpec, PathSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients import _h1, _h2, _h2lean
+from probes.clients import _h1, _h2, _h2base, _h2lean
 from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
 from probes.clients._classify import classify_exception, classify_status, parse_count
 from probes.clients._pool import EndpointPool, Lease
@@ -117,7 +117,7 @@ class HttpProber:
                 for h in (*self._attempt_headers, self._cohort_header) if h
             ),
         )
-        self._h2 = _h2lean.H2Settings(
+        self._h2 = _h2base.H2Settings(
             connect_budget_s=budget,
             read_budget_s=budget,
             keepalive_s=self._keepalive_s,
@@ -193,9 +193,9 @@ class HttpProber:
         except ValueError as exc:
             raise BadInput(f"path {self._path.name}: http: {exc}") from exc
 
-    def _h2_request(self, authority: str) -> list[_h2lean.Header]:
+    def _h2_request(self, authority: str) -> list[_h2base.Header]:
         try:
-            return _h2lean.request_headers(
+            return _h2base.request_headers(
                 self._method, self._spec.scheme, authority, self._spec.path, self._headers
             )
         except (ValueError, UnicodeEncodeError) as exc:
@@ -318,7 +318,7 @@ class HttpProber:
 
 
 def _h2lean_replay(exc: BaseException, record: WireRecord) -> tuple[Replay, str] | None:
-    return _h2lean.replay_reason(exc)
+    return _h2base.replay_reason(exc)
 
 
 def _join(*parts: str) -> str:

@@ -7,7 +7,7 @@ import asyncio
 
 import hpack
 
-from probes.clients._h2lean import H2Settings
+from probes.clients._h2base import H2Settings
 from probes.clients._h2own import OwnConnection, encode_block
 
 
