@@ -68,7 +68,9 @@ async def _fleet_run(tmp_path: Path, canary: str, until: Any) -> dict[str, Any]:
     endpoints = tmp_path / "endpoints.json"
     store = str(tmp_path / "pods.db")
     written = Windows()
-    runner = probe_runner(http_config(endpoints, rate="20/s"), store,
+    # A generous timeout: on a loaded machine a slow answer must stay a slow answer, not an
+    # error on every pod that buries the sick pods' +10 % (this test is about errors).
+    runner = probe_runner(http_config(endpoints, rate="20/s", timeout="5s"), store,
                           on_window=written.on_window)
     fleet = Fleet(pods=PODS, version=BASELINE, profiles=parse_profiles(PROFILES),
                   base_host="127.0.0.70", endpoints_file=endpoints, seed=11, drain_s=0.2,
