@@ -212,7 +212,7 @@ def pod_success_rate(
     is_canary = grid.of(canary)[rows]
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
-    track = pods.pod_track(n, s, is_canary, 1.0, drop)
+    track = pods.pod_track(n, s, is_canary, 1.0, drop, last_only=True)
     both = (n[~is_canary].sum(axis=0) > 0) & (n[is_canary].sum(axis=0) > 0)
     req_b, err_b = n[~is_canary][:, both].sum(), s[~is_canary][:, both].sum()
     req_c, err_c = n[is_canary][:, both].sum(), s[is_canary][:, both].sum()
