@@ -165,7 +165,8 @@ def _store_verdict(
     spans = overload_spans(store, now, settings.window_s)
     if overload is FROM_STORE:
         overload = stored_overload(store, now)
-        newest = store.newest_window_end(until=now)  # of then, for `--at`
+        # Read only when it matters: finding the newest end scans every window.
+        newest = None if overload is None else store.newest_window_end(until=now)
         if overload is not None and (newest is None
                                      or now - newest > 2 * settings.window_s):
             overload = None  # the probe has stopped: judge the sound windows it wrote

@@ -423,8 +423,13 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
     out: dict[str, PodGrid] = {}
     if not len(start):
         return out
-    for p in np.unique(path):
-        rows = path == p
+    # Rows grouped by path once (stable: each path's rows keep their order), not a mask
+    # over every row per path: a day of 50 paths' pods was mostly that.
+    order = np.argsort(path, kind="stable")
+    by_path = path[order]
+    cuts = np.flatnonzero(by_path[1:] != by_path[:-1]) + 1
+    for rows in np.split(order, cuts):
+        p = path[rows[0]]
         t, e, c = start[rows], endpoint[rows], cohort[rows]
         n, k = requests[rows].astype(np.float64), errors[rows].astype(np.float64)
         pod_key = e.astype(np.int64) * len(cohorts) + c
@@ -442,13 +447,16 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
         window = window // merge
         cols = int(window.max()) + 1 if len(window) else 0
         shape = (len(keys), cols)
-        grid_n, grid_s = np.zeros(shape), np.zeros(shape)
-        w_n, w_s = np.zeros(len(keys)), np.zeros(len(keys))
         pk, wk, hot = pod[kept], window, ~warm[kept]
-        np.add.at(grid_n, (pk[~hot], wk[~hot]), n[kept][~hot])
-        np.add.at(grid_s, (pk[~hot], wk[~hot]), k[kept][~hot])
-        np.add.at(w_n, pk[hot], n[kept][hot])
-        np.add.at(w_s, pk[hot], k[kept][hot])
+        cell = pk[~hot] * cols + wk[~hot]
+
+        def summed(at: I64, x: F64, size: int) -> F64:
+            return np.bincount(at, weights=x, minlength=size).astype(np.float64)
+
+        grid_n = summed(cell, n[kept][~hot], shape[0] * cols).reshape(shape)
+        grid_s = summed(cell, k[kept][~hot], shape[0] * cols).reshape(shape)
+        w_n = summed(pk[hot], n[kept][hot], len(keys))
+        w_s = summed(pk[hot], k[kept][hot], len(keys))
         out[paths[int(p)]] = PodGrid(
             pods=tuple(endpoints[int(x) // len(cohorts)] for x in keys),
             cohorts=tuple(cohorts[int(x) % len(cohorts)] for x in keys),
