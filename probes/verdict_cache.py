@@ -26,6 +26,8 @@ after the last read that starts before `seal` (a second writer, or writes kept f
 after a store error), a query from another origin or in other strata, and an overload
 span that reaches into a pooled row. Used only for the probe's own verdicts asked "now"
 (`since` and `at` unset); everything else reads the store as `skewprobe verdict` does.
+Before a rollout (one cohort, no origin) the path windows are pooled from the first on;
+the endpoint windows are then read from the store, as before.
 """
 
 from __future__ import annotations
@@ -334,9 +336,8 @@ class CachedSource:
         if w is not None and since is not None and since >= w.seal and since != w.since:
             w = self._windows(w.since)
             return _select(take(w.tail, w.tail.start >= since), until, paths, cohorts)
-        if since is None:
-            return self._store.read_table(since, until, paths, cohorts)
-        w = self._windows(since)
+        # No origin (one cohort, before a rollout): every window, pooled alike.
+        w = self._windows(-math.inf if since is None else since)
         if until is not None and until < w.seal:
             return self._store.read_table(since, until, paths, cohorts)
         table: WindowTable = concat(_select(w.sealed, None, paths, cohorts),
