@@ -174,6 +174,13 @@ def _strata(raw: EndpointColumns, origin: float, stratum_s: float | None) -> End
     return out
 
 
+def _by_path(cols: EndpointColumns) -> EndpointColumns:
+    """Rows by path, by start within each: the grids are built a path at a time, and a
+    sorted run sorts again in one pass when a few strata are appended."""
+    out: EndpointColumns = take(cols, np.argsort(cols.path, kind="stable"))
+    return out
+
+
 class VerdictCache:
     """The windows of one store, kept for the verdicts of the probe that writes it.
 
@@ -289,13 +296,14 @@ class VerdictCache:
             self.reads_afresh["pods"] += 1
             seal = self._pod_seal(origin, stratum_s)
             sealed = store.read_endpoint_columns(since=origin, until=seal, stratum_s=stratum_s)
-            p = _Pods(origin, stratum_s, sealed, store.read_endpoint_columns(since=seal), seal)
+            p = _Pods(origin, stratum_s, _by_path(sealed),
+                      store.read_endpoint_columns(since=seal), seal)
         elif refresh:
             fresh = store.read_endpoint_columns(since=p.seal)
             seal = max(p.seal, self._pod_seal(origin, stratum_s))
             old = fresh.start < seal
             p = _Pods(origin, stratum_s,
-                      concat(p.sealed, _strata(take(fresh, old), origin, stratum_s)),
+                      _by_path(concat(p.sealed, _strata(take(fresh, old), origin, stratum_s))),
                       take(fresh, ~old), seal)
         self._pods = p
         return p
