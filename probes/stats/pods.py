@@ -55,7 +55,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import log_ndtr, logsumexp
+from scipy.special import log_ndtr
+
+from probes.stats._num import logsumexp
 
 __all__ = [
     "MAX_GRID_CELLS",

@@ -110,3 +110,20 @@ def test_the_last_look_alone_is_the_last_column_of_the_full_track() -> None:
             np.testing.assert_allclose(b[..., 0], a[..., -1], rtol=1e-9, atol=1e-12,
                                        err_msg=f"case {case}: {name}")
         assert pod_states(last, LOG_THR)[0] == pod_states(full, LOG_THR)[-1]
+
+
+def test_logsumexp_is_scipys_for_real_input() -> None:
+    """The statistics' own log-sum-exp (no per-call dispatch) against scipy's, with the
+    −inf and +inf terms e-values produce."""
+    from scipy.special import logsumexp as scipy_logsumexp
+
+    from probes.stats._num import logsumexp
+
+    rng = np.random.default_rng(9)
+    a = rng.normal(0, 300, (40, 6))
+    a[3] = -np.inf
+    a[5, 2] = -np.inf
+    a[7, 1] = np.inf
+    for axis in (0, -1):
+        np.testing.assert_allclose(logsumexp(a, axis=axis), scipy_logsumexp(a, axis=axis),
+                                   rtol=1e-12)
