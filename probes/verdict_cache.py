@@ -302,9 +302,9 @@ class VerdictCache:
             fresh = store.read_endpoint_columns(since=p.seal)
             seal = max(p.seal, self._pod_seal(origin, stratum_s))
             old = fresh.start < seal
-            p = _Pods(origin, stratum_s,
-                      _by_path(concat(p.sealed, _strata(take(fresh, old), origin, stratum_s))),
-                      take(fresh, ~old), seal)
+            sealed = p.sealed if not old.any() else _by_path(
+                concat(p.sealed, _strata(take(fresh, old), origin, stratum_s)))
+            p = _Pods(origin, stratum_s, sealed, take(fresh, ~old), seal)
         self._pods = p
         return p
 
