@@ -194,6 +194,7 @@ class VerdictCache:
         self._ident: tuple[int, int] | None = None
         self._last_id = 0
         self._firsts: tuple[float | None, float | None] | None = None
+        self._newest: float | None = None  # the newest window start, as of `open`
         self._windows: _Windows | None = None
         self._pods: _Pods | None = None
         self._first_window: dict[tuple[str, float | None], float] = {}
