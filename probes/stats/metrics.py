@@ -281,8 +281,9 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, tol: Tolerances, alpha
     # The canary's calls so far came in this much time: the rate a `needs` estimate assumes.
     compared = grid.starts[both]
     elapsed = float(compared[-1] - compared[0]) + window_s
-    factor = pods.needs_factor(-float(track.d[-1]), float(track.v_sampling[-1]),
-                               float(track.v_pods[-1]), log_thr)
+    # How far a pass is: asked only while undecided (it costs more than the test itself).
+    factor = None if verdict != INCONCLUSIVE else pods.needs_factor(
+        -float(track.d[-1]), float(track.v_sampling[-1]), float(track.v_pods[-1]), log_thr)
     needs: dict[str, Any] = {"calls": None, "seconds": None}
     if verdict == INCONCLUSIVE and factor is not None:
         needs = {"calls": math.ceil((factor - 1.0) * float(req_c)),
