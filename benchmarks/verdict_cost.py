@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,32 +50,47 @@ PHASES = ("read path windows", "read endpoint windows + grids", "judge",
           "compute_verdict (all of it)")
 
 
+class _Clock:
+    """Wall and CPU seconds since the last `lap`: on a machine shared with other work the
+    CPU time is what a verdict costs, the wall time what a gate waits."""
+
+    def __init__(self) -> None:
+        self.t, self.c = time.perf_counter(), time.process_time()
+
+    def lap(self) -> tuple[float, float]:
+        t, c = time.perf_counter(), time.process_time()
+        out = (t - self.t, c - self.c)
+        self.t, self.c = t, c
+        return out
+
+
 def phases(now: float, settings: JudgingSettings, opened: Callable[[], Any],
-           verdict: Callable[[], Any]) -> dict[str, float]:
-    """The phases of one verdict from the source `opened()` gives, then `verdict()`."""
-    out: dict[str, float] = {}
-    t = time.perf_counter()
+           verdict: Callable[[], Any], before: Callable[[], None] = lambda: None,
+           ) -> dict[str, Any]:
+    """The phases of one verdict from the source `opened()` gives, then `before()` (not
+    timed) and `verdict()`: (wall, CPU) seconds each."""
+    out: dict[str, Any] = {}
+    clock = _Clock()
     with opened() as src:
         since = src.first_window(NEW)
         until = now - settings.window_s + 1e-6
         table = src.read_table(since=since, until=until)
-        out[PHASES[0]] = time.perf_counter() - t
-        t = time.perf_counter()
+        out[PHASES[0]] = clock.lap()
         grids = _pod_grids(src, since, until, None, settings.warmup_s,
                            window_s=settings.window_s)
-        out[PHASES[1]] = time.perf_counter() - t
-    t = time.perf_counter()
+        out[PHASES[1]] = clock.lap()
     judge(table, now=now, baseline=OLD, canary=NEW, since=since, pods=grids)
-    out[PHASES[2]] = time.perf_counter() - t
-    t = time.perf_counter()
+    out[PHASES[2]] = clock.lap()
+    before()
+    clock = _Clock()
     result = verdict()
-    out[PHASES[3]] = time.perf_counter() - t
+    out[PHASES[3]] = clock.lap()
     out["paths judged per pod"] = sum(
         1 for p in result["paths"] if "pods" in p["metrics"].get("success_rate", {}))
     return out
 
 
-def cold(db: str, now: float) -> dict[str, float]:
+def cold(db: str, now: float) -> dict[str, Any]:
     """One fresh-process measurement (run as `--cold DB NOW` in a child)."""
     settings = JudgingSettings()
 
@@ -95,7 +111,7 @@ def next_window(store: Store, start: float, window_s: float) -> None:
                 [dataclasses.replace(e, start=e.start + window_s) for e in cells])
 
 
-def warm(db: str, now: float, repeat: int) -> tuple[float, list[dict[str, float]]]:
+def warm(db: str, now: float, repeat: int) -> tuple[float, list[dict[str, Any]]]:
     settings = JudgingSettings()
     w = settings.window_s
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,11 +139,8 @@ def warm(db: str, now: float, repeat: int) -> tuple[float, list[dict[str, float]
                     with cache.open():
                         yield cache.source(())
 
-                def then(now: float = now) -> Any:
-                    next_window(writer, now - w, w)
-                    return cached(now + w)
-
-                runs.append(phases(now, settings, opened, then))
+                runs.append(phases(now, settings, opened, lambda now=now: cached(now + w),
+                                   lambda now=now: next_window(writer, now - w, w)))
                 now += w
         cache.close()
     return first, runs
@@ -151,27 +164,32 @@ def main() -> int:
         print(f"building {db} ...", flush=True)
         build(db, hours=hours, paths=args.paths, window_s=10.0)
     now = T0 + hours * 3600
-    colds, walls = [], []
+    colds: list[dict[str, Any]] = []
+    walls: list[tuple[float, float]] = []
     for _ in range(args.repeat):
         out = subprocess.run([sys.executable, __file__, "--cold", db, repr(now)],
                              capture_output=True, text=True, check=True)
         colds.append(json.loads(out.stdout))
-        t = time.perf_counter()
+        t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, "-m", "probes.cli", "verdict", "--store", db,
                         "--baseline", OLD, "--canary", NEW, "--at", rfc3339(now), "--json"],
                        capture_output=True, check=False, cwd=REPO)
-        walls.append(time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        walls.append((time.perf_counter() - t, after.ru_utime + after.ru_stime
+                      - before.ru_utime - before.ru_stime))
     first, warms = warm(db, now, args.repeat)
     pods = int(colds[0]["paths judged per pod"])
     print(f"{hours:g} h x {args.paths} paths, six pods each, {pods} paths judged per pod; "
           f"median of {args.repeat}")
-    print(f"  {'phase':34s} {'cold':>9s} {'warm':>9s}")
+    print(f"  {'phase':34s} {'cold wall':>10s} {'cold CPU':>10s} {'warm wall':>10s} "
+          f"{'warm CPU':>10s}")
     for name in PHASES:
-        c = statistics.median(r[name] for r in colds)
-        h = statistics.median(r[name] for r in warms)
-        print(f"  {name:34s} {c * 1000:7.0f} ms {h * 1000:7.1f} ms")
+        cells = [statistics.median(r[name][k] for r in runs) * 1000
+                 for runs in (colds, warms) for k in (0, 1)]
+        print(f"  {name:34s}" + "".join(f" {x:7.1f} ms" for x in cells))
     print(f"  skewprobe verdict --store (the whole command, cold): "
-          f"{statistics.median(walls):.2f} s")
+          f"{statistics.median(w for w, _ in walls):.2f} s wall, "
+          f"{statistics.median(c for _, c in walls):.2f} s CPU")
     print(f"  the running probe's first verdict (reads the store into its cache): {first:.2f} s")
     return 0
 

@@ -221,9 +221,11 @@ def _pod_evidence(grid: pods.PodGrid, baseline: str, canary: str, drop: float) -
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
     track = pods.pod_track(n, s, is_canary, 1.0, drop, last_only=True)
-    both = (n[~is_canary].sum(axis=0) > 0) & (n[is_canary].sum(axis=0) > 0)
-    totals = (float(n[~is_canary][:, both].sum()), float(s[~is_canary][:, both].sum()),
-              float(n[is_canary][:, both].sum()), float(s[is_canary][:, both].sum()))
+    # Per window first, then the windows both cohorts have (sums of counts: exact).
+    n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
+    both = (n_b > 0) & (n_c > 0)
+    totals = (float(n_b[both].sum()), float(s[~is_canary].sum(axis=0)[both].sum()),
+              float(n_c[both].sum()), float(s[is_canary].sum(axis=0)[both].sum()))
     return _PodEvidence(grid, rows, n, s, is_canary, canary_names, track, both, totals)
 
 
@@ -242,8 +244,15 @@ def pod_success_rates(
         req_b, err_b, req_c, err_c = (np.array(x) for x in zip(*(p.totals for p in judged),
                                                                strict=True))
         heads = iter(success_rate(req_b, err_b, req_c, err_c, tol, alpha))
+    # How far a pass is, for the undecided only (it costs more than the test), all at once.
+    log_thr = math.log(1.0 / alpha)
+    undecided = [p for p in judged if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE]
+    factors = dict(zip(undecided, pods.needs_factors(
+        [-float(p.track.d[-1]) for p in undecided],
+        [float(p.track.v_sampling[-1]) for p in undecided],
+        [float(p.track.v_pods[-1]) for p in undecided], log_thr), strict=True))
     return [
-        _pod_verdict(p, next(heads), tol, alpha, window_s) if p in judged
+        _pod_verdict(p, next(heads), factors.get(p), tol, alpha, window_s) if p in judged
         else missing(SUCCESS_RATE, "ratio", {"max_drop_pp": tol.success_rate_drop_pp}, alpha,
                      "success rate: the cohorts have no warm window in common yet "
                      "(each pod's warm-up is left out)")
@@ -259,8 +268,8 @@ def pod_success_rate(
     return pod_success_rates([grid], baseline, canary, tol, alpha, window_s)[0]
 
 
-def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, tol: Tolerances, alpha: float,
-                 window_s: float) -> MetricVerdict:
+def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
+                 tol: Tolerances, alpha: float, window_s: float) -> MetricVerdict:
     log_thr = math.log(1.0 / alpha)
     grid, rows, n, s, is_canary = ev.grid, ev.rows, ev.n, ev.s, ev.is_canary
     canary_names, track, both = ev.canary_names, ev.track, ev.both
@@ -281,9 +290,6 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, tol: Tolerances, alpha
     # The canary's calls so far came in this much time: the rate a `needs` estimate assumes.
     compared = grid.starts[both]
     elapsed = float(compared[-1] - compared[0]) + window_s
-    # How far a pass is: asked only while undecided (it costs more than the test itself).
-    factor = None if verdict != INCONCLUSIVE else pods.needs_factor(
-        -float(track.d[-1]), float(track.v_sampling[-1]), float(track.v_pods[-1]), log_thr)
     needs: dict[str, Any] = {"calls": None, "seconds": None}
     if verdict == INCONCLUSIVE and factor is not None:
         needs = {"calls": math.ceil((factor - 1.0) * float(req_c)),

@@ -66,6 +66,7 @@ __all__ = [
     "PodTrack",
     "log_e_one_sided",
     "needs_factor",
+    "needs_factors",
     "pod_grids",
     "pod_states",
     "pod_track",
@@ -349,12 +350,20 @@ def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: floa
     variance parts to reach `log_threshold`, if the present rates held: the sum and the
     sampling variance grow with the calls, the pods' variance with their square. None when
     `d` points the other way or no factor up to `most` gets there."""
-    if not d > 0:
-        return None
-    k = np.geomspace(1.0, most, 400)
-    log_e = log_e_one_sided(k * d, k * v_sampling + k * k * v_pods, scales)
-    hit = np.flatnonzero(log_e >= log_threshold)
-    return float(k[hit[0]]) if hit.size else None
+    return needs_factors([d], [v_sampling], [v_pods], log_threshold, scales, most)[0]
+
+
+def needs_factors(d: Sequence[float], v_sampling: Sequence[float], v_pods: Sequence[float],
+                  log_threshold: float, scales: tuple[float, ...] = MIXING_SCALES,
+                  most: float = 1e4) -> list[float | None]:
+    """`needs_factor` for many sums at once (one per path)."""
+    d_, vs, vp = (np.asarray(x, dtype=np.float64)[:, None] for x in (d, v_sampling, v_pods))
+    k = np.geomspace(1.0, most, 400)[None, :]
+    with np.errstate(invalid="ignore"):
+        log_e = log_e_one_sided(k * d_, k * vs + k * k * vp, scales)
+    hit = (log_e >= log_threshold) & (d_ > 0)
+    first = np.argmax(hit, axis=1)
+    return [float(k[0, j]) if hit[i, j] else None for i, j in enumerate(first)]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
