@@ -516,7 +516,8 @@ class Store:
             "read marks",
             "SELECT (SELECT MAX(id) FROM path_windows), (SELECT MIN(start) FROM path_windows),"
             " (SELECT MAX(start) FROM path_windows), (SELECT MIN(start) FROM endpoint_windows),"
-            " (SELECT COUNT(*) FROM path_windows WHERE id > ? AND start < ?)",
+            # `+start`: by row id, the rows written since; the start index would walk them all.
+            " (SELECT COUNT(*) FROM path_windows WHERE id > ? AND +start < ?)",
             (int(after_id), float(before)),
         )[0]
         return StoreMarks(int(row[0] or 0), row[1], row[2], row[3], int(row[4]))
