@@ -63,6 +63,14 @@ def windows_at(k: int, rng: np.random.Generator, *, labels: dict[str, dict[str, 
     return paths, cells
 
 
+def written(store: Store, windows: int, seed: int) -> tuple[np.random.Generator, float]:
+    """`windows` windows from T0 written; the generator for more, and the time after them."""
+    rng = np.random.default_rng(seed)
+    for k in range(windows):
+        store.write(*windows_at(k, rng))
+    return rng, T0 + windows * W + 1
+
+
 def verdicts(db: str, cache: VerdictCache, now: float) -> tuple[Any, Any]:
     warm = compute_verdict(db, SETTINGS, now=now, overload=None, cache=cache)
     cold = compute_verdict(db, SETTINGS, now=now, overload=None)
@@ -100,10 +108,7 @@ def test_appended_windows_give_the_verdict_a_fresh_read_gives(estate: Any) -> No
 
 def test_the_last_window_written_again_is_read_again(estate: Any) -> None:
     db, store, cache = estate
-    rng = np.random.default_rng(2)
-    for k in range(80):
-        store.write(*windows_at(k, rng))
-    now = T0 + 80 * W + 1
+    rng, now = written(store, 80, seed=2)
     assert verdicts(db, cache, now)[0] == verdicts(db, cache, now)[1]
     store.write(*windows_at(79, rng, bump=25))  # the flush again, with late calls
     warm, cold = verdicts(db, cache, now)
@@ -131,10 +136,7 @@ def test_a_window_written_late_under_the_pooled_rows_is_read_afresh(estate: Any)
 def test_a_store_replaced_or_pruned_underneath_is_read_afresh(estate: Any,
                                                               tmp_path: Path) -> None:
     db, store, cache = estate
-    rng = np.random.default_rng(4)
-    for k in range(90):
-        store.write(*windows_at(k, rng))
-    now = T0 + 90 * W + 1
+    _, now = written(store, 90, seed=4)
     assert verdicts(db, cache, now)[0]["canary"] == NEW
     other = str(tmp_path / "other.db")
     with Store.open(other) as o:
@@ -153,10 +155,7 @@ def test_a_store_replaced_or_pruned_underneath_is_read_afresh(estate: Any,
 
 def test_an_overload_span_reaching_into_pooled_windows_is_left_out_alike(estate: Any) -> None:
     db, store, cache = estate
-    rng = np.random.default_rng(6)
-    for k in range(100):
-        store.write(*windows_at(k, rng))
-    now = T0 + 100 * W + 1
+    rng, now = written(store, 100, seed=6)
     assert verdicts(db, cache, now)[0]["canary"] == NEW
     before = cache.reads_afresh["windows"]
     # An overload the probe declared and cleared while these windows were pooled.
