@@ -421,6 +421,18 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
     )
 
 
+def _unique(t: F64) -> tuple[F64, npt.NDArray[np.intp]]:
+    """`np.unique(t, return_inverse=True)`, without its sort when `t` is in order already
+    (the verdict cache keeps each path's strata by start)."""
+    if t.size and np.all(t[1:] >= t[:-1]):
+        new = np.empty(t.size, dtype=bool)
+        new[0] = True
+        np.not_equal(t[1:], t[:-1], out=new[1:])
+        return t[new], np.cumsum(new) - 1
+    starts, window = np.unique(t, return_inverse=True)
+    return starts, window
+
+
 def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.int32],
               cohort: npt.NDArray[np.int32], requests: I64, errors: I64, *,
               paths: tuple[str, ...], endpoints: tuple[str, ...], cohorts: tuple[str, ...],
@@ -451,7 +463,7 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
             np.isnan(started[rows]), first[pod], started[rows])
         warm = t >= began + warmup_s
         kept = t >= since if since is not None else np.ones(len(t), dtype=bool)
-        starts, window = np.unique(t[kept], return_inverse=True)
+        starts, window = _unique(t[kept])
         if not len(starts):
             continue
         merge = max(1, math.ceil(len(keys) * len(starts) / MAX_GRID_CELLS))
