@@ -47,6 +47,7 @@ from probes.metrics import OVERALL, ProbeMetrics
 from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
+from probes.verdict_cache import VerdictCache
 from probes.verdict_service import (
     FROM_STORE,
     compute_prometheus_verdict,
@@ -156,6 +157,8 @@ class ProbeRunner:
         self._lifetime_at = 0.0
         self.open_at_stop: tuple[OpenStream, ...] = ()
         self.last_verdict: Mapping[str, Any] | None = None
+        # What the verdicts read between windows: only new windows are read (verdict_cache).
+        self.verdict_cache: VerdictCache | None = None
         # Events made on the loop (overload changes), written with the next window.
         self._events: list[Event] = []
         # Pods back on another proxy version: `restart` events for the report's time axis.
@@ -174,9 +177,11 @@ class ProbeRunner:
                 self.store = self.writer.store = Store.open(self.options.store_path)
                 if self.inventory is not None:
                     self.inventory.store = self.store
+                self.verdict_cache = VerdictCache(self.options.store_path)
                 try:
                     await self._main()
                 finally:
+                    self.verdict_cache.close()
                     self.store.close()
         finally:
             if self._api_socket is not None:  # not handed to the server
@@ -389,7 +394,8 @@ class ProbeRunner:
             ))
         return await asyncio.to_thread(functools.partial(
             compute_verdict, self.options.store_path, self.config,
-            overload=self.overload.reason if at is None else FROM_STORE, **query_args,
+            overload=self.overload.reason if at is None else FROM_STORE,
+            cache=self.verdict_cache if at is None else None, **query_args,
         ))
 
     async def _serve_api(self) -> None:

@@ -230,15 +230,25 @@ def _metrics(
                 out[s.path][name] = mv
 
     def success(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
-        req_b, req_c = cols(lambda t: t.requests, rows)
-        err_b, err_c = cols(lambda t: t.errors, rows)
-        out = M.success_rate(req_b, err_b, req_c, err_c, tol, a)
+        by_pod: dict[int, PodGrid] = {}
         if pods is not None and cohorts is not None:
-            for i, s in enumerate(rows):
-                grid = pods.get(s.path)
-                if grid is not None and {*cohorts} <= {*grid.cohorts}:
-                    out[i] = M.pod_success_rate(grid, *cohorts, tol, a, window_s)
-        return out
+            by_pod = {i: pods[s.path] for i, s in enumerate(rows)
+                      if s.path in pods and {*cohorts} <= {*pods[s.path].cohorts}}
+        pooled = [s for i, s in enumerate(rows) if i not in by_pod]
+        out: list[MetricVerdict | None] = [None] * len(rows)
+        if pooled:
+            req_b, req_c = cols(lambda t: t.requests, pooled)
+            err_b, err_c = cols(lambda t: t.errors, pooled)
+            at = [i for i in range(len(rows)) if i not in by_pod]
+            for i, mv in zip(at, M.success_rate(req_b, err_b, req_c, err_c, tol, a),
+                             strict=True):
+                out[i] = mv
+        if by_pod and cohorts is not None:
+            # Every path's pod-level test in one call: their pooled figures are vectorised.
+            for i, mv in zip(by_pod, M.pod_success_rates(list(by_pod.values()), *cohorts, tol,
+                                                         a, window_s), strict=True):
+                out[i] = mv
+        return [mv for mv in out if mv is not None]
 
     def latency(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         cum_b = np.cumsum(np.stack([s.baseline.latency for s in rows]), axis=1)  # type: ignore[union-attr]

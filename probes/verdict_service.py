@@ -9,7 +9,7 @@ query (paths, cohorts, the comparison's start), and turns the result into the ve
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -35,6 +35,7 @@ from probes.verdict import judge
 
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSettings
+    from probes.verdict_cache import VerdictCache
 
 __all__ = [
     "FROM_STORE",
@@ -128,6 +129,7 @@ def compute_verdict(
     since: str | None = None,
     now: float,
     overload: str | _Overload | None = FROM_STORE,
+    cache: VerdictCache | None = None,
 ) -> Mapping[str, Any]:
     """Read the store and judge. Raises StoreError (exit 4) or BadInput (exit 2).
 
@@ -144,23 +146,34 @@ def compute_verdict(
     """
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
+    query = dict(path=path, baseline=baseline, canary=canary, since=since)
+    if cache is not None and since is None:
+        with cache.open() as store:
+            return _store_verdict(store, cache.source, settings, query, now, overload)
     store = Store.open(store_path, readonly=True)
     try:
-        spans = overload_spans(store, now, settings.window_s)
-        if overload is FROM_STORE:
-            overload = stored_overload(store, now)
-            newest = store.newest_window_end(until=now)  # of then, for `--at`
-            if overload is not None and (newest is None
-                                         or now - newest > 2 * settings.window_s):
-                overload = None  # the probe has stopped: judge the sound windows it wrote
-        result = verdict_from_source(
-            store, settings, path=path, baseline=baseline, canary=canary, since=since,
-            now=now, overloaded=overload is not None,
-            exclude=[(lo, hi) for lo, hi, _ in spans],
-        )
+        return _store_verdict(store, lambda _: store, settings, query, now, overload)
     finally:
         store.close()
-    notes = [overload] if overload is not None else []
+
+
+def _store_verdict(
+    store: Store, source: Callable[[Sequence[tuple[float, float]]], WindowSource],
+    settings: JudgingSettings, query: Mapping[str, Any], now: float,
+    overload: str | _Overload | None,
+) -> Mapping[str, Any]:
+    spans = overload_spans(store, now, settings.window_s)
+    if overload is FROM_STORE:
+        overload = stored_overload(store, now)
+        # Read only when it matters: finding the newest end scans every window.
+        newest = None if overload is None else store.newest_window_end(until=now)
+        if overload is not None and (newest is None
+                                     or now - newest > 2 * settings.window_s):
+            overload = None  # the probe has stopped: judge the sound windows it wrote
+    exclude = [(lo, hi) for lo, hi, _ in spans]
+    result = verdict_from_source(source(exclude), settings, **query, now=now,
+                                 overloaded=overload is not None, exclude=exclude)
+    notes = [overload] if isinstance(overload, str) else []
     if spans and overload is None:
         lo, hi, why = spans[-1]
         until = "its last window" if hi == math.inf else rfc3339(hi)

@@ -34,6 +34,18 @@ def betaln(a: ArrayLike, b: ArrayLike) -> F64:
     return np.asarray(gammaln(a_) + gammaln(b_) - gammaln(a_ + b_), dtype=np.float64)
 
 
+def logsumexp(a: ArrayLike, axis: int) -> F64:
+    """log Σ exp(a) along `axis`, as `scipy.special.logsumexp` gives it for real input (−inf
+    where every term is), without its per-call array-API dispatch: ~0.3 ms a call, a third
+    of a last-look pod test (`probes.stats.pods`)."""
+    x = f64(a)
+    top = np.max(x, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore", over="ignore"):  # a +inf term: the sum is +inf
+        out = np.log(np.sum(np.exp(x - top), axis=axis)) + np.squeeze(top, axis=axis)
+    return np.asarray(out, dtype=np.float64)
+
+
 def bisect(
     left_of_root: Callable[[F64], npt.NDArray[np.bool_]],
     lo: ArrayLike,

@@ -52,9 +52,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp, xlog1py, xlogy
+from scipy.special import xlog1py, xlogy
 
-from probes.stats._num import F64, ArrayLike, betaln, bisect, f64
+from probes.stats._num import F64, ArrayLike, betaln, bisect, f64, logsumexp
 
 __all__ = ["JEFFREYS", "PRIOR", "Prior", "TwoSample", "log_mixture", "loglik", "mean_cs",
            "two_sample"]

@@ -15,7 +15,7 @@ than comparing the two bounds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -39,6 +39,7 @@ __all__ = [
     "latency_p99",
     "missing",
     "pod_success_rate",
+    "pod_success_rates",
     "stream_resets",
     "success_rate",
 ]
@@ -198,30 +199,81 @@ def concentration_finding(pod: str, share: float | None) -> str:
             f"({'?' if shown is None else f'{100 * shown:.0f}'} % of the canary's errors)")
 
 
-def pod_success_rate(
-    grid: pods.PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
-    window_s: float,
-) -> MetricVerdict:
-    """Success rate with the pod as the unit of evidence (`probes.stats.pods`): each canary
-    call compared with the baseline in the same window, the spread between pods counted,
-    and a fail only if it holds with the canary's worst pod left out."""
-    log_thr = math.log(1.0 / alpha)
-    drop = tol.success_rate_drop_pp / 100.0
+@dataclass(frozen=True, slots=True, eq=False)
+class _PodEvidence:
+    """One path's pod-level test before the pooled figures that head its reason."""
+
+    grid: pods.PodGrid
+    rows: npt.NDArray[np.bool_]
+    n: F64
+    s: F64
+    is_canary: npt.NDArray[np.bool_]
+    canary_names: list[str]
+    track: pods.PodTrack
+    both: npt.NDArray[np.bool_]
+    totals: tuple[float, float, float, float]  # requests and errors, baseline then canary
+
+
+def _pod_evidence(grid: pods.PodGrid, baseline: str, canary: str, drop: float) -> _PodEvidence:
     rows = np.array([c in (baseline, canary) for c in grid.cohorts], dtype=bool)
     n, s = grid.calls[rows], grid.errors[rows]
     is_canary = grid.of(canary)[rows]
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
-    track = pods.pod_track(n, s, is_canary, 1.0, drop)
-    both = (n[~is_canary].sum(axis=0) > 0) & (n[is_canary].sum(axis=0) > 0)
-    req_b, err_b = n[~is_canary][:, both].sum(), s[~is_canary][:, both].sum()
-    req_c, err_c = n[is_canary][:, both].sum(), s[is_canary][:, both].sum()
-    if not (req_b > 0 and req_c > 0):
-        return missing(SUCCESS_RATE, "ratio", {"max_drop_pp": tol.success_rate_drop_pp}, alpha,
-                       "success rate: the cohorts have no warm window in common yet "
-                       "(each pod's warm-up is left out)")
-    pooled = success_rate(np.array([req_b]), np.array([err_b]), np.array([req_c]),
-                          np.array([err_c]), tol, alpha)[0]
+    track = pods.pod_track(n, s, is_canary, 1.0, drop, last_only=True)
+    # Per window first, then the windows both cohorts have (sums of counts: exact).
+    n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
+    both = (n_b > 0) & (n_c > 0)
+    totals = (float(n_b[both].sum()), float(s[~is_canary].sum(axis=0)[both].sum()),
+              float(n_c[both].sum()), float(s[is_canary].sum(axis=0)[both].sum()))
+    return _PodEvidence(grid, rows, n, s, is_canary, canary_names, track, both, totals)
+
+
+def pod_success_rates(
+    grids: Sequence[pods.PodGrid], baseline: str, canary: str, tol: Tolerances, alpha: float,
+    window_s: float,
+) -> list[MetricVerdict]:
+    """Success rate with the pod as the unit of evidence (`probes.stats.pods`), one per
+    grid: each canary call compared with the baseline in the same window, the spread between
+    pods counted, and a fail only if it holds with the canary's worst pod left out. The
+    pooled figures that head each reason are computed for every grid at once."""
+    drop = tol.success_rate_drop_pp / 100.0
+    parts = [_pod_evidence(g, baseline, canary, drop) for g in grids]
+    judged = [p for p in parts if p.totals[0] > 0 and p.totals[2] > 0]
+    if judged:
+        req_b, err_b, req_c, err_c = (np.array(x) for x in zip(*(p.totals for p in judged),
+                                                               strict=True))
+        heads = iter(success_rate(req_b, err_b, req_c, err_c, tol, alpha))
+    # How far a pass is, for the undecided only (it costs more than the test), all at once.
+    log_thr = math.log(1.0 / alpha)
+    undecided = [p for p in judged if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE]
+    factors = dict(zip(undecided, pods.needs_factors(
+        [-float(p.track.d[-1]) for p in undecided],
+        [float(p.track.v_sampling[-1]) for p in undecided],
+        [float(p.track.v_pods[-1]) for p in undecided], log_thr), strict=True))
+    return [
+        _pod_verdict(p, next(heads), factors.get(p), tol, alpha, window_s) if p in judged
+        else missing(SUCCESS_RATE, "ratio", {"max_drop_pp": tol.success_rate_drop_pp}, alpha,
+                     "success rate: the cohorts have no warm window in common yet "
+                     "(each pod's warm-up is left out)")
+        for p in parts
+    ]
+
+
+def pod_success_rate(
+    grid: pods.PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
+    window_s: float,
+) -> MetricVerdict:
+    """`pod_success_rates` for one grid."""
+    return pod_success_rates([grid], baseline, canary, tol, alpha, window_s)[0]
+
+
+def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
+                 tol: Tolerances, alpha: float, window_s: float) -> MetricVerdict:
+    log_thr = math.log(1.0 / alpha)
+    grid, rows, n, s, is_canary = ev.grid, ev.rows, ev.n, ev.s, ev.is_canary
+    canary_names, track, both = ev.canary_names, ev.track, ev.both
+    req_c, err_c = ev.totals[2], ev.totals[3]
     lf, lfa, lp = (float(x[-1]) for x in (track.log_e_fail, track.log_e_fail_all,
                                           track.log_e_pass))
     pods_c = int(track.pods_canary[-1])
@@ -238,8 +290,6 @@ def pod_success_rate(
     # The canary's calls so far came in this much time: the rate a `needs` estimate assumes.
     compared = grid.starts[both]
     elapsed = float(compared[-1] - compared[0]) + window_s
-    factor = pods.needs_factor(-float(track.d[-1]), float(track.v_sampling[-1]),
-                               float(track.v_pods[-1]), log_thr)
     needs: dict[str, Any] = {"calls": None, "seconds": None}
     if verdict == INCONCLUSIVE and factor is not None:
         needs = {"calls": math.ceil((factor - 1.0) * float(req_c)),

@@ -53,13 +53,15 @@ Decisions (`pod_states`, the one rule the live verdict and the report's replay b
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import log_ndtr, logsumexp
+from scipy.special import log_ndtr
+
+from probes.stats._num import logsumexp
 
 __all__ = [
     "MAX_GRID_CELLS",
@@ -68,6 +70,7 @@ __all__ = [
     "PodTrack",
     "log_e_one_sided",
     "needs_factor",
+    "needs_factors",
     "pod_grids",
     "pod_states",
     "pod_track",
@@ -105,7 +108,8 @@ def log_e_one_sided(d: npt.ArrayLike, v: npt.ArrayLike,
 
 @dataclass(frozen=True, slots=True, eq=False)
 class PodTrack:
-    """`pod_track`'s result: one entry per look (after each window of the grid).
+    """`pod_track`'s result: one entry per look (after each window of the grid), or only the
+    last look's (`pod_track(last_only=True)`, what the live verdict answers for).
 
     `log_e_fail` leaves the canary's worst pod out (−inf while the canary has one pod);
     `log_e_fail_all` keeps every pod; `log_e_pass` is against "canary beyond tolerance".
@@ -135,17 +139,28 @@ class PodTrack:
     v_pods_wo: F64
 
 
+# How sums over windows are taken: at every look (running sums), or at the last only.
+_Acc = Callable[[F64], F64]
+
+
 def _cum(a: F64) -> F64:
     return np.cumsum(a, axis=-1)
 
 
+def _last(a: F64) -> F64:
+    return np.sum(a, axis=-1, keepdims=True)
+
+
 def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
-              scales: tuple[float, ...] = MIXING_SCALES) -> PodTrack:
+              scales: tuple[float, ...] = MIXING_SCALES, *, last_only: bool = False) -> PodTrack:
     """The test of H0: μ_c ≤ ratio·μ_b + margin at every look (module docstring).
 
     `n`, `s`: (pods, windows) calls and sums, windows in time order (a window where no pod
     has calls may be left out or kept, it changes nothing); `canary`: (pods,) cohort flags.
+    `last_only`: the last look alone (the live verdict), the same numbers as the last
+    entry of the full track (the report's replay) at a fraction of its cost.
     """
+    acc: _Acc = _last if last_only else _cum
     n = np.asarray(n, dtype=np.float64)
     s = np.asarray(s, dtype=np.float64)
     canary = np.asarray(canary, dtype=bool)
@@ -156,19 +171,25 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     s = np.where(both, s, 0.0)
     n_bt, n_ct = n[base].sum(axis=0), n[canary].sum(axis=0)
     s_bt, s_ct = s[base].sum(axis=0), s[canary].sum(axis=0)
-    calls_b, calls_c = _cum(n_bt), _cum(n_ct)
-    sum_b, sum_c = _cum(s_bt), _cum(s_ct)
+    calls_b, calls_c = acc(n_bt), acc(n_ct)
+    sum_b, sum_c = acc(s_bt), acc(s_ct)
+
+    def running_mean(calls: F64, sums: F64) -> F64:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(calls > 0, sums / np.where(calls > 0, calls, 1), 0.0)
 
     with np.errstate(divide="ignore", invalid="ignore"):
         inv_b = np.where(n_bt > 0, 1.0 / np.where(n_bt > 0, n_bt, 1.0), 0.0)
-        all_calls = calls_b + calls_c
-        p_run = np.where(all_calls > 0, (sum_b + sum_c) / np.where(all_calls > 0, all_calls, 1),
-                         0.0)
-        p_run_b = np.where(calls_b > 0, sum_b / np.where(calls_b > 0, calls_b, 1), 0.0)
+    # Each window's variance smooths towards the baseline's running mean as of that window
+    # (so per window even for the last look alone: cheap, one row); the scales use it at
+    # the looks.
+    p_window_b = running_mean(_cum(n_bt), _cum(s_bt))
+    p_run = running_mean(calls_b + calls_c, sum_b + sum_c)
+    p_run_b = running_mean(calls_b, sum_b)
     p_t = s_bt * inv_b
     q_t = np.clip(ratio * p_t + margin, 0.0, 1.0)
     # The variance at H0's boundary, from the baseline alone (module docstring).
-    p_smooth = (s_bt + _SMOOTH_CALLS * p_run_b) / (n_bt + _SMOOTH_CALLS)
+    p_smooth = (s_bt + _SMOOTH_CALLS * p_window_b) / (n_bt + _SMOOTH_CALLS)
     q_smooth = np.clip(ratio * p_smooth + margin, 0.0, 1.0)
     v_t = np.maximum(p_smooth * (1.0 - p_smooth), q_smooth * (1.0 - q_smooth))
     v_t = np.maximum(v_t, 1e-9)
@@ -178,19 +199,19 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
 
     nc, sc = n[canary], s[canary]
     nb, sb = n[base], s[base]
-    excess = _cum(sc - nc * q_t)
-    pod_calls_c = _cum(nc)
-    own = _cum(nc * v_t * (1.0 + ratio * ratio * n_ct * inv_b))
-    w_b = _cum(nb * (n_ct * inv_b))  # (baseline pods, looks): W_j
+    excess = acc(sc - nc * q_t)
+    pod_calls_c = acc(nc)
+    own = acc(nc * v_t * (1.0 + ratio * ratio * n_ct * inv_b))
+    w_b = acc(nb * (n_ct * inv_b))  # (baseline pods, looks): W_j
 
     # τ²: each pod against its own cohort's window mean, DerSimonian–Laird per look.
-    pod_calls_b = _cum(nb)
-    resid_b = _cum(sb - nb * p_t)  # also picks the baseline pod the fail side leaves out
+    pod_calls_b = acc(nb)
+    resid_b = acc(sb - nb * p_t)  # also picks the baseline pod the fail side leaves out
     v_pool = np.maximum(p_run * (1.0 - p_run), 1e-12)
     pods_c = (pod_calls_c > 0).sum(axis=0)
     pods_b = (pod_calls_b > 0).sum(axis=0)
     none = np.full(excess.shape[1], -1, dtype=np.int64)
-    tau2 = _tau2([(nc, sc, none), (nb, sb, none)], v_pool)
+    tau2 = _tau2([(nc, sc, none), (nb, sb, none)], v_pool, acc)
 
     d_all = excess.sum(axis=0)
     vs_all = own.sum(axis=0)
@@ -213,11 +234,11 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     drop_b = (np.argmax(z_b, axis=0) if nb.shape[0] > 1
               else np.full(excess.shape[1], -1, dtype=np.int64))
     d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, drop_b, ratio,
-                                                             margin, v_t)
+                                                             margin, v_t, acc)
     tau2_fail = _tau2(
         [(nc, sc, worst_wo if nc.shape[0] else None),
          (nb, sb, drop_b if nb.shape[0] > 1 else None)],
-        v_pool)
+        v_pool, acc)
     vp_wo = tau2_fail * (sq_calls_wo + ratio * ratio * sq_w_wo)
     sd = np.sqrt(sd2)
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
@@ -251,17 +272,17 @@ def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
 
 
 def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, drop_b: I64, ratio: float, margin: float,
-               v_t: F64) -> tuple[F64, F64, F64, F64, I64]:
+               v_t: F64, acc: _Acc) -> tuple[F64, F64, F64, F64, I64]:
     """The fail direction's D, sampling variance and pods' weights (Σ N_i², Σ W_j²) per look,
     with the baseline pod `drop_b[look]` (−1: none) out of the window means and the canary's
     worst pod (returned) out of D. One pass per distinct dropped baseline pod."""
-    looks = nc.shape[1]
+    looks = drop_b.size
     d, vs, sq_calls, sq_w = (np.zeros(looks) for _ in range(4))
     worst = np.zeros(looks, dtype=np.int64)
     if not nc.shape[0]:
         return d, vs, sq_calls, sq_w, worst
     n_ct = nc.sum(axis=0)
-    pod_calls_c = _cum(nc)
+    pod_calls_c = acc(nc)
     calls_c = pod_calls_c.sum(axis=0)
     cols = np.arange(looks)
     for k in np.unique(drop_b):
@@ -274,9 +295,9 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, drop_b: I64, ratio: float, ma
         with np.errstate(divide="ignore", invalid="ignore"):
             inv_b = np.where(n_bt > 0, 1.0 / np.where(n_bt > 0, n_bt, 1.0), 0.0)
         q_t = np.clip(ratio * s_bt * inv_b + margin, 0.0, 1.0)
-        excess = _cum(np.where(both, sc - nc * q_t, 0.0))
-        own = _cum(np.where(both, nc * v_t * (1.0 + ratio * ratio * n_ct * inv_b), 0.0))
-        w = _cum(nb[keep] * (n_ct * inv_b))
+        excess = acc(np.where(both, sc - nc * q_t, 0.0))
+        own = acc(np.where(both, nc * v_t * (1.0 + ratio * ratio * n_ct * inv_b), 0.0))
+        w = acc(nb[keep] * (n_ct * inv_b))
         wc = np.argmax(np.where(pod_calls_c > 0, excess, -np.inf), axis=0)
         n_w = pod_calls_c[wc, cols]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -290,7 +311,7 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, drop_b: I64, ratio: float, ma
     return d, vs, sq_calls, sq_w, worst
 
 
-def _tau2(cohorts: list[tuple[F64, F64, I64 | None]], v_pool: F64) -> F64:
+def _tau2(cohorts: list[tuple[F64, F64, I64 | None]], v_pool: F64, acc: _Acc) -> F64:
     """DerSimonian–Laird τ² per look from each cohort's pods (calls `n`, sums `s`, pods ×
     windows), each pod measured against its cohort's window means, leaving out the pod
     `drop[look]` (−1: none; a cohort with `drop` None counts not at all): out of the sum of
@@ -303,13 +324,13 @@ def _tau2(cohorts: list[tuple[F64, F64, I64 | None]], v_pool: F64) -> F64:
         if drop is None or not n.shape[0]:
             continue
         n_t, s_t = n.sum(axis=0), s.sum(axis=0)
-        calls = _cum(n)
+        calls = acc(n)
         for k in np.unique(drop):
             at = drop == k
             n_o, s_o = (n_t - n[k], s_t - s[k]) if k >= 0 else (n_t, s_t)
             with np.errstate(divide="ignore", invalid="ignore"):
                 mean = np.where(n_o > 0, s_o / np.where(n_o > 0, n_o, 1.0), 0.0)
-            resid = _cum(s - n * mean)
+            resid = acc(s - n * mean)
             keep = calls > 0
             if k >= 0:
                 keep[k] = False
@@ -336,12 +357,20 @@ def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: floa
     variance parts to reach `log_threshold`, if the present rates held: the sum and the
     sampling variance grow with the calls, the pods' variance with their square. None when
     `d` points the other way or no factor up to `most` gets there."""
-    if not d > 0:
-        return None
-    k = np.geomspace(1.0, most, 400)
-    log_e = log_e_one_sided(k * d, k * v_sampling + k * k * v_pods, scales)
-    hit = np.flatnonzero(log_e >= log_threshold)
-    return float(k[hit[0]]) if hit.size else None
+    return needs_factors([d], [v_sampling], [v_pods], log_threshold, scales, most)[0]
+
+
+def needs_factors(d: Sequence[float], v_sampling: Sequence[float], v_pods: Sequence[float],
+                  log_threshold: float, scales: tuple[float, ...] = MIXING_SCALES,
+                  most: float = 1e4) -> list[float | None]:
+    """`needs_factor` for many sums at once (one per path)."""
+    d_, vs, vp = (np.asarray(x, dtype=np.float64)[:, None] for x in (d, v_sampling, v_pods))
+    k = np.geomspace(1.0, most, 400)[None, :]
+    with np.errstate(invalid="ignore"):
+        log_e = log_e_one_sided(k * d_, k * vs + k * k * vp, scales)
+    hit = (log_e >= log_threshold) & (d_ > 0)
+    first = np.argmax(hit, axis=1)
+    return [float(k[0, j]) if hit[i, j] else None for i, j in enumerate(first)]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -399,6 +428,18 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
     )
 
 
+def _unique(t: F64) -> tuple[F64, npt.NDArray[np.intp]]:
+    """`np.unique(t, return_inverse=True)`, without its sort when `t` is in order already
+    (the verdict cache keeps each path's strata by start)."""
+    if t.size and np.all(t[1:] >= t[:-1]):
+        new = np.empty(t.size, dtype=bool)
+        new[0] = True
+        np.not_equal(t[1:], t[:-1], out=new[1:])
+        return t[new], np.cumsum(new) - 1
+    starts, window = np.unique(t, return_inverse=True)
+    return starts, window
+
+
 def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.int32],
               cohort: npt.NDArray[np.int32], requests: I64, errors: I64, *,
               paths: tuple[str, ...], endpoints: tuple[str, ...], cohorts: tuple[str, ...],
@@ -412,8 +453,13 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
     out: dict[str, PodGrid] = {}
     if not len(start):
         return out
-    for p in np.unique(path):
-        rows = path == p
+    # Rows grouped by path once (stable: each path's rows keep their order), not a mask
+    # over every row per path: a day of 50 paths' pods was mostly that.
+    order = np.argsort(path, kind="stable")
+    by_path = path[order]
+    cuts = np.flatnonzero(by_path[1:] != by_path[:-1]) + 1
+    for rows in np.split(order, cuts):
+        p = path[rows[0]]
         t, e, c = start[rows], endpoint[rows], cohort[rows]
         n, k = requests[rows].astype(np.float64), errors[rows].astype(np.float64)
         pod_key = e.astype(np.int64) * len(cohorts) + c
@@ -424,20 +470,23 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
             np.isnan(started[rows]), first[pod], started[rows])
         warm = t >= began + warmup_s
         kept = t >= since if since is not None else np.ones(len(t), dtype=bool)
-        starts, window = np.unique(t[kept], return_inverse=True)
+        starts, window = _unique(t[kept])
         if not len(starts):
             continue
         merge = max(1, math.ceil(len(keys) * len(starts) / MAX_GRID_CELLS))
         window = window // merge
         cols = int(window.max()) + 1 if len(window) else 0
         shape = (len(keys), cols)
-        grid_n, grid_s = np.zeros(shape), np.zeros(shape)
-        w_n, w_s = np.zeros(len(keys)), np.zeros(len(keys))
         pk, wk, hot = pod[kept], window, ~warm[kept]
-        np.add.at(grid_n, (pk[~hot], wk[~hot]), n[kept][~hot])
-        np.add.at(grid_s, (pk[~hot], wk[~hot]), k[kept][~hot])
-        np.add.at(w_n, pk[hot], n[kept][hot])
-        np.add.at(w_s, pk[hot], k[kept][hot])
+        cell = pk[~hot] * cols + wk[~hot]
+
+        def summed(at: I64, x: F64, size: int) -> F64:
+            return np.bincount(at, weights=x, minlength=size).astype(np.float64)
+
+        grid_n = summed(cell, n[kept][~hot], shape[0] * cols).reshape(shape)
+        grid_s = summed(cell, k[kept][~hot], shape[0] * cols).reshape(shape)
+        w_n = summed(pk[hot], n[kept][hot], len(keys))
+        w_s = summed(pk[hot], k[kept][hot], len(keys))
         out[paths[int(p)]] = PodGrid(
             pods=tuple(endpoints[int(x) // len(cohorts)] for x in keys),
             cohorts=tuple(cohorts[int(x) % len(cohorts)] for x in keys),

@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import gammaln, logsumexp, xlogy
+from scipy.special import gammaln, xlogy
 
-from probes.stats._num import F64, ArrayLike, bisect, f64
+from probes.stats._num import F64, ArrayLike, bisect, f64, logsumexp
 from probes.stats.bounded import TwoSample
 
 __all__ = ["GAMMA_PRIOR", "GammaPrior", "log_mixture", "loglik", "rate_cs", "two_sample"]

@@ -30,6 +30,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -50,13 +51,26 @@ from probes.store._schema import (
 from probes.store.records import Event, InventoryRow, InventorySnapshot
 from probes.store.table import EndpointColumns, TableBuilder, WindowTable
 
-__all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store"]
+__all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
 
 DEFAULT_PATH = "skewprobe.db"
 _CHUNK = 4096  # small fetches keep buffers in the allocator: 20 % faster than 64k rows
 _FAR = 1e300
 # Endpoint ids cached by labels object; cleared when it holds this many (label churn).
 _OBJECT_CACHE_MAX = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMarks:
+    """`Store.marks`: the newest path-window row id, the first and newest window starts
+    (None: no windows), and how many path windows written after row `after_id` start
+    before `before` (written late, under what a reader already holds)."""
+
+    last_id: int
+    first_start: float | None
+    newest_start: float | None
+    first_endpoint_start: float | None
+    late: int
 
 
 def _time_filter(since: float | None, until: float | None) -> tuple[float, float]:
@@ -494,6 +508,19 @@ class Store:
                            errors=r[5], labels=json.loads(r[6]))
             for r in rows
         ]
+
+    def marks(self, after_id: int = 0, before: float = -_FAR) -> StoreMarks:
+        """What a reader that keeps windows in memory checks before trusting them
+        (`probes.verdict_cache`), in one cheap read: see `StoreMarks`."""
+        row = self._read(
+            "read marks",
+            "SELECT (SELECT MAX(id) FROM path_windows), (SELECT MIN(start) FROM path_windows),"
+            " (SELECT MAX(start) FROM path_windows), (SELECT MIN(start) FROM endpoint_windows),"
+            # `+start`: by row id, the rows written since; the start index would walk them all.
+            " (SELECT COUNT(*) FROM path_windows WHERE id > ? AND +start < ?)",
+            (int(after_id), float(before)),
+        )[0]
+        return StoreMarks(int(row[0] or 0), row[1], row[2], row[3], int(row[4]))
 
     def paths(self) -> list[str]:
         """Every path that has windows, sorted."""

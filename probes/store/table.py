@@ -26,6 +26,7 @@ import numpy.typing as npt
 from probes._types import PathWindow
 from probes.measure import sparse
 from probes.measure.histogram import BUCKET_COUNT, Histogram
+from probes.store import columns
 
 __all__ = ["F64", "I64", "EndpointColumns", "TableBuilder", "WindowColumns", "WindowTable"]
 
@@ -91,7 +92,8 @@ class WindowTable(WindowColumns):
 
     latency_ptr: I64
     latency_bucket: npt.NDArray[np.uint16]
-    latency_count: npt.NDArray[np.uint8]
+    # uint8 as read; rows pooled in memory (`probes.store.columns.reduce`) hold int64 counts.
+    latency_count: npt.NDArray[np.uint8] | I64
 
     def mask(
         self,
@@ -115,35 +117,7 @@ class WindowTable(WindowColumns):
 
     def select(self, rows: npt.ArrayLike) -> WindowTable:
         """A table of the given rows (a boolean mask or indices), in the order given."""
-        r = np.asarray(rows)
-        idx = np.flatnonzero(r) if r.dtype == bool else r.astype(np.int64)
-        counts = np.diff(self.latency_ptr)[idx]
-        ptr = np.zeros(idx.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        entries = np.repeat(self.latency_ptr[idx] - ptr[:-1], counts) + np.arange(ptr[-1])
-        return WindowTable(
-            paths=self.paths,
-            cohorts=self.cohorts,
-            outcome_names=self.outcome_names,
-            reset_reasons=self.reset_reasons,
-            start=self.start[idx],
-            length=self.length[idx],
-            path=self.path[idx],
-            cohort=self.cohort[idx],
-            requests=self.requests[idx],
-            successes=self.successes[idx],
-            attempts_sum=self.attempts_sum[idx],
-            attempts_count=self.attempts_count[idx],
-            churn=self.churn[idx],
-            lag_max_s=self.lag_max_s[idx],
-            streams_opened=self.streams_opened[idx],
-            stream_seconds=self.stream_seconds[idx],
-            outcomes=self.outcomes[idx],
-            stream_resets=self.stream_resets[idx],
-            latency_ptr=ptr,
-            latency_bucket=self.latency_bucket[entries],
-            latency_count=self.latency_count[entries],
-        )
+        return columns.take(self, rows)
 
     def latency_by_group(self, group: npt.ArrayLike, n_groups: int) -> I64:
         """Pooled latency counts per group: `group[row]` in [0, n_groups), or -1 to skip.

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from probes.stats import bounded
-from probes.stats.pods import log_e_one_sided, needs_factor, pod_track
+from probes.stats.pods import log_e_one_sided, needs_factor, pod_states, pod_track
 
 LOG_THR = math.log(4 / 0.01)  # α = 1 % over four metric slots, as the verdict shares it
 TOL = 0.001
@@ -82,3 +82,60 @@ def test_needs_says_how_far_a_decision_is() -> None:
     assert needs_factor(-1.0, 100.0, 0.0, LOG_THR) is None
     # A pods' term that grows with the calls' square caps the evidence: never decided.
     assert needs_factor(1.0, 100.0, 1.0, LOG_THR) is None
+
+
+def test_the_last_look_alone_is_the_last_column_of_the_full_track() -> None:
+    """`last_only` (the live verdict) gives the numbers the full track (the report's replay)
+    gives at its last look, and the same decision, on grids of every shape the store makes:
+    pods that start late or leave, windows one cohort lacks, one canary pod, a sick pod."""
+    rng = np.random.default_rng(20261204)
+    for case in range(60):
+        pods = int(rng.integers(2, 14))
+        windows = int(rng.integers(1, 200))
+        canary = rng.random(pods) < rng.uniform(0.1, 0.9)
+        canary[0], canary[-1] = False, True  # both cohorts present
+        rates = 0.001 * rng.lognormal(0.0, 1.0, pods)
+        rates[int(rng.integers(pods))] *= 20 if case % 3 == 0 else 1
+        n = rng.poisson(rng.uniform(1, 80), (pods, windows)).astype(float)
+        n *= rng.random((pods, windows)) > rng.uniform(0.0, 0.4)  # gaps, warm-ups left out
+        s = rng.binomial(n.astype(int), np.minimum(rates, 1.0)[:, None]).astype(float)
+        if case % 4 == 1:
+            s = s * rng.uniform(0.2, 1.0, s.shape)  # retry volume: sums of values in [0, 1]
+        ratio, margin = (1.0, TOL) if case % 2 else (1.5, 0.0)
+        full = pod_track(n, s, canary, ratio, margin)
+        last = pod_track(n, s, canary, ratio, margin, last_only=True)
+        for name in full.__slots__:
+            a, b = getattr(full, name), getattr(last, name)
+            assert b.shape[-1] == 1, name
+            np.testing.assert_allclose(b[..., 0], a[..., -1], rtol=1e-9, atol=1e-12,
+                                       err_msg=f"case {case}: {name}")
+        assert pod_states(last, LOG_THR)[0] == pod_states(full, LOG_THR)[-1]
+
+
+def test_logsumexp_is_scipys_for_real_input() -> None:
+    """The statistics' own log-sum-exp (no per-call dispatch) against scipy's, with the
+    −inf and +inf terms e-values produce."""
+    from scipy.special import logsumexp as scipy_logsumexp
+
+    from probes.stats._num import logsumexp
+
+    rng = np.random.default_rng(9)
+    a = rng.normal(0, 300, (40, 6))
+    a[3] = -np.inf
+    a[5, 2] = -np.inf
+    a[7, 1] = np.inf
+    for axis in (0, -1):
+        np.testing.assert_allclose(logsumexp(a, axis=axis), scipy_logsumexp(a, axis=axis),
+                                   rtol=1e-12)
+
+
+def test_the_grids_unique_starts_are_numpys_sorted_or_not() -> None:
+    from probes.stats.pods import _unique
+
+    rng = np.random.default_rng(10)
+    for t in (np.sort(rng.integers(0, 50, 300)).astype(float),
+              rng.integers(0, 50, 300).astype(float), np.array([5.0])):
+        got, inverse = _unique(t)
+        want, want_inverse = np.unique(t, return_inverse=True)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(inverse, want_inverse)

@@ -1,0 +1,376 @@
+"""The running probe's verdicts read the store once: windows kept between verdicts, only
+the new ones read, the old ones pooled to what the verdict needs.
+
+`skewprobe run` judges after every window and whenever a gate asks; each verdict used to
+read the whole rollout again (a day of 50 paths: seconds). `VerdictCache` keeps what was
+read and, at each verdict, reads only the windows from `seal` on: the newest window start
+seen less `REREAD_S`, because the probe re-writes recent windows (late calls, a flush
+again) by upsert. Windows older than `seal` are kept pooled:
+
+- path windows, per path × cohort, into one row per stretch of windows between the
+  times the verdict's arithmetic turns on (`probes.stats.series`): the first window each
+  pair of cohorts shares (kept alone, so the comparison's origin is found as before), the
+  window after a cohort's last (so the comparison's end cuts no pooled row), and every
+  window that touches an overloaded span (kept alone, so leaving it out leaves out what
+  it did before). A pooled row's start and length are its newest window's, so newest ends
+  and staleness stay the same; its counts and latency histogram are the sums
+  (`probes.store.columns.reduce`). The verdict's totals are sums over the same windows, so
+  it is the same verdict, read from a few hundred rows instead of a day's;
+- endpoint windows into the time strata the verdict judges in (`stratum_s`), summed as
+  the store sums them; each pod's warm-up is still decided at every verdict, from every
+  stratum, so a pod start time that changes is judged as in a fresh read.
+
+What makes it read the store afresh: another file at the path (replaced underneath), rows
+gone or older than the first (pruned, or a store swapped in place), a path window written
+after the last read that starts before `seal` (a second writer, or writes kept for retry
+after a store error), a query from another origin or in other strata, and an overload
+span that reaches into a pooled row. Used only for the probe's own verdicts asked "now"
+(`since` and `at` unset); everything else reads the store as `skewprobe verdict` does.
+Before a rollout (one cohort, no origin) the path windows are pooled from the first on;
+the endpoint windows are then read from the store, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from probes.stats.series import columns, overlapping
+from probes.store import Store
+from probes.store.columns import concat, reduce, take
+from probes.store.table import EndpointColumns, WindowTable
+
+__all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
+
+F64 = npt.NDArray[np.float64]
+# The aggregator re-writes a window while it retains it (60 s after its end, plus 5 s of
+# grace): twice that is re-read at every verdict.
+REREAD_S = 130.0
+
+
+class _Stale(Exception):
+    """A pooled row no longer holds: read the store afresh."""
+
+
+@dataclass(slots=True)
+class _Windows:
+    since: float
+    sealed: WindowTable  # pooled rows, starts before `seal`
+    first: F64  # per pooled row, the start of its first window
+    tail: WindowTable  # every window from `seal` on, as stored
+    seal: float
+
+
+@dataclass(slots=True)
+class _Pods:
+    origin: float
+    stratum_s: float | None
+    sealed: EndpointColumns  # strata before `seal`, summed
+    tail: EndpointColumns  # endpoint windows from `seal` on, as stored
+    seal: float
+
+
+def _names_mask(cols: Any, field: str, names: Iterable[str] | None) -> npt.NDArray[np.bool_]:
+    if names is None:
+        return np.ones(len(cols.start), dtype=bool)
+    table: tuple[str, ...] = getattr(cols, field + "s")
+    wanted = [i for i, n in enumerate(table) if n in set(names)]
+    return np.isin(getattr(cols, field), wanted)
+
+
+def _select(cols: Any, until: float | None, paths: Iterable[str] | None,
+            cohorts: Iterable[str] | None) -> Any:
+    m = _names_mask(cols, "path", paths) & _names_mask(cols, "cohort", cohorts)
+    if until is not None:
+        m &= cols.start < until
+    return cols if m.all() else take(cols, m)
+
+
+def _after(t: float) -> float:
+    return float(np.nextafter(t, math.inf))
+
+
+def _cuts(table: WindowTable, seal: float, spans: Sequence[tuple[float, float]]
+          ) -> dict[str, F64]:
+    """Per path name, the times at which a pooled stretch must end (module docstring)."""
+    out: dict[str, F64] = {}
+    touch = overlapping(table.start, table.length, spans)
+    for p in np.unique(table.path):
+        on = table.path == p
+        start, cohort = table.start[on], table.cohort[on]
+        cut = [*table.start[on & touch], *map(_after, table.start[on & touch])]
+        per = {c: np.unique(start[cohort == c]) for c in np.unique(cohort)}
+        cut += [_after(s[-1]) for s in per.values() if s[-1] < seal]
+        for a, b in itertools.combinations(per.values(), 2):
+            common = np.intersect1d(a, b, assume_unique=True)
+            if common.size:
+                cut += [float(common[0]), _after(float(common[0]))]
+        out[table.paths[int(p)]] = np.unique(np.asarray(cut, dtype=np.float64))
+    return out
+
+
+def _check(sealed: WindowTable, first: F64, spans: Sequence[tuple[float, float]]) -> None:
+    """_Stale when an overload span reaches into a row that pools several windows."""
+    several = first < sealed.start
+    if several.any() and spans:
+        ends = sealed.start + sealed.length
+        if (overlapping(first, ends - first, spans) & several).any():
+            raise _Stale
+
+
+def _pool(sealed: WindowTable, first: F64, moving: WindowTable, tail: WindowTable,
+          seal: float, spans: Sequence[tuple[float, float]]) -> tuple[WindowTable, F64]:
+    """`sealed` (pooled rows) and `moving` (stored rows now before `seal`) pooled anew."""
+    moving = take(moving, columns(moving).has_data)
+    rows = concat(sealed, moving)
+    firsts = np.concatenate([first, moving.start])
+    if not len(rows.start):
+        return rows, firsts
+    cuts = _cuts(concat(rows, take(tail, columns(tail).has_data)), seal, spans)
+    pooled = np.arange(len(rows.start)) < len(sealed.start)
+    several = pooled & (firsts < rows.start)
+    if several.any():
+        hit = np.zeros(len(rows.start), dtype=bool)
+        for p, cut in cuts.items():
+            on = several & (np.asarray(rows.paths)[rows.path] == p)
+            hit |= on & (np.searchsorted(cut, firsts, "right")
+                         != np.searchsorted(cut, rows.start, "right"))
+        if hit.any():
+            raise _Stale
+    stretch = np.zeros(len(rows.start), dtype=np.int64)
+    for p, cut in cuts.items():
+        on = np.asarray(rows.paths)[rows.path] == p
+        stretch[on] = np.searchsorted(cut, rows.start[on], "right")
+    key = (rows.path.astype(np.int64) * len(rows.cohorts) + rows.cohort) * (
+        int(stretch.max()) + 1) + stretch
+    uniq, group = np.unique(key, return_inverse=True)
+    low = np.full(uniq.size, np.inf)
+    np.minimum.at(low, group, firsts)
+    return reduce(rows, group, uniq.size), low
+
+
+def _strata(raw: EndpointColumns, origin: float, stratum_s: float | None) -> EndpointColumns:
+    """Stored endpoint windows summed into strata as the store's SQL sums them (each row's
+    start its stratum's; an endpoint's rows apart by its start time)."""
+    if stratum_s is None or not len(raw.start):
+        return raw
+    start = origin + stratum_s * np.trunc((raw.start - origin) / stratum_s)
+    _, began = np.unique(raw.started, return_inverse=True)
+    key = np.stack([start, raw.path, raw.endpoint, raw.cohort, began.ravel()])
+    _, group = np.unique(key, axis=1, return_inverse=True)
+    group = group.ravel()
+    summed = reduce(dataclasses.replace(raw, start=start), group, int(group.max()) + 1)
+    out: EndpointColumns = take(summed, np.argsort(summed.start, kind="stable"))
+    return out
+
+
+def _by_path(cols: EndpointColumns) -> EndpointColumns:
+    """Rows by path, by start within each: the grids are built a path at a time, and a
+    sorted run sorts again in one pass when a few strata are appended."""
+    out: EndpointColumns = take(cols, np.argsort(cols.path, kind="stable"))
+    return out
+
+
+class VerdictCache:
+    """The windows of one store, kept for the verdicts of the probe that writes it.
+
+    Thread-safe: one verdict at a time reads it (`open`, then `source`)."""
+
+    def __init__(self, path: str, *, reread_s: float = REREAD_S) -> None:
+        self._path = path
+        self._reread = float(reread_s)
+        self._lock = threading.Lock()
+        self._store: Store | None = None
+        self._ident: tuple[int, int] | None = None
+        self._last_id = 0
+        self._firsts: tuple[float | None, float | None] | None = None
+        self._newest: float | None = None  # the newest window start, as of `open`
+        self._windows: _Windows | None = None
+        self._pods: _Pods | None = None
+        self._first_window: dict[tuple[str, float | None], float] = {}
+        # How often it read everything again, path windows and endpoint windows (for tests).
+        self.reads_afresh = {"windows": 0, "pods": 0}
+
+    def close(self) -> None:
+        with self._lock:
+            self._forget()
+
+    def _forget(self) -> None:
+        if self._store is not None:
+            self._store.close()
+        self._store, self._ident, self._windows, self._pods = None, None, None, None
+        self._firsts, self._last_id = None, 0
+        self._first_window.clear()
+
+    @contextmanager
+    def open(self) -> Iterator[Store]:
+        """The store, checked (module docstring); the cache is held until the block ends."""
+        with self._lock:
+            st = os.stat(self._path) if os.path.exists(self._path) else None
+            ident = None if st is None else (st.st_dev, st.st_ino)
+            if self._store is None or ident != self._ident:
+                self._forget()
+                self._store = Store.open(self._path, readonly=True)
+                self._ident = ident
+            marks = self._store.marks(self._last_id, self._sealed_at())
+            firsts = (marks.first_start, marks.first_endpoint_start)
+            if (marks.last_id < self._last_id or marks.late
+                    or (self._firsts is not None and firsts != self._firsts)):
+                self._windows, self._pods = None, None
+                self._first_window.clear()
+            self._last_id, self._firsts = marks.last_id, firsts
+            self._newest = marks.newest_start
+            yield self._store
+
+    def _sealed_at(self) -> float:
+        seals = [s.seal for s in (self._windows, self._pods) if s is not None]
+        return max(seals, default=-math.inf)
+
+    def source(self, exclude: Sequence[tuple[float, float]] = ()) -> CachedSource:
+        """What one verdict reads (inside `open`); `exclude` as `verdict_from_source`'s."""
+        assert self._store is not None, "source() is used inside open()"
+        return CachedSource(self, self._store, tuple(exclude))
+
+    # -- path windows ---------------------------------------------------------------------
+
+    def _seal(self) -> float:
+        return -math.inf if self._newest is None else self._newest - self._reread
+
+    def _build_windows(self, store: Store, since: float,
+                       spans: Sequence[tuple[float, float]]) -> _Windows:
+        self.reads_afresh["windows"] += 1
+        table = store.read_table(since=since)
+        seal = max(since, self._seal())
+        old = table.start < seal
+        tail = take(table, ~old)
+        empty = take(table, np.zeros(len(table.start), dtype=bool))
+        sealed, first = _pool(empty, np.zeros(0), take(table, old), tail, seal, spans)
+        return _Windows(since, sealed, first, tail, seal)
+
+    def _refresh_windows(self, store: Store, w: _Windows,
+                         spans: Sequence[tuple[float, float]]) -> _Windows:
+        fresh = store.read_table(since=w.seal)
+        seal = max(w.seal, self._seal())
+        if seal <= w.seal:
+            return _Windows(w.since, w.sealed, w.first, fresh, w.seal)
+        old = fresh.start < seal
+        tail = take(fresh, ~old)
+        sealed, first = _pool(w.sealed, w.first, take(fresh, old), tail, seal, spans)
+        return _Windows(w.since, sealed, first, tail, seal)
+
+    def windows(self, store: Store, since: float, spans: Sequence[tuple[float, float]],
+                refresh: bool) -> _Windows:
+        w = self._windows
+        try:
+            if w is None or w.since != since:
+                w = self._build_windows(store, since, spans)
+            elif refresh:
+                _check(w.sealed, w.first, spans)
+                w = self._refresh_windows(store, w, spans)
+        except _Stale:
+            w = self._build_windows(store, since, spans)
+        self._windows = w
+        return w
+
+    # -- endpoint windows ------------------------------------------------------------------
+
+    def _pod_seal(self, origin: float, stratum_s: float | None) -> float:
+        seal = max(origin, self._seal())
+        if stratum_s is None or not math.isfinite(seal):
+            return seal
+        return origin + stratum_s * math.floor((seal - origin) / stratum_s)
+
+    def pods(self, store: Store, origin: float, stratum_s: float | None,
+             refresh: bool) -> _Pods:
+        p = self._pods
+        if p is None or p.origin != origin or p.stratum_s != stratum_s:
+            self.reads_afresh["pods"] += 1
+            seal = self._pod_seal(origin, stratum_s)
+            sealed = store.read_endpoint_columns(since=origin, until=seal, stratum_s=stratum_s)
+            p = _Pods(origin, stratum_s, _by_path(sealed),
+                      store.read_endpoint_columns(since=seal), seal)
+        elif refresh:
+            fresh = store.read_endpoint_columns(since=p.seal)
+            seal = max(p.seal, self._pod_seal(origin, stratum_s))
+            old = fresh.start < seal
+            sealed = p.sealed if not old.any() else _by_path(
+                concat(p.sealed, _strata(take(fresh, old), origin, stratum_s)))
+            p = _Pods(origin, stratum_s, sealed, take(fresh, ~old), seal)
+        self._pods = p
+        return p
+
+
+class CachedSource:
+    """One verdict's view of a `VerdictCache`: the `WindowSource` that
+    `probes.verdict_service.verdict_from_source` reads, and the endpoint columns of
+    `probes.stats.pods.read_pod_grids`. Reads the store for anything the cache does not
+    hold (another origin, a time before the re-read span)."""
+
+    def __init__(self, cache: VerdictCache, store: Store,
+                 exclude: tuple[tuple[float, float], ...]) -> None:
+        self._cache, self._store, self._exclude = cache, store, exclude
+        self._fresh_windows = self._fresh_pods = False
+
+    @property
+    def path(self) -> str:
+        return self._store.path
+
+    def paths(self) -> list[str]:
+        return self._store.paths()
+
+    def first_window(self, cohort: str, since: float | None = None) -> float | None:
+        memo = self._cache._first_window
+        key = (cohort, since)
+        if key not in memo:
+            found = self._store.first_window(cohort, since)
+            if found is None:
+                return None
+            memo[key] = found
+        return memo[key]
+
+    def read_table(self, since: float | None = None, until: float | None = None,
+                   paths: Iterable[str] | None = None,
+                   cohorts: Iterable[str] | None = None) -> WindowTable:
+        w = self._cache._windows
+        if w is not None and since is not None and since >= w.seal and since != w.since:
+            w = self._windows(w.since)
+            return _select(take(w.tail, w.tail.start >= since), until, paths, cohorts)
+        # No origin (one cohort, before a rollout): every window, pooled alike.
+        w = self._windows(-math.inf if since is None else since)
+        if until is not None and until < w.seal:
+            return self._store.read_table(since, until, paths, cohorts)
+        table: WindowTable = concat(_select(w.sealed, None, paths, cohorts),
+                                    _select(w.tail, until, paths, cohorts))
+        return table
+
+    def _windows(self, since: float) -> _Windows:
+        w = self._cache.windows(self._store, since, self._exclude,
+                                refresh=not self._fresh_windows)
+        self._fresh_windows = True
+        return w
+
+    def read_endpoint_columns(self, since: float | None = None, until: float | None = None,
+                              paths: Iterable[str] | None = None,
+                              cohorts: Iterable[str] | None = None, *,
+                              stratum_s: float | None = None) -> EndpointColumns:
+        if since is None:
+            return self._store.read_endpoint_columns(since, until, paths, cohorts,
+                                                     stratum_s=stratum_s)
+        p = self._cache.pods(self._store, since, stratum_s, refresh=not self._fresh_pods)
+        self._fresh_pods = True
+        if until is not None and until < p.seal:
+            return self._store.read_endpoint_columns(since, until, paths, cohorts,
+                                                     stratum_s=stratum_s)
+        tail = _strata(_select(p.tail, until, paths, cohorts), since, stratum_s)
+        out: EndpointColumns = concat(_select(p.sealed, None, paths, cohorts), tail)
+        return out

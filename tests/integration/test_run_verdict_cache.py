@@ -1,0 +1,126 @@
+"""The running probe's `GET /verdict` (read through its verdict cache, `probes.verdict_cache`)
+is the verdict `skewprobe verdict --store` reads afresh from the same store, as new windows
+arrive: a real fleet on loopback probed by a real `ProbeRunner` with its API, on a store
+that already holds two hours of the rollout (so old windows are pooled, and the pods'
+comparison is in strata of two windows), and the command line in its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from probes._types import EndpointWindow, PathWindow
+from probes.measure.histogram import BUCKET_COUNT
+from probes.store import Store
+from tests.servers.ports import free_port
+from tests.servers.probe_run import Windows, example_fleet, probe_runner, running
+
+OLD, NEW = "1.20.3", "1.21.0"
+WINDOW_S = 5.0
+PATHS = ("checkout", "catalog")
+HISTORY_WINDOWS = 1600  # past MAX_STRATA (1440) windows: the pods are judged in strata
+# Asked again when a window arrived between the two reads; each try waits for a window.
+TRIES = 12
+
+
+def config(endpoints: Path) -> str:
+    return (f"targets: {{file: {{path: {endpoints}}}}}\n"
+            f"window: {WINDOW_S:g}s\n"
+            "verdict: {min_samples: 50, warmup: 1s}\n"
+            "paths:\n"
+            + "".join(f"  - name: {p}\n    http: {{path: /api/{p}}}\n    rate: 10/s\n"
+                      "    timeout: 500ms\n" for p in PATHS))
+
+
+def write_history(db: Path, until: float) -> None:
+    """Both cohorts on both paths, four pods of which two on the new version, up to
+    `until`, as an earlier run of the probe left them."""
+    rng = np.random.default_rng(15)
+    last = np.floor(until / WINDOW_S) * WINDOW_S
+    with Store.open(db) as store:
+        for chunk in np.array_split(np.arange(HISTORY_WINDOWS), 8):
+            paths, cells = [], []
+            for k in chunk:
+                t = float(last - (HISTORY_WINDOWS - k) * WINDOW_S)
+                for path in PATHS:
+                    for cohort, pods in ((OLD, ("old-0", "old-1")), (NEW, ("new-0", "new-1"))):
+                        n = [int(x) for x in rng.poisson(50, len(pods))]
+                        e = [int(x) for x in rng.binomial(n, 0.002)]
+                        cells += [EndpointWindow(start=t, path=path, endpoint=pod,
+                                                 cohort=cohort, requests=ni, errors=ei)
+                                  for pod, ni, ei in zip(pods, n, e, strict=True)]
+                        lat = np.bincount(rng.integers(200, 600, sum(n)),
+                                          minlength=BUCKET_COUNT)
+                        paths.append(PathWindow(
+                            start=t, length=WINDOW_S, path=path, cohort=cohort,
+                            outcomes={"ok": sum(n) - sum(e), "http_5xx": sum(e)},
+                            latency=tuple(int(x) for x in lat)))
+            store.write(paths, cells)
+
+
+async def cli_verdict(db: Path, config_file: Path) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "probes.cli", "verdict", "--store", str(db), "--json",
+        "--config", str(config_file),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode in (0, 1, 3), err.decode()
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def overloaded(*verdicts: dict[str, Any]) -> bool:
+    return any(r.startswith("probe overloaded") for v in verdicts for r in v["reasons"])
+
+
+async def test_the_running_probes_verdict_is_the_stores_as_windows_arrive(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "probe.db"
+    write_history(db, time.time())
+    endpoints = tmp_path / "endpoints.json"
+    config_file = tmp_path / "probe.yaml"  # the same window, warm-up and min_samples
+    config_file.write_text(config(endpoints))
+    host = f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.1"
+    listen = f"127.0.0.1:{free_port()}"
+    windows = Windows()
+    compared: list[dict[str, Any]] = []
+    async with example_fleet(endpoints, base_host=host, seed=15, notice_s=0.1) as fleet:
+        await fleet.restart(0, NEW)
+        await fleet.restart(1, NEW)
+        runner = probe_runner(config(endpoints), str(db), listen=listen,
+                              on_window=windows.on_window)
+        async with running(runner, stop_within_s=30), httpx.AsyncClient() as client:
+            for _ in range(TRIES):
+                await windows.next()
+                before = runner.windows_written
+                served = (await client.get(f"http://{listen}/verdict", timeout=60)).json()
+                fresh = await cli_verdict(db, config_file)
+                if runner.windows_written != before:
+                    continue  # a window arrived between the two reads: not the same store
+                if runner.overload.reason is not None or overloaded(served, fresh):
+                    # The running probe knows its overload a window before its store says
+                    # so (the event is written with the next window): not what is compared.
+                    continue
+                assert served == fresh
+                compared.append(served)
+                if len(compared) == 2:
+                    break
+            cache = runner.verdict_cache
+            assert cache is not None
+            pooled = cache._windows
+    assert len(compared) == 2, f"a window arrived during every one of {TRIES} comparisons"
+    assert compared[0]["canary"] == NEW and compared[0]["baseline"] == OLD
+    assert compared[0]["window"] != compared[1]["window"]  # new windows in between
+    assert any("pods" in p["metrics"].get("success_rate", {}) for p in compared[1]["paths"])
+    # What was compared was read from pooled windows, not a day of rows.
+    assert pooled is not None and len(pooled.sealed.start) < HISTORY_WINDOWS

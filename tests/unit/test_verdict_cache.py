@@ -1,0 +1,186 @@
+"""The running probe's verdict cache (`probes.verdict_cache`) gives the verdict a fresh read
+of the store gives, window after window: when windows are appended, when the last one is
+written again (upsert), and when what it holds stops being true (a window written late
+under what it pooled, a store replaced underneath, a prune, an overload span reaching back,
+a pod restarted under its own name). Every comparison is of the whole verdict JSON.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from probes import verdict_service
+from probes._timeparse import rfc3339
+from probes._types import EndpointWindow, PathWindow
+from probes.measure.histogram import BUCKET_COUNT
+from probes.measure.overload import OVERLOAD_EVENT
+from probes.store import Event, Store
+from probes.verdict_cache import VerdictCache
+from probes.verdict_service import JudgingSettings, compute_verdict
+
+T0 = 1_790_000_000.0
+W = 10.0
+OLD, NEW = "1.20.3", "1.21.0"
+PATHS = ("checkout", "search")
+PODS = ("shop-0", "shop-1", "shop-2", "shop-3")
+SETTINGS = JudgingSettings(warmup_s=30.0)
+
+
+def moved(pod: int, t: float) -> bool:
+    """Pod k restarts onto the new version after 2 + 3k minutes (pod 3 never)."""
+    return pod < 3 and t >= T0 + 60 * (2 + 3 * pod)
+
+
+def windows_at(k: int, rng: np.random.Generator, *, labels: dict[str, dict[str, str]] | None = None,
+               bump: int = 0) -> tuple[list[PathWindow], list[EndpointWindow]]:
+    t = T0 + k * W
+    paths, cells = [], []
+    for path in PATHS:
+        per: dict[str, list[EndpointWindow]] = {OLD: [], NEW: []}
+        for i, pod in enumerate(PODS):
+            cohort = NEW if moved(i, t) else OLD
+            n = int(rng.poisson(40)) + bump
+            e = int(rng.binomial(n, 0.02 if (pod == "shop-1" and cohort == NEW) else 0.005))
+            per[cohort].append(EndpointWindow(
+                start=t, path=path, endpoint=pod, cohort=cohort, requests=n, errors=e,
+                labels=(labels or {}).get(pod, {})))
+        for cohort, mine in per.items():
+            if not mine:
+                continue
+            n, e = sum(c.requests for c in mine), sum(c.errors for c in mine)
+            lat = np.bincount(rng.integers(300, 700, n), minlength=BUCKET_COUNT)
+            paths.append(PathWindow(
+                start=t, length=W, path=path, cohort=cohort,
+                outcomes={"ok": n - e, "http_5xx": e}, latency=tuple(int(x) for x in lat),
+                attempts_sum=n + int(rng.integers(0, 3)), attempts_count=n,
+            ))
+            cells += mine
+    return paths, cells
+
+
+def written(store: Store, windows: int, seed: int) -> tuple[np.random.Generator, float]:
+    """`windows` windows from T0 written; the generator for more, and the time after them."""
+    rng = np.random.default_rng(seed)
+    for k in range(windows):
+        store.write(*windows_at(k, rng))
+    return rng, T0 + windows * W + 1
+
+
+def verdicts(db: str, cache: VerdictCache, now: float) -> tuple[Any, Any]:
+    warm = compute_verdict(db, SETTINGS, now=now, overload=None, cache=cache)
+    cold = compute_verdict(db, SETTINGS, now=now, overload=None)
+    return warm, cold
+
+
+@pytest.fixture
+def estate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Store, VerdictCache]:
+    # Strata of a few windows from the first minutes on, as a day's verdict has them.
+    monkeypatch.setattr(verdict_service, "MAX_STRATA", 40)
+    db = str(tmp_path / "probe.db")
+    store = Store.open(db)
+    return db, store, VerdictCache(db, reread_s=3 * W)
+
+
+def test_appended_windows_give_the_verdict_a_fresh_read_gives(estate: Any) -> None:
+    db, store, cache = estate
+    rng = np.random.default_rng(1)
+    judged = 0
+    for k in range(150):
+        store.write(*windows_at(k, rng))
+        if k % 7 == 6:
+            warm, cold = verdicts(db, cache, T0 + (k + 1) * W + 1)
+            assert warm == cold, k
+            judged += warm["canary"] == NEW
+    assert judged > 10
+    # The first reads (the recent windows, every window while one cohort had data, then from
+    # the canary's origin), then only new windows; the endpoint windows again when the span
+    # outgrows its strata (every 40 windows here).
+    assert cache.reads_afresh["windows"] <= 3
+    assert cache.reads_afresh["pods"] <= 1 + 150 // 40
+    pooled = cache._windows
+    assert pooled is not None and len(pooled.sealed.start) < 40  # not 2 paths x 2 x 150
+
+
+def test_the_last_window_written_again_is_read_again(estate: Any) -> None:
+    db, store, cache = estate
+    rng, now = written(store, 80, seed=2)
+    assert verdicts(db, cache, now)[0] == verdicts(db, cache, now)[1]
+    store.write(*windows_at(79, rng, bump=25))  # the flush again, with late calls
+    warm, cold = verdicts(db, cache, now)
+    assert warm == cold
+    assert cache.reads_afresh["windows"] <= 2
+
+
+def test_a_window_written_late_under_the_pooled_rows_is_read_afresh(estate: Any) -> None:
+    db, store, cache = estate
+    rng = np.random.default_rng(3)
+    for k in range(90):
+        if k != 40:
+            store.write(*windows_at(k, rng))
+    now = T0 + 90 * W + 1
+    warm, cold = verdicts(db, cache, now)
+    assert warm == cold
+    before = dict(cache.reads_afresh)
+    store.write(*windows_at(40, rng, bump=200))  # kept for retry, or a second writer
+    warm, cold = verdicts(db, cache, now)
+    assert warm == cold
+    assert cache.reads_afresh["windows"] > before["windows"]
+    assert cache.reads_afresh["pods"] > before["pods"]
+
+
+def test_a_store_replaced_or_pruned_underneath_is_read_afresh(estate: Any,
+                                                              tmp_path: Path) -> None:
+    db, store, cache = estate
+    _, now = written(store, 90, seed=4)
+    assert verdicts(db, cache, now)[0]["canary"] == NEW
+    other = str(tmp_path / "other.db")
+    with Store.open(other) as o:
+        rng2 = np.random.default_rng(5)
+        for k in range(90):
+            o.write(*windows_at(k, rng2, bump=10))
+    store.close()
+    os.replace(other, db)
+    warm, cold = verdicts(db, cache, now)
+    assert warm == cold
+    with Store.open(db) as s:
+        s.prune(T0 + 45 * W)
+    warm, cold = verdicts(db, cache, now)
+    assert warm == cold
+
+
+def test_an_overload_span_reaching_into_pooled_windows_is_left_out_alike(estate: Any) -> None:
+    db, store, cache = estate
+    rng, now = written(store, 100, seed=6)
+    assert verdicts(db, cache, now)[0]["canary"] == NEW
+    before = cache.reads_afresh["windows"]
+    # An overload the probe declared and cleared while these windows were pooled.
+    store.write_events([Event(OVERLOAD_EVENT, T0 + 60 * W, detail={"reason": "late sends"}),
+                        Event(OVERLOAD_EVENT, T0 + 66 * W, detail={"reason": None})])
+    warm, cold = verdicts(db, cache, now)
+    assert warm == cold
+    assert any("overloaded" in r for r in warm["reasons"])
+    assert cache.reads_afresh["windows"] > before
+    for k in range(100, 120):  # and one that is still open
+        store.write(*windows_at(k, rng))
+    store.write_events([Event(OVERLOAD_EVENT, T0 + 112 * W, detail={"reason": "late sends"})])
+    warm, cold = verdicts(db, cache, T0 + 120 * W + 1)
+    assert warm == cold
+
+
+def test_a_pod_restarted_under_its_own_name_is_warm_again_alike(estate: Any) -> None:
+    db, store, cache = estate
+    rng = np.random.default_rng(7)
+    start = {"start_time": rfc3339(T0)}
+    for k in range(70):
+        store.write(*windows_at(k, rng, labels={p: start for p in PODS}))
+    assert verdicts(db, cache, T0 + 70 * W + 1)[0]["canary"] == NEW
+    again = {**{p: start for p in PODS}, "shop-3": {"start_time": rfc3339(T0 + 70 * W)}}
+    for k in range(70, 100):
+        store.write(*windows_at(k, rng, labels=again))
+        warm, cold = verdicts(db, cache, T0 + (k + 1) * W + 1)
+        assert warm == cold, k
