@@ -52,7 +52,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from probes.clients import _h2own
+from probes.clients import _h2frames, _h2own
 from probes.clients._h2base import (
     REFUSED_STREAM,
     WINDOW,
@@ -517,7 +517,7 @@ class H2Client:
         self._ssl = ssl_context
         self._server_name = server_name if ssl_context is not None else None
         # The request's header block, HPACK-encoded once (own framing).
-        self._block = _h2own.encode_block(headers) if settings.framing == "own" else b""
+        self._block = _h2frames.encode_block(headers) if settings.framing == "own" else b""
         self._conns: list[_Connection | _h2own.OwnConnection] = []
         # A connection being opened: calls that arrive meanwhile share it.
         self._connecting: asyncio.Task[_Connection | _h2own.OwnConnection] | None = None
