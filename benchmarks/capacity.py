@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grpc", action="store_true",
                     help="the unary path is a gRPC health Check on the pods' gRPC ports (with "
                          "--target haproxy: one grpc.aio health server on every pod address)")
-    ap.add_argument("--client", choices=("lean", "lean-h2", "httpcore", "grpcio"),
+    ap.add_argument("--client", choices=("lean", "httpcore", "grpcio"),
                     help="the HTTP/2 (--http 2) or gRPC (--grpc) client, if not the default")
     ap.add_argument("--target", choices=("fleet", "haproxy"), default="fleet",
                     help="what answers the HTTP calls: the Python fleet (default) or one "
