@@ -21,7 +21,10 @@ How streams end, kept more honest than through httpcore (`_h2`'s notes); the err
   and fail as `Replay.LOST` only if the connection closes first; a GOAWAY with an error
   code ends them all with that code (h2, and so httpcore, turn CLOSED on GOAWAY and lose
   the answers still coming);
-* REFUSED_STREAM is unprocessed; any other RST_STREAM is the stream's reset;
+* REFUSED_STREAM is unprocessed; any other RST_STREAM is the stream's reset, except a
+  CANCEL read once the call's own deadline has passed: the server's end of the same
+  deadline (its `grpc-timeout` ran out), so `DeadlineExceeded`, as grpc core names a
+  CANCEL after the deadline (`grpc_http2_error_to_grpc_status`);
 * a connection that answered before and closes without GOAWAY before a stream's answer
   lost that stream (`Replay.LOST`); an idle connection the server closed is seen closed at
   once and never used again (httpcore only learns it by sending on it);
@@ -499,6 +502,12 @@ class OwnConnection(asyncio.Protocol):
     # -- streams ending ---------------------------------------------------------------------
 
     def _on_reset(self, stream: _Stream, stream_id: int, code: int) -> None:
+        if code == CANCEL and stream.deadline and self._last_read >= stream.deadline:
+            # The server's end of the call's own deadline, read before our timer ran.
+            self._cut(stream, DeadlineExceeded(
+                f"Deadline Exceeded (stream {stream_id} reset by the server after it: CANCEL)"
+            ))
+            return
         error = StreamReset(f"stream {stream_id} reset by the server ({code_name(code)})", code)
         if code == REFUSED_STREAM and not stream.answered:
             error.replay = (Replay.UNPROCESSED, f"stream {stream_id} refused (REFUSED_STREAM)")
