@@ -45,6 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _harness as h
+import _health_server as health_server
 import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2
@@ -57,22 +58,6 @@ from probes.clients import _grpc as grpc_module
 OPTIONS = ("h1", "h2-lean", "h2-httpcore", "grpc", "grpc-lean", "grpc-bare", "grpc-nocomp",
            "grpc-lat")
 HEALTH = "/grpc.health.v1.Health/Check"
-
-_GRPC_SERVER = """
-import asyncio, sys
-import grpc.aio
-from grpc_health.v1 import health, health_pb2_grpc
-async def main(hosts, port):
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
-    for host in hosts:
-        server.add_insecure_port(f"{host}:{port}")
-    await server.start()
-    print("ready", flush=True)
-    await server.wait_for_termination()
-asyncio.run(main(sys.argv[1].split(","), int(sys.argv[2])))
-"""
-
 
 def _hosts(n: int, base: str) -> list[str]:
     a, b, c, d = (int(x) for x in base.split("."))
@@ -97,13 +82,6 @@ def _haproxy(hosts: list[str], port: int, work: Path, core: int) -> h.Child:
     child = h.Child("haproxy", h.pinned(core, [binary, "-db", "-f", str(cfg)]),
                     log=work / "haproxy.err")
     h.wait_http(f"http://{hosts[-1]}:{port}/", "ok", timeout_s=60.0)
-    return child
-
-
-def _grpc_server(hosts: list[str], port: int, work: Path, core: int) -> h.Child:
-    child = h.Child("grpc", h.pinned(core, [h.PYTHON, "-c", _GRPC_SERVER, ",".join(hosts),
-                                           str(port)]), log=work / "grpc.err")
-    child.wait_line("ready", timeout_s=60.0)
     return child
 
 
@@ -240,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         if any(o.startswith("h") for o in args.options):
             kids.append(_haproxy(hosts, args.port, work, args.server_core))
         if any(o.startswith("grpc") for o in args.options):
-            kids.append(_grpc_server(hosts, args.grpc_port, work, args.server_core))
+            kids.append(health_server.start(hosts, args.grpc_port, core=args.server_core,
+                                            log=work / "grpc.err", reuseport=False))
         before = h.system_times()
         started = time.monotonic()
         per_option = asyncio.run(_measure(args, hosts))
