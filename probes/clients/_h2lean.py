@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
+from probes.clients._base import connect_protocol
 from probes.clients._h2base import (
     ConnectFailed,
     ConnectTimedOut,
@@ -112,20 +113,12 @@ class H2Client:
             task.exception()  # retrieved here too: every caller may have been cancelled
 
     async def _connect(self) -> OwnConnection:
-        loop = asyncio.get_running_loop()
-        conn = OwnConnection(loop, self._settings)
-        budget = self._settings.connect_budget_s
-        where = f"{self._host}:{self._port}"
-        try:
-            async with asyncio.timeout(budget):
-                await loop.create_connection(
-                    lambda: conn, self._host, self._port,
-                    ssl=self._ssl, server_hostname=self._server_name,
-                )
-        except TimeoutError as exc:
-            raise ConnectTimedOut(f"cannot connect to {where} within {budget:g}s") from exc
-        except OSError as exc:  # refused, unreachable, name lookup, TLS (ssl.SSLError)
-            raise ConnectFailed(f"cannot connect to {where}: {exc}") from exc
+        conn = OwnConnection(asyncio.get_running_loop(), self._settings)
+        await connect_protocol(
+            conn, self._host, self._port, ssl_context=self._ssl, server_name=self._server_name,
+            budget_s=self._settings.connect_budget_s, failed=ConnectFailed,
+            timed_out=ConnectTimedOut,
+        )
         if self._closed:
             conn.abort()
             raise Disconnected("client closed")
