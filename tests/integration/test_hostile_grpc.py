@@ -107,7 +107,7 @@ async def test_a_server_cancel_after_the_deadline_is_the_deadline(grpc_client):
         loop.call_soon_threadsafe(ended.wait, 30.0)
 
     server = RawH2Server(on_request=hold_the_probe, on_end=lambda mode: ended.set())
-    prober = GrpcProber(unary("deadline", timeout_s=0.5))
+    prober = GrpcProber(unary("deadline", timeout_s=1.0))
     async with served_apart(server):
         try:  # no engine deadline around it: the call's own deadline ends it
             result = await prober.call(at(server.port), "req-1")
