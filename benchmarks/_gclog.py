@@ -13,7 +13,8 @@ tell a leak from fragmentation; with PYTHONTRACEMALLOC=N in the environment, als
 Python heap's top growth by traceback (tracemalloc slows the probe several times over: a
 few hundred endpoints at most). `--gc-young-census` adds a census of every young
 collection (how the ~19 objects of grpc.aio's pending read per held stream were found);
-`--heap-census` one count of the whole Python heap by type and size, ~60 s in.
+`--heap-census` one count of the whole Python heap by type and size, ~60 s in. The young
+census also counts its tuples by their items' types and names the holders of ten of them.
 
 The long callbacks (`asyncio.Handle._run` timed; a task's step is named by its coroutine)
 say what else stops the loop besides the collector: a pause that is neither shows up as a
@@ -108,6 +109,13 @@ def _census_young() -> None:
         "references": sum(len(gc.get_referents(o)) for o in objects),
         "types": collections.Counter(type(o).__qualname__ for o in objects).most_common(20),
         "coroutines": _coroutines(objects, 10),
+        # What the tuples hold (by their items' types) and, for a few, who holds them.
+        "tuple_shapes": collections.Counter(
+            "(" + ", ".join(type(x).__qualname__ for x in o[:4]) + ")"
+            for o in objects if type(o) is tuple).most_common(8),
+        "tuple_owners": collections.Counter(
+            type(r).__qualname__ for o in [o for o in objects if type(o) is tuple][:10]
+            for r in gc.get_referrers(o) if r is not objects).most_common(8),
     })
 
 

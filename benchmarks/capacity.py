@@ -56,6 +56,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _harness as h
+import _health_server as health_server
 
 from probes.measure.histogram import Histogram
 from probes.store import Store
@@ -259,22 +260,6 @@ def _haproxy_target(
     return child
 
 
-_GRPC_SERVER = """
-import asyncio, sys
-import grpc.aio
-from grpc_health.v1 import health, health_pb2_grpc
-async def main(hosts, port):
-    server = grpc.aio.server()
-    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
-    for host in hosts:
-        server.add_insecure_port(f"{host}:{port}")
-    await server.start()
-    print("ready", flush=True)
-    await server.wait_for_termination()
-asyncio.run(main(sys.argv[1].split(","), int(sys.argv[2])))
-"""
-
-
 def _grpc_target(args: argparse.Namespace, work: Path, probe_endpoints: Path) -> h.Child:
     """`--grpc --target haproxy`: one grpc.aio server with the standard health service on
     every pod's address (port `--haproxy-port` + 1), pinned to the fleet's core, in place
@@ -285,11 +270,8 @@ def _grpc_target(args: argparse.Namespace, work: Path, probe_endpoints: Path) ->
     for e in doc["endpoints"]:
         e["ports"] = {"grpc": port}
     probe_endpoints.write_text(json.dumps(doc), encoding="utf-8")
-    child = h.Child("grpc", h.pinned(args.fleet_core, [h.PYTHON, "-c", _GRPC_SERVER,
-                                                       ",".join(hosts), str(port)]),
-                    log=work / "grpc.err")
-    child.wait_line("ready", timeout_s=120.0)
-    return child
+    return health_server.start(hosts, port, core=args.fleet_core, log=work / "grpc.err",
+                               timeout_s=120.0)
 
 
 def _figures(
@@ -439,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grpc", action="store_true",
                     help="the unary path is a gRPC health Check on the pods' gRPC ports (with "
                          "--target haproxy: one grpc.aio health server on every pod address)")
-    ap.add_argument("--client", choices=("lean", "lean-h2", "httpcore", "grpcio"),
+    ap.add_argument("--client", choices=("lean", "httpcore", "grpcio"),
                     help="the HTTP/2 (--http 2) or gRPC (--grpc) client, if not the default")
     ap.add_argument("--target", choices=("fleet", "haproxy"), default="fleet",
                     help="what answers the HTTP calls: the Python fleet (default) or one "

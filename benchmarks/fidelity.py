@@ -315,9 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-core", type=int, default=1, help="core of the target")
     ap.add_argument("--host", default="127.78.0.1", help="the target's loopback address")
     ap.add_argument("--json", help="also write the figures as JSON here")
-    ap.add_argument("--http2-client", choices=("lean", "lean-h2", "httpcore"), default="lean",
+    ap.add_argument("--http2-client", choices=("lean", "httpcore"), default="lean",
                     help="the HTTP/2 client (lean)")
-    ap.add_argument("--grpc-client", choices=("lean", "lean-h2", "grpcio"), default="lean",
+    ap.add_argument("--grpc-client", choices=("lean", "grpcio"), default="lean",
                     help="the gRPC unary client (lean)")
     ap.add_argument("--grpc-reference", choices=("grpc++", "h2load"), default="grpc++",
                     help="gRPC's reference client: the C-core one built from grpc_ref/ (grpc++)"

@@ -14,20 +14,13 @@ Options (`--options`, default all):
 
     h1            HttpProber, HTTP/1.1 (`_h1`, the probe's own protocol)
     h2-lean       HttpProber, HTTP/2 on the probe's own protocol and framing (`_h2lean`, `_h2own`)
-    h2-lean-h2    HttpProber, HTTP/2 on the probe's own protocol over h2's state machine
     h2-httpcore   HttpProber, HTTP/2 through httpcore (`_h2`)
     grpc          GrpcProber on grpc.aio (`client="grpcio"`)
     grpc-lean     GrpcProber over the probe's own HTTP/2 client and framing
-    grpc-lean-h2  GrpcProber over the probe's own HTTP/2 client on h2's state machine
     grpc-bare     grpc.aio, the same channel options, only `await stub(req)`: no metadata
                   read back (the floor of grpc.aio's per-call cost)
     grpc-nocomp   the product's call with compression explicitly off on the channel
     grpc-lat      the product's call with `grpc.optimization_target: latency`
-
-Experiments on the lean client (module attributes swapped while the option runs):
-
-    h2-lean-novalidate  lean-h2 with h2's inbound header validation off as well
-    grpc-lean-novalidate  grpc-lean-h2 likewise
 
     .venv/bin/python benchmarks/prober_cost.py                      # 200 endpoints, 5 cycles
     .venv/bin/python benchmarks/prober_cost.py --endpoints 600 --rounds 5 --cycles 7
@@ -52,34 +45,19 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _harness as h
+import _health_server as health_server
 import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2
 
 from probes._spec import GrpcSpec, HttpSpec, PathSpec
 from probes._types import Endpoint, Outcome
-from probes.clients import GrpcProber, HttpProber, Prober, _h2lean
+from probes.clients import GrpcProber, HttpProber, Prober
 from probes.clients import _grpc as grpc_module
 
-OPTIONS = ("h1", "h2-lean", "h2-lean-h2", "h2-httpcore", "grpc", "grpc-lean", "grpc-lean-h2",
-           "grpc-bare", "grpc-nocomp", "grpc-lat", "h2-lean-novalidate", "grpc-lean-novalidate")
+OPTIONS = ("h1", "h2-lean", "h2-httpcore", "grpc", "grpc-lean", "grpc-bare", "grpc-nocomp",
+           "grpc-lat")
 HEALTH = "/grpc.health.v1.Health/Check"
-
-_GRPC_SERVER = """
-import asyncio, sys
-import grpc.aio
-from grpc_health.v1 import health, health_pb2_grpc
-async def main(hosts, port):
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
-    for host in hosts:
-        server.add_insecure_port(f"{host}:{port}")
-    await server.start()
-    print("ready", flush=True)
-    await server.wait_for_termination()
-asyncio.run(main(sys.argv[1].split(","), int(sys.argv[2])))
-"""
-
 
 def _hosts(n: int, base: str) -> list[str]:
     a, b, c, d = (int(x) for x in base.split("."))
@@ -104,13 +82,6 @@ def _haproxy(hosts: list[str], port: int, work: Path, core: int) -> h.Child:
     child = h.Child("haproxy", h.pinned(core, [binary, "-db", "-f", str(cfg)]),
                     log=work / "haproxy.err")
     h.wait_http(f"http://{hosts[-1]}:{port}/", "ok", timeout_s=60.0)
-    return child
-
-
-def _grpc_server(hosts: list[str], port: int, work: Path, core: int) -> h.Child:
-    child = h.Child("grpc", h.pinned(core, [h.PYTHON, "-c", _GRPC_SERVER, ",".join(hosts),
-                                           str(port)]), log=work / "grpc.err")
-    child.wait_line("ready", timeout_s=60.0)
     return child
 
 
@@ -164,30 +135,14 @@ def _make(option: str, port: int, grpc_port: int) -> tuple[Callable[[], Any], in
         "h2-lean": (lambda: http("2", "lean"), port),
         "h2-httpcore": (lambda: http("2", "httpcore"), port),
         "grpc": (lambda: grpc_prober(client="grpcio"), grpc_port),
-        "grpc-lean-h2": (lambda: grpc_prober(client="lean-h2"), grpc_port),
-        "h2-lean-h2": (lambda: http("2", "lean-h2"), port),
         "grpc-lean": (lambda: grpc_prober(client="lean"), grpc_port),
         "grpc-bare": (lambda: _BareGrpc([]), grpc_port),
         "grpc-nocomp": (lambda: grpc_prober(
             extra_options=[("grpc.default_compression_algorithm", 0)]), grpc_port),
         "grpc-lat": (lambda: grpc_prober(
             extra_options=[("grpc.optimization_target", "latency")]), grpc_port),
-        "h2-lean-novalidate": (lambda: http("2", "lean-h2"), port),
-        "grpc-lean-novalidate": (lambda: grpc_prober(client="lean-h2"), grpc_port),
     }
     return table[option]
-
-
-def _swap(option: str) -> dict[str, Any]:
-    """The `_h2lean` attributes an experiment replaces (restored after it ran)."""
-    if option.endswith("-novalidate"):
-        config = _h2lean.h2.config.H2Configuration(
-            client_side=True, header_encoding=None, validate_outbound_headers=False,
-            normalize_outbound_headers=False, validate_inbound_headers=False,
-            normalize_inbound_headers=False,
-        )
-        return {"_CONFIG": config}
-    return {}
 
 
 async def _run_option(
@@ -224,16 +179,8 @@ async def _measure(args: argparse.Namespace, hosts: list[str]) -> dict[str, list
         for option in args.options:
             factory, port = _make(option, args.port, args.grpc_port)
             endpoints = [Endpoint(f"pod-{i}", host, port) for i, host in enumerate(hosts)]
-            swapped = _swap(option)
-            saved = {name: getattr(_h2lean, name) for name in swapped}
-            for name, value in swapped.items():
-                setattr(_h2lean, name, value)
-            try:
-                cpu, calls, outcomes = await _run_option(factory, endpoints, args.rounds,
-                                                         args.in_flight)
-            finally:
-                for name, value in saved.items():
-                    setattr(_h2lean, name, value)
+            cpu, calls, outcomes = await _run_option(factory, endpoints, args.rounds,
+                                                     args.in_flight)
             per_option[option].append(cpu / calls * 1000)
             bad[option].update({k: v for k, v in outcomes.items() if k != Outcome.OK})
             print(f"cycle {cycle + 1} {option:12s} {cpu / calls * 1000:.3f} CPU-s per 1,000 "
@@ -271,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         if any(o.startswith("h") for o in args.options):
             kids.append(_haproxy(hosts, args.port, work, args.server_core))
         if any(o.startswith("grpc") for o in args.options):
-            kids.append(_grpc_server(hosts, args.grpc_port, work, args.server_core))
+            kids.append(health_server.start(hosts, args.grpc_port, core=args.server_core,
+                                            log=work / "grpc.err", reuseport=False))
         before = h.system_times()
         started = time.monotonic()
         per_option = asyncio.run(_measure(args, hosts))

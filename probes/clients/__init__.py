@@ -2,8 +2,8 @@
 
     Prober (Protocol)          call(endpoint, request_id) -> CallOutcome; forget; aclose
     ├── HttpProber             HTTP/1.1 on the probe's own protocol + httptools (`_h1`),
-    │                          HTTP/2 on the probe's own protocol + h2 (`_h2lean`), or on
-    │                          httpcore through the httpx transport API (`_h2`)
+    │                          HTTP/2 on the probe's own protocol and framing (`_h2lean`),
+    │                          or on httpcore through the httpx transport API (`_h2`)
     ├── GrpcProber             grpc.aio unary, raw bytes; standard health Check; or the
     │                          same over `_h2lean` (`_grpc_lean`)
     └── RelayProber            through a relay pod (`/relay/<destination>`): the
@@ -20,7 +20,7 @@ provably did not process (HTTP/2 GOAWAY or REFUSED_STREAM, gRPC likewise) is re-
 on a fresh connection and counted in `CallOutcome.churn`, not as a failure.
 
 Why these transports: they are the cheapest measured that keep every outcome class honest
-(BENCHMARKS.md, decision records D6 and D10, with the figures and their history).
+(BENCHMARKS.md, decision records D6, D10 and D15, with the figures and their history).
 """
 
 from __future__ import annotations

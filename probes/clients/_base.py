@@ -9,6 +9,9 @@ that never completes is reported by the library as `connect_timeout` (and a gRPC
 
 from __future__ import annotations
 
+import asyncio
+import ssl
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from probes._types import CallOutcome, Endpoint
@@ -54,3 +57,29 @@ def host_port(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         return f"[{host}]:{port}"
     return f"{host}:{port}"
+
+
+async def connect_protocol(
+    protocol: asyncio.BaseProtocol,
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None,
+    server_name: str | None,
+    budget_s: float,
+    failed: Callable[[str], Exception],
+    timed_out: Callable[[str], Exception],
+) -> None:
+    """Connect `protocol` (one of the probe's own transports) to host:port, TLS included,
+    within `budget_s`; raises `timed_out(message)` or `failed(message)` (refused,
+    unreachable, name lookup, TLS) with the library's error as the cause."""
+    where = f"{host}:{port}"
+    try:
+        async with asyncio.timeout(budget_s):
+            await asyncio.get_running_loop().create_connection(
+                lambda: protocol, host, port, ssl=ssl_context, server_hostname=server_name
+            )
+    except TimeoutError as exc:
+        raise timed_out(f"cannot connect to {where} within {budget_s:g}s") from exc
+    except OSError as exc:  # ssl.SSLError and socket.gaierror are OSErrors too
+        raise failed(f"cannot connect to {where}: {exc}") from exc

@@ -62,9 +62,9 @@ _UNPROCESSED_DETAILS = ("GOAWAY received", "Received RST_STREAM with error code 
 _Channel = tuple[grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable] | _h2lean.H2Client
 
 # The gRPC unary clients, by name: the probe's own HTTP/2 client ("lean": `_grpc_lean` over
-# `_h2lean` with its own framing; "lean-h2": on h2's state machine) or grpc.aio ("grpcio",
-# grpc core). One place picks; `GrpcProber(client=...)` overrides it (BENCHMARKS.md D15).
-GRPC_CLIENTS = ("lean", "lean-h2", "grpcio")
+# `_h2lean`) or grpc.aio ("grpcio", grpc core). One place picks; `GrpcProber(client=...)`
+# overrides it (BENCHMARKS.md D15).
+GRPC_CLIENTS = ("lean", "grpcio")
 GRPC_CLIENT = "lean"
 _Metadata = Sequence[tuple[str, str | bytes]]
 _AnyMetadata: TypeAlias = "grpc.aio.Metadata | Sequence[tuple[str, str]] | None"
@@ -117,7 +117,6 @@ class GrpcProber:
                      *(k.encode("latin-1") for k in (*self._attempt_keys, self._cohort_key) if k))
                 ),
                 keep_body=True,
-                framing="h2" if self._client == "lean-h2" else "own",
             )
             self._body = _grpc_lean.frame(self._request)
             self._lean_headers("localhost")  # a metadata entry that cannot be sent: bad input
@@ -239,18 +238,9 @@ class GrpcProber:
         remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
         rid = request_id if isinstance(request_id, bytes) else request_id.encode("latin-1")
         extra = [_grpc_lean.timeout_header(remaining), (b"x-request-id", rid)]
-        try:
-            if client.keeps_deadlines:  # the connection's timer carries the deadline
-                answer = await client.request(extra, deadline=deadline)
-            else:
-                async with asyncio.timeout(remaining):
-                    answer = await client.request(extra)
+        try:  # the connection's timer carries the deadline
+            answer = await client.request(extra, deadline=deadline)
             reply = _grpc_lean.reply(answer, MAX_RECEIVE_BYTES)
-        except TimeoutError:
-            detail = "Deadline Exceeded"
-            if not client.connections:
-                detail = f"{detail} (no connection yet)"
-            reply = _grpc_lean.Reply("DEADLINE_EXCEEDED", detail)
         except _h2base.H2Error as exc:
             reply = _grpc_lean.error_reply(exc)
         except Exception as exc:

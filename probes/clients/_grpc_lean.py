@@ -14,16 +14,19 @@ the same on either client:
   message above the receive limit RESOURCE_EXHAUSTED; OK without a whole message is left to
   the prober (it fails such a call INTERNAL, as grpc-java and grpc-go do);
 * RST_STREAM: REFUSED_STREAM is UNAVAILABLE (unprocessed: re-sent once), CANCEL
-  CANCELLED, ENHANCE_YOUR_CALM RESOURCE_EXHAUSTED, INADEQUATE_SECURITY PERMISSION_DENIED,
-  any other INTERNAL; a connection that failed or closed is UNAVAILABLE; a TLS failure, a
-  failed name lookup and an answer that is not HTTP/2 keep their own classes
-  (`tls_error`, `dns_error`, `protocol_error`), as `classify_grpc_code` gives them for
-  grpc core's details;
-* the deadline is the call's (`grpc-timeout` tells the server); past it, DEADLINE_EXCEEDED.
+  CANCELLED (DEADLINE_EXCEEDED when read once the call's deadline had passed: the
+  connection says so, `_h2own`), ENHANCE_YOUR_CALM RESOURCE_EXHAUSTED, INADEQUATE_SECURITY
+  PERMISSION_DENIED, any other INTERNAL; a connection that failed or closed is
+  UNAVAILABLE; a TLS failure, a failed name lookup and an answer that is not HTTP/2 keep
+  their own classes (`tls_error`, `dns_error`, `protocol_error`), as `classify_grpc_code`
+  gives them for grpc core's details;
+* the deadline is the call's (`grpc-timeout`, rounded up, tells the server); past it,
+  DEADLINE_EXCEEDED.
 """
 
 from __future__ import annotations
 
+import math
 import socket
 import ssl
 import urllib.parse
@@ -82,8 +85,9 @@ def frame(message: bytes) -> bytes:
 
 
 def timeout_header(seconds: float) -> _h2base.Header:
-    """`grpc-timeout` in whole milliseconds (at most 8 digits, as the spec allows)."""
-    return b"grpc-timeout", f"{min(max(int(seconds * 1000), 1), 99_999_999)}m".encode()
+    """`grpc-timeout` in whole milliseconds, rounded up as grpc core and grpc-go round it
+    (so the server's deadline never falls before the call's), at most 8 digits."""
+    return b"grpc-timeout", f"{min(max(math.ceil(seconds * 1000), 1), 99_999_999)}m".encode()
 
 
 def reply(answer: _h2base.H2Answer, max_receive: int) -> Reply:
@@ -142,7 +146,7 @@ def error_reply(exc: BaseException) -> Reply:
         if isinstance(link, _h2base.ConnectTimedOut):
             return Reply("DEADLINE_EXCEEDED", f"Deadline Exceeded (no connection yet): {detail}")
         if isinstance(link, _h2base.DeadlineExceeded):
-            return Reply("DEADLINE_EXCEEDED", "Deadline Exceeded")
+            return Reply("DEADLINE_EXCEEDED", str(link))
         if isinstance(link, _h2base.ReadTimedOut):
             return Reply("DEADLINE_EXCEEDED", detail)
         if isinstance(link, socket.gaierror):

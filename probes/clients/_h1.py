@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import httptools
 
+from probes.clients._base import connect_protocol
 from probes.clients._wire import Replay, WireRecord
 
 
@@ -426,20 +427,12 @@ class H1Client:
         return None
 
     async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        conn = _Connection(loop, self._settings)
-        budget = self._settings.connect_budget_s
-        where = f"{self._host}:{self._port}"
-        try:
-            async with asyncio.timeout(budget):
-                await loop.create_connection(
-                    lambda: conn, self._host, self._port,
-                    ssl=self._ssl, server_hostname=self._server_name,
-                )
-        except TimeoutError as exc:
-            raise ConnectTimedOut(f"cannot connect to {where} within {budget:g}s") from exc
-        except OSError as exc:  # refused, unreachable, name lookup, TLS (ssl.SSLError)
-            raise ConnectFailed(f"cannot connect to {where}: {exc}") from exc
+        conn = _Connection(asyncio.get_running_loop(), self._settings)
+        await connect_protocol(
+            conn, self._host, self._port, ssl_context=self._ssl, server_name=self._server_name,
+            budget_s=self._settings.connect_budget_s, failed=ConnectFailed,
+            timed_out=ConnectTimedOut,
+        )
         return conn
 
 

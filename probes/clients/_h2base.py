@@ -1,6 +1,19 @@
-"""What the lean HTTP/2 client's two framings share: the errors, settings and answer, the
+"""What the lean HTTP/2 client's modules share: its errors, settings and answer, the
 request's header list and the codes' names (`_h2lean` holds the client, `_h2own` the
-probe's own framing; both import this, neither the other's internals)."""
+connection, `_h2frames` the codec; each imports this, none another's internals).
+
+Errors, mapped to outcome classes by `_classify` (gRPC's names by `_grpc_lean`); `replay`
+says whether and why the request may be re-sent (None: it may not):
+
+    H2Error                 `replay`: (Replay, reason) or None
+    ├── ConnectFailed       TCP or TLS set-up failed (the OSError or SSLError is the cause)
+    │   └── ConnectTimedOut
+    ├── Disconnected        the connection closed or was reset before the answer ended
+    ├── ReadTimedOut        no byte from the server for the read budget
+    │   └── DeadlineExceeded  the call's own deadline passed (gRPC's)
+    ├── StreamReset         RST_STREAM, or GOAWAY with an error code (`code`)
+    └── MalformedAnswer     not HTTP/2, or HTTP/2 that breaks the protocol
+"""
 
 from __future__ import annotations
 
@@ -85,8 +98,6 @@ class H2Settings:
     wanted: frozenset[bytes]
     # Keep the body's bytes (gRPC reads its message), not only their count.
     keep_body: bool = False
-    # "own": the probe's own framing (`_h2own`); "h2": h2's state machine (this module).
-    framing: str = "own"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,33 +1,44 @@
-"""HTTP/2 framing of the probe's own, for the lean client: what h2 does for a client that
-sends small requests and reads answers, at a fraction of its CPU (BENCHMARKS.md D15).
-
-h2 is a general state machine: for every call it HPACK-encodes every request header in
-Python (searching its dynamic table), builds frame objects for every frame in and out, and
-checks each against its stream state machine. A probe sends the same request to an
-endpoint every second, so here the request's header block is encoded once per endpoint
-(HPACK without the dynamic table: static-table indices and plain literals), and per call
-only the request id (and gRPC's deadline) are appended as literals; incoming frames are
-read from their 9-byte headers in one loop. Answers are decoded with `hpack`'s decoder (the
-one h2 uses), so the server's dynamic table is followed exactly.
+"""The lean HTTP/2 client's connection: one TCP (or TLS) connection, an `asyncio.Protocol`,
+and the streams in flight on it (the frames' bytes and HPACK are `_h2frames`'; the client
+that picks connections is `_h2lean`). What h2 does for a client that sends small requests
+and reads answers, at a fraction of its CPU (BENCHMARKS.md D15): frames are read from
+their 9-byte headers in one loop, and the request's header block comes encoded.
 
 What is checked, as h2 checks it for a client (RFC 9113), each a connection error that
 ends every stream on the connection as `MalformedAnswer` (`protocol_error`): the server's
-first frame is SETTINGS; frames above the max frame size (at their header, before their
-body arrives); a header block that does not decode (COMPRESSION_ERROR) or is interrupted
-before END_HEADERS; PUSH_PROMISE (push is off); frames on stream 0 that need a stream and
-the reverse; flow-control windows overrun; SETTINGS and PING of the wrong length. A
-response without a valid `:status` is a protocol error of that stream. Streams, GOAWAY,
-RST_STREAM, deadlines and cancellation behave as in `_h2lean` (same errors, same replay
-rules), which this module's connection stands in for.
+first frame is SETTINGS (an answer in HTTP/1.x is named as such at its first bytes); frames
+above the max frame size (at their header, before their body arrives); a header block that
+does not decode (COMPRESSION_ERROR) or is interrupted before END_HEADERS; PUSH_PROMISE
+(push is off); frames on stream 0 that need a stream and the reverse; flow-control windows
+overrun; SETTINGS and PING of the wrong length. A response without a valid `:status` is a
+protocol error of that stream.
+
+How streams end, kept more honest than through httpcore (`_h2`'s notes); the errors are
+`_h2base`'s, and their `replay` says whether the request may be re-sent:
+
+* GOAWAY: streams above last-stream-id fail at once as provably unprocessed
+  (`Replay.UNPROCESSED`); the others are read to their end when the GOAWAY is graceful,
+  and fail as `Replay.LOST` only if the connection closes first; a GOAWAY with an error
+  code ends them all with that code (h2, and so httpcore, turn CLOSED on GOAWAY and lose
+  the answers still coming);
+* REFUSED_STREAM is unprocessed; any other RST_STREAM is the stream's reset, except a
+  CANCEL read once the call's own deadline has passed: the server's end of the same
+  deadline (its `grpc-timeout` ran out), so `DeadlineExceeded`, as grpc core names a
+  CANCEL after the deadline (`grpc_http2_error_to_grpc_status`);
+* a connection that answered before and closes without GOAWAY before a stream's answer
+  lost that stream (`Replay.LOST`); an idle connection the server closed is seen closed at
+  once and never used again (httpcore only learns it by sending on it);
+* past `body_limit` the stream is reset (CANCEL) and the connection kept;
+* a call cancelled by its caller (the engine's deadline) resets its stream, not the
+  connection; a call's own deadline (gRPC's) is kept by the connection's one timer, as is
+  the read budget.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import cast
 
 import hpack
-from hpack.table import HeaderTable
 
 from probes.clients._h2base import (
     REFUSED_STREAM,
@@ -43,65 +54,38 @@ from probes.clients._h2base import (
     StreamReset,
     code_name,
 )
+from probes.clients._h2frames import (
+    ACK,
+    CANCEL,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    MAX_FRAME,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    RST_STREAM,
+    S_MAX_FRAME,
+    S_MAX_LIST,
+    S_MAX_STREAMS,
+    S_PUSH,
+    S_WINDOW,
+    SETTINGS,
+    WINDOW_UPDATE,
+    BlockDecoder,
+    encode_block,
+    frame,
+)
 from probes.clients._wire import Replay
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_DATA, _HEADERS, _PRIORITY, _RST, _SETTINGS, _PUSH, _PING, _GOAWAY, _WINDOW, _CONT = range(10)
-_END_STREAM = 0x1
-_ACK = 0x1
-_END_HEADERS = 0x4
-_PADDED = 0x8
-_PRIORITY_FLAG = 0x20
-_MAX_FRAME = 16384
-_DEFAULT_WINDOW = 65535
-_CANCEL = 0x8
-_PROTOCOL_ERROR = 0x1
-# SETTINGS identifiers (RFC 9113 §6.5.2)
-_S_HEADER_TABLE, _S_PUSH, _S_MAX_STREAMS, _S_WINDOW, _S_MAX_FRAME, _S_MAX_LIST = range(1, 7)
-
-_STATIC = {pair: i for i, pair in reversed(list(enumerate(HeaderTable.STATIC_TABLE, 1)))}
-_STATIC_NAMES = {name: i for (name, _), i in reversed(list(_STATIC.items()))}
-
-
-def _int(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer (RFC 7541 §5.1) with `first`'s high bits above the prefix."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 127) | 128)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _string(data: bytes) -> bytes:
-    return _int(len(data), 7, 0) + data  # not Huffman-coded
-
-
-def encode_block(headers: list[Header]) -> bytes:
-    """HPACK for a request, without the dynamic table: an exact static-table match as an
-    index, otherwise a literal without indexing (its name indexed when the static table
-    has it)."""
-    out = bytearray()
-    for name, value in headers:
-        index = _STATIC.get((name, value))
-        if index is not None:
-            out += _int(index, 7, 0x80)
-            continue
-        name_index = _STATIC_NAMES.get(name)
-        if name_index is not None:
-            out += _int(name_index, 4, 0x00) + _string(value)
-        else:
-            out += b"\x00" + _string(name) + _string(value)
-    return bytes(out)
-
-
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return (len(payload).to_bytes(3, "big") + bytes((kind, flags))
-            + stream_id.to_bytes(4, "big") + payload)
+__all__ = ["OwnConnection"]
 
 
 class _Stream:
@@ -126,25 +110,6 @@ class _Stream:
         self.body: list[bytes] = []
 
 
-_DECODED_MAX = 8
-
-
-class _TableState:
-    """What decides how a header block decodes: the dynamic table's length, its newest
-    entry (held, compared by identity: a new entry is a new object) and its size limit."""
-
-    __slots__ = ("length", "maxsize", "newest")
-
-    def __init__(self, length: int, newest: object, maxsize: int) -> None:
-        self.length = length
-        self.newest = newest
-        self.maxsize = maxsize
-
-    def same(self, other: _TableState) -> bool:
-        return (self.length == other.length and self.newest is other.newest
-                and self.maxsize == other.maxsize)
-
-
 class _ConnectionError(Exception):
     """A connection error found while reading (becomes `MalformedAnswer` for every stream)."""
 
@@ -152,35 +117,11 @@ class _ConnectionError(Exception):
 class OwnConnection(asyncio.Protocol):
     """One TCP (or TLS) connection and the streams in flight on it."""
 
-    __slots__ = (
-        "_block",
-        "_buf",
-        "_decoded",
-        "_decoded_at",
-        "_decoder",
-        "_last_read",
-        "_loop",
-        "_next_id",
-        "_out",
-        "_peer_frame",
-        "_peer_window",
-        "_recv_window",
-        "_seen_settings",
-        "_send_window",
-        "_settings",
-        "_stream_window",
-        "_timer",
-        "_transport",
-        "_unacked",
-        "_window_waiters",
-        "answered_before",
-        "closed",
-        "goaway",
-        "idle_since",
-        "max_streams",
-        "silent",
-        "streams",
-    )
+    __slots__ = ("_block", "_buf", "_decoder", "_last_read", "_loop", "_next_id", "_out",
+                 "_peer_frame", "_peer_window", "_recv_window", "_seen_settings", "_send_window",
+                 "_settings", "_stream_window", "_timer", "_transport", "_unacked",
+                 "_window_waiters", "answered_before", "closed", "goaway", "idle_since",
+                 "max_streams", "silent", "streams")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, settings: H2Settings) -> None:
         self._loop = loop
@@ -190,24 +131,19 @@ class OwnConnection(asyncio.Protocol):
         self._last_read = 0.0
         self._buf = b""
         self._out: list[bytes] = []
-        self._decoder = hpack.Decoder()
-        self._decoder.max_header_list_size = 65536
-        # Header blocks decoded without changing the server's dynamic table, by their
-        # bytes: a server answers a probe with the same block every second (see `_decode`).
-        self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
-        self._decoded_at: _TableState | None = None
+        self._decoder = BlockDecoder(max_header_list_size=65536)
         self._block: tuple[int, bool, bytearray] | None = None  # a header block in pieces
         self._next_id = 1
         self._seen_settings = False
         # What the server may send us: each stream's window is the body limit (announced in
         # our SETTINGS), the connection's 16 MiB more than the default.
-        self._stream_window = min(max(settings.body_limit, _DEFAULT_WINDOW), WINDOW)
-        self._recv_window = _DEFAULT_WINDOW + WINDOW
+        self._stream_window = min(max(settings.body_limit, DEFAULT_WINDOW), WINDOW)
+        self._recv_window = DEFAULT_WINDOW + WINDOW
         self._unacked = 0
         # What we may send the server (request bodies).
-        self._peer_window = _DEFAULT_WINDOW  # its SETTINGS_INITIAL_WINDOW_SIZE
-        self._send_window = _DEFAULT_WINDOW
-        self._peer_frame = _MAX_FRAME
+        self._peer_window = DEFAULT_WINDOW  # its SETTINGS_INITIAL_WINDOW_SIZE
+        self._send_window = DEFAULT_WINDOW
+        self._peer_frame = MAX_FRAME
         self._window_waiters: list[asyncio.Future[None]] = []
         self.streams: dict[int, _Stream] = {}
         self.goaway: tuple[int, int] | None = None
@@ -240,11 +176,11 @@ class OwnConnection(asyncio.Protocol):
         self.streams[stream_id] = stream
         try:
             payload = block + encode_block(extra) if extra else block
-            flags = _END_HEADERS if body else _END_HEADERS | _END_STREAM
+            flags = END_HEADERS if body else END_HEADERS | END_STREAM
             if len(payload) <= self._peer_frame:
-                transport.write(_frame(_HEADERS, flags, stream_id, payload))
+                transport.write(frame(HEADERS, flags, stream_id, payload))
             else:
-                self._write_long_headers(stream_id, payload, flags & _END_STREAM)
+                self._write_long_headers(stream_id, payload, flags & END_STREAM)
             if body:
                 await self._send_body(stream_id, stream, body)
             due = stream.sent + self._settings.read_budget_s
@@ -258,7 +194,7 @@ class OwnConnection(asyncio.Protocol):
         except BaseException:
             if not stream.ended and not self.closed and self._transport is not None:
                 stream.ended = True
-                self._transport.write(_frame(_RST, 0, stream_id, _CANCEL.to_bytes(4, "big")))
+                self._transport.write(frame(RST_STREAM, 0, stream_id, CANCEL.to_bytes(4, "big")))
             raise
         finally:
             del self.streams[stream_id]
@@ -275,9 +211,10 @@ class OwnConnection(asyncio.Protocol):
         assert self._transport is not None
         size = self._peer_frame
         pieces = [payload[i : i + size] for i in range(0, len(payload), size)]
-        frames = [_frame(_HEADERS, end_stream, stream_id, pieces[0])]
+        frames = [frame(HEADERS, end_stream, stream_id, pieces[0])]
         for i, piece in enumerate(pieces[1:], 2):
-            frames.append(_frame(_CONT, _END_HEADERS if i == len(pieces) else 0, stream_id, piece))
+            flags = END_HEADERS if i == len(pieces) else 0
+            frames.append(frame(CONTINUATION, flags, stream_id, piece))
         self._transport.write(b"".join(frames))
 
     async def _send_body(self, stream_id: int, stream: _Stream, body: bytes) -> None:
@@ -295,8 +232,8 @@ class OwnConnection(asyncio.Protocol):
             chunk, view = view[:window], view[window:]
             self._send_window -= len(chunk)
             stream.send_window -= len(chunk)
-            flags = 0 if view else _END_STREAM
-            self._transport.write(_frame(_DATA, flags, stream_id, chunk.tobytes()))
+            flags = 0 if view else END_STREAM
+            self._transport.write(frame(DATA, flags, stream_id, chunk.tobytes()))
 
     def abort(self) -> None:
         if self._transport is not None and not self.closed:
@@ -309,11 +246,11 @@ class OwnConnection(asyncio.Protocol):
         self._transport = transport
         settings = b"".join(
             key.to_bytes(2, "big") + value.to_bytes(4, "big")
-            for key, value in ((_S_PUSH, 0), (_S_MAX_STREAMS, 100), (_S_MAX_LIST, 65536),
-                               (_S_WINDOW, self._stream_window))
+            for key, value in ((S_PUSH, 0), (S_MAX_STREAMS, 100), (S_MAX_LIST, 65536),
+                               (S_WINDOW, self._stream_window))
         )
-        transport.write(PREFACE + _frame(_SETTINGS, 0, 0, settings)
-                        + _frame(_WINDOW, 0, 0, WINDOW.to_bytes(4, "big")))
+        transport.write(PREFACE + frame(SETTINGS, 0, 0, settings)
+                        + frame(WINDOW_UPDATE, 0, 0, WINDOW.to_bytes(4, "big")))
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
@@ -327,9 +264,9 @@ class OwnConnection(asyncio.Protocol):
         try:
             while end - pos >= 9:
                 length = int.from_bytes(buf[pos : pos + 3], "big")
-                if length > _MAX_FRAME:
+                if length > MAX_FRAME:
                     raise _ConnectionError(
-                        f"frame of {length} bytes exceeds the max frame size {_MAX_FRAME} "
+                        f"frame of {length} bytes exceeds the max frame size {MAX_FRAME} "
                         "(FRAME_SIZE_ERROR)"
                     )
                 if end - pos - 9 < length:
@@ -388,60 +325,60 @@ class OwnConnection(asyncio.Protocol):
     # -- frames ------------------------------------------------------------------------------
 
     def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        if self._block is not None and kind != _CONT:
+        if self._block is not None and kind != CONTINUATION:
             raise _ConnectionError("a header block was interrupted before END_HEADERS")
         if not self._seen_settings:
-            if kind != _SETTINGS:
+            if kind != SETTINGS:
                 raise _ConnectionError("the server's first frame is not SETTINGS")
             self._seen_settings = True
-        if kind == _DATA:
+        if kind == DATA:
             self._on_data(flags, stream_id, payload)
-        elif kind == _HEADERS:
+        elif kind == HEADERS:
             if not stream_id:
                 raise _ConnectionError("HEADERS on stream 0")
             payload = self._unpad(flags, payload)
-            if flags & _PRIORITY_FLAG:
+            if flags & PRIORITY_FLAG:
                 payload = payload[5:]
-            if flags & _END_HEADERS:
-                self._on_headers(stream_id, bool(flags & _END_STREAM), payload)
+            if flags & END_HEADERS:
+                self._on_headers(stream_id, bool(flags & END_STREAM), payload)
             else:
-                self._block = (stream_id, bool(flags & _END_STREAM), bytearray(payload))
-        elif kind == _CONT:
+                self._block = (stream_id, bool(flags & END_STREAM), bytearray(payload))
+        elif kind == CONTINUATION:
             block = self._block
             if block is None or block[0] != stream_id:
                 raise _ConnectionError("CONTINUATION without a header block to continue")
             block[2].extend(payload)
-            if flags & _END_HEADERS:
+            if flags & END_HEADERS:
                 self._block = None
                 self._on_headers(stream_id, block[1], bytes(block[2]))
-        elif kind == _SETTINGS:
+        elif kind == SETTINGS:
             self._on_settings(flags, stream_id, payload)
-        elif kind == _RST:
+        elif kind == RST_STREAM:
             if not stream_id or len(payload) != 4:
                 raise _ConnectionError("malformed RST_STREAM")
             stream = self.streams.get(stream_id)
             if stream is not None and not stream.ended:
                 stream.ended = True
                 self._on_reset(stream, stream_id, int.from_bytes(payload, "big"))
-        elif kind == _PING:
+        elif kind == PING:
             if stream_id or len(payload) != 8:
                 raise _ConnectionError("malformed PING")
-            if not flags & _ACK:
-                self._out.append(_frame(_PING, _ACK, 0, payload))
-        elif kind == _GOAWAY:
+            if not flags & ACK:
+                self._out.append(frame(PING, ACK, 0, payload))
+        elif kind == GOAWAY:
             if stream_id or len(payload) < 8:
                 raise _ConnectionError("malformed GOAWAY")
             last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
             self._on_goaway(last, int.from_bytes(payload[4:8], "big"))
-        elif kind == _WINDOW:
+        elif kind == WINDOW_UPDATE:
             self._on_window_update(stream_id, payload)
-        elif kind == _PUSH:
+        elif kind == PUSH_PROMISE:
             raise _ConnectionError("PUSH_PROMISE although push is off (PROTOCOL_ERROR)")
         # PRIORITY and unknown frame types are ignored (RFC 9113 §4.1, §5.5).
 
     @staticmethod
     def _unpad(flags: int, payload: bytes) -> bytes:
-        if not flags & _PADDED:
+        if not flags & PADDED:
             return payload
         if not payload or payload[0] >= len(payload):
             raise _ConnectionError("padding longer than the frame (PROTOCOL_ERROR)")
@@ -456,7 +393,7 @@ class OwnConnection(asyncio.Protocol):
             raise _ConnectionError("the server overran the connection's window")
         self._unacked += size
         if self._unacked >= WINDOW // 2:
-            self._out.append(_frame(_WINDOW, 0, 0, self._unacked.to_bytes(4, "big")))
+            self._out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
             self._recv_window += self._unacked
             self._unacked = 0
         stream = self.streams.get(stream_id)
@@ -469,17 +406,17 @@ class OwnConnection(asyncio.Protocol):
         stream.received += len(data)
         if self._settings.keep_body:
             stream.body.append(data)
-        if flags & _END_STREAM:
+        if flags & END_STREAM:
             stream.ended = True
             self._finish(stream)
         elif stream.received >= self._settings.body_limit:
             stream.ended = True
             self._finish(stream)
-            self._out.append(_frame(_RST, 0, stream_id, _CANCEL.to_bytes(4, "big")))
+            self._out.append(frame(RST_STREAM, 0, stream_id, CANCEL.to_bytes(4, "big")))
 
     def _on_headers(self, stream_id: int, end_stream: bool, block: bytes) -> None:
         try:
-            headers = self._decode(block)
+            headers = self._decoder.decode(block)
         except hpack.HPACKError as exc:
             raise _ConnectionError(
                 f"header block cannot be decoded (hpack: {type(exc).__name__}: {exc}) "
@@ -502,8 +439,8 @@ class OwnConnection(asyncio.Protocol):
                     stream.headers[name.decode("latin-1")] = value.decode("latin-1")
             if status <= 0:
                 stream.ended = True
-                self._out.append(_frame(_RST, 0, stream_id,
-                                        _PROTOCOL_ERROR.to_bytes(4, "big")))
+                self._out.append(frame(RST_STREAM, 0, stream_id,
+                                        PROTOCOL_ERROR.to_bytes(4, "big")))
                 self._cut(stream, MalformedAnswer("an answer without a valid :status"))
                 return
             if 100 <= status < 200 and not end_stream:
@@ -516,45 +453,19 @@ class OwnConnection(asyncio.Protocol):
             stream.ended = True
             self._finish(stream)
 
-    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
-        """hpack's decoding of `block`, or the same block's earlier result when the dynamic
-        table is as it was then and that decoding left it unchanged (so the block refers to
-        the same entries and inserts none). The table's state is its length, its newest
-        entry (the object, held, so compared by identity) and its size limit."""
-        table = self._decoder.header_table
-        entries = table.dynamic_entries
-        before = _TableState(len(entries), entries[0] if entries else None, table.maxsize)
-        if self._decoded_at is not None and before.same(self._decoded_at):
-            hit = self._decoded.get(block)
-            if hit is not None:
-                return hit
-        else:
-            self._decoded.clear()
-            self._decoded_at = None
-        headers = cast(list[tuple[bytes, bytes]], self._decoder.decode(block, raw=True))
-        after = _TableState(len(entries), entries[0] if entries else None, table.maxsize)
-        if before.same(after):
-            if len(self._decoded) < _DECODED_MAX:
-                self._decoded[block] = headers
-                self._decoded_at = after
-        else:
-            self._decoded.clear()
-            self._decoded_at = None
-        return headers
-
     def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id:
             raise _ConnectionError("SETTINGS on a stream")
-        if flags & _ACK:
+        if flags & ACK:
             return
         if len(payload) % 6:
             raise _ConnectionError("SETTINGS of a length not a multiple of 6 (FRAME_SIZE_ERROR)")
         for i in range(0, len(payload), 6):
             key = int.from_bytes(payload[i : i + 2], "big")
             value = int.from_bytes(payload[i + 2 : i + 6], "big")
-            if key == _S_MAX_STREAMS:
+            if key == S_MAX_STREAMS:
                 self.max_streams = value
-            elif key == _S_WINDOW:
+            elif key == S_WINDOW:
                 if value > 0x7FFFFFFF:
                     raise _ConnectionError("SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1")
                 delta = value - self._peer_window
@@ -562,11 +473,11 @@ class OwnConnection(asyncio.Protocol):
                 for stream in self.streams.values():
                     stream.send_window += delta
                 self._wake_senders()
-            elif key == _S_MAX_FRAME:
-                if not _MAX_FRAME <= value <= 0xFFFFFF:
+            elif key == S_MAX_FRAME:
+                if not MAX_FRAME <= value <= 0xFFFFFF:
                     raise _ConnectionError("SETTINGS_MAX_FRAME_SIZE out of range")
                 self._peer_frame = value
-        self._out.append(_frame(_SETTINGS, _ACK, 0))
+        self._out.append(frame(SETTINGS, ACK, 0))
 
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
@@ -591,6 +502,12 @@ class OwnConnection(asyncio.Protocol):
     # -- streams ending ---------------------------------------------------------------------
 
     def _on_reset(self, stream: _Stream, stream_id: int, code: int) -> None:
+        if code == CANCEL and stream.deadline and self._last_read >= stream.deadline:
+            # The server's end of the call's own deadline, read before our timer ran.
+            self._cut(stream, DeadlineExceeded(
+                f"Deadline Exceeded (stream {stream_id} reset by the server after it: CANCEL)"
+            ))
+            return
         error = StreamReset(f"stream {stream_id} reset by the server ({code_name(code)})", code)
         if code == REFUSED_STREAM and not stream.answered:
             error.replay = (Replay.UNPROCESSED, f"stream {stream_id} refused (REFUSED_STREAM)")

@@ -34,10 +34,9 @@ from probes.clients._wire import IDEMPOTENT_METHODS, Replay, WireRecord, recordi
 
 BODY_LIMIT = 1 << 20
 
-# The HTTP/2 clients, by name: the probe's own (`_h2lean`; "lean": its own framing,
-# "lean-h2": on h2's state machine), or httpcore's (`_h2`). One place picks;
-# `HttpProber(h2_client=...)` overrides it (BENCHMARKS.md D15).
-H2_CLIENTS = ("lean", "lean-h2", "httpcore")
+# The HTTP/2 clients, by name: the probe's own ("lean", `_h2lean`) or httpcore's (`_h2`).
+# One place picks; `HttpProber(h2_client=...)` overrides it (BENCHMARKS.md D15).
+H2_CLIENTS = ("lean", "httpcore")
 H2_CLIENT = "lean"
 
 # The reference target echoes the attempts it saw here when no proxy header is present.
@@ -123,7 +122,6 @@ class HttpProber:
             keepalive_s=self._keepalive_s,
             body_limit=body_limit,
             wanted=self._h1.wanted,
-            framing="h2" if self._h2_client == "lean-h2" else "own",
         )
         self._h1_request("localhost")  # a header that cannot be sent is bad input, now
         if self._lean:

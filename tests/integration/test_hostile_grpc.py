@@ -8,6 +8,8 @@ The raw server (tests/servers/h2raw.py) answers by the method's last path segmen
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import grpc
@@ -19,6 +21,7 @@ from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import EndReason, GrpcProber, StreamEnd, StreamProber
 from tests.integration.test_hostile_http import UNRESOLVABLE
 from tests.integration.test_streams_prober import FAST, ListSink, holding
+from tests.servers._loopback import served_apart
 from tests.servers.engine import call_once, endpoint_at, stuck_beside_healthy
 from tests.servers.h2raw import RawH2Server
 from tests.servers.hostile import HostileServer
@@ -78,6 +81,8 @@ def cert(tmp_path: Path) -> Cert:
         # Raw bytes are counted, not parsed: what a non-protobuf answer means is the
         # callee's business (the health check below does parse).
         ("notproto", Outcome.OK, ""),
+        # The server cancels the call well inside its deadline: cancelled, not the deadline.
+        ("rst8", "grpc_CANCELLED", "error code 8|reset by the server (CANCEL)"),
     ],
 )
 async def test_unary_garbage_is_classified(raw, mode, outcome, detail, grpc_client):
@@ -86,6 +91,32 @@ async def test_unary_garbage_is_classified(raw, mode, outcome, detail, grpc_clie
     # grpc core's words, or the probe's own client's ("a|b": either).
     assert any(d in result.detail for d in detail.split("|")), result.detail
     assert took < 0.8  # answered after 0.2 s at most; never the 1 s deadline
+
+
+async def test_a_server_cancel_after_the_deadline_is_the_deadline(grpc_client):
+    """A gRPC server resets a call whose `grpc-timeout` ran out (RST_STREAM CANCEL). Read
+    after the call's own deadline, before the probe's own timer for it has run (a busy
+    probe's race: its loop is held here from the request's arrival until the reset is on
+    the wire, so the reset is read first), it is DEADLINE_EXCEEDED, as grpc core reports
+    it, not CANCELLED."""
+    loop = asyncio.get_running_loop()
+    ended = threading.Event()
+
+    def hold_the_probe(mode: str) -> None:
+        # Bounded only against a hang: the server writes its reset at the deadline.
+        loop.call_soon_threadsafe(ended.wait, 30.0)
+
+    server = RawH2Server(on_request=hold_the_probe, on_end=lambda mode: ended.set())
+    prober = GrpcProber(unary("deadline", timeout_s=1.0))
+    async with served_apart(server):
+        try:  # no engine deadline around it: the call's own deadline ends it
+            result = await prober.call(at(server.port), "req-1")
+        finally:
+            await prober.aclose()
+    assert ended.is_set()
+    assert result.outcome == "grpc_DEADLINE_EXCEEDED", result
+    if grpc_client == "lean":  # the reset, not the probe's own timer, ended it
+        assert "reset by the server after it" in result.detail, result.detail
 
 
 async def test_a_health_answer_that_is_not_protobuf_is_unexpected(grpc_client):

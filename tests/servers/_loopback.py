@@ -1,5 +1,6 @@
 """What the raw asyncio test servers share: listen on loopback as an async context manager,
-run a task per connection, and on exit stop listening and cancel every connection's task.
+run a task per connection, and on exit stop listening and cancel every connection's task;
+`served_apart` runs one on a thread and event loop of its own.
 
 A subclass is a dataclass with `host`, `_server` and `_tasks` fields (see `RawH2Server`), may
 have `bind_port` and `ssl_context`, implements `_accept`, and may override `_closing_now`
@@ -9,9 +10,11 @@ to wake what waits for the end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
-from collections.abc import Coroutine
-from typing import Any, Self
+import threading
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Self, TypeVar
 
 
 class LoopbackServer:
@@ -51,3 +54,27 @@ class LoopbackServer:
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
+
+
+_Server = TypeVar("_Server", bound=LoopbackServer)
+
+
+@contextlib.asynccontextmanager
+async def served_apart(server: _Server) -> AsyncIterator[_Server]:
+    """`server` served on a thread and event loop of its own: a test may hold its own loop
+    (as a busy probe's is held) while the server goes on."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="served-apart", daemon=True)
+    thread.start()
+    try:
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(server.__aenter__(), loop))
+        try:
+            yield server
+        finally:
+            await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(server.__aexit__(None, None, None), loop)
+            )
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.to_thread(thread.join)
+        loop.close()

@@ -20,6 +20,11 @@ a test can end a stream only when the client has read what it carried):
     badframe       a frame longer than any maximum frame size (an HTTP/2 connection error)
     badhpack       a HEADERS frame whose HPACK block cannot be decoded (likewise)
 
+Ending a stream when the request's `grpc-timeout` runs out, with nothing answered before
+(what a gRPC server does to a call that outlives its deadline):
+
+    deadline       RST_STREAM CANCEL
+
 Malformed answers, at once (then trailers with grpc-status 0, as if all were well):
 
     badlength      a message whose length prefix promises more bytes than the stream carries
@@ -31,7 +36,9 @@ Malformed answers, at once (then trailers with grpc-status 0, as if all were wel
 A path whose last segment is not a mode (`/grpc.health.v1.Health/Check`) is answered as
 `fallback` says. Each stream is answered by a task of its own, so a slow answer does not
 hold the others on the same connection (the connection-wide modes end every stream on it,
-as they would).
+as they would). `on_request`, when set, is called with the mode (on the server's loop) when
+a request arrives; `on_end` when a `deadline` stream has ended on the server's side (its
+reset written, or the client's own reset read first).
 """
 
 from __future__ import annotations
@@ -77,6 +84,14 @@ _BAD_FRAMES = {
 }
 
 
+_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
+def _timeout_s(value: str) -> float:
+    """A `grpc-timeout` value (PROTOCOL-HTTP2.md: up to 8 digits and a unit) in seconds."""
+    return int(value[:-1]) * _TIMEOUT_UNITS[value[-1]]
+
+
 def _bad_frame(name: str, sid: int) -> bytes:
     kind, flags, payload = _BAD_FRAMES[name]
     length = 0xFFFFFF if name == "badframe" else len(payload)
@@ -107,9 +122,15 @@ class RawH2Server(LoopbackServer):
     drip_s: float = 0.05
     fallback: str = "status0"
     hold: Callable[[], Awaitable[None]] | None = None
+    on_request: Callable[[str], None] | None = None
+    on_end: Callable[[str], None] | None = None
     connections: int = 0
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def _ended(self, mode: str) -> None:
+        if self.on_end is not None:
+            self.on_end(mode)
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -132,7 +153,9 @@ class RawH2Server(LoopbackServer):
                     if isinstance(event, h2.events.RequestReceived):
                         headers = {str(k): str(v) for k, v in event.headers or ()}
                         mode = headers.get(":path", "/").rsplit("/", 1)[-1]
-                        task = self._spawn(self._answer(mode, event.stream_id, conn))
+                        if self.on_request is not None:
+                            self.on_request(mode)
+                        task = self._spawn(self._answer(mode, event.stream_id, conn, headers))
                         answers.add(task)
                         task.add_done_callback(answers.discard)
                     elif isinstance(event, h2.events.DataReceived):
@@ -148,13 +171,24 @@ class RawH2Server(LoopbackServer):
                 task.cancel()
             writer.close()
 
-    async def _answer(self, mode: str, sid: int, conn: _Connection) -> None:
+    async def _answer(
+        self, mode: str, sid: int, conn: _Connection, request: dict[str, str]
+    ) -> None:
         match = _MODE.fullmatch(mode) or _MODE.fullmatch(self.fallback)
         assert match is not None, self.fallback
         name, code, count = match["name"], match["code"], int(match["count"] or 1)
         headers = [(":status", "200"), ("content-type", "application/grpc")]
         h2conn, writer = conn.h2, conn.writer
         try:
+            if name == "deadline":
+                await asyncio.sleep(_timeout_s(request["grpc-timeout"]))
+                try:  # the client may have reset it first (its own deadline)
+                    h2conn.reset_stream(sid, 8)  # CANCEL
+                    conn.flush()
+                    await writer.drain()
+                finally:
+                    self._ended(mode)
+                return
             if name == "slowheaders":
                 await self._drip(conn, sid, headers)
                 return
