@@ -30,6 +30,7 @@ from probes._types import Outcome, pair_cohort, split_pair
 from probes.stats.bounded import mean_cs
 from probes.stats.cohorts import version_key
 from probes.store import Store
+from probes.store.table import WindowTable
 from probes.verdict_service import (
     FROM_STORE,
     JudgingSettings,
@@ -41,7 +42,7 @@ from probes.verdict_service import (
 
 __all__ = ["CallerStale", "PairCell", "PairMatrix", "PairedVerdict", "combine_states",
            "format_matrix", "pair_matrix", "prometheus_without_pairs", "relay_paths",
-           "store_verdict"]
+           "stale_by_caller", "store_verdict"]
 
 FAIL, PASS, INCONCLUSIVE, BASELINE = "fail", "pass", "inconclusive", "baseline"
 _METRICS = (("success_rate", "success"), ("latency_p99_ms", "p99_ms"),
@@ -189,20 +190,51 @@ def pair_matrix(
         ))
     figures = {short: base_figures.get(short) for _, short in _METRICS}
     cells.insert(0, PairCell(*base, BASELINE, base_requests, figures))
-    calls: dict[str, list[int]] = {c: [0, 0] for c in callers}
-    stale_col = (table.outcome_names.index(Outcome.STALE_ENDPOINT)
-                 if Outcome.STALE_ENDPOINT in table.outcome_names else None)
-    for i, pair in enumerate(of_cohort):
+    stale = _judge_stale(_caller_counts(table), settings)
+    return PairMatrix(path, callers, callees, tuple(cells), stale)
+
+
+def _caller_counts(table: WindowTable) -> dict[str, tuple[int, int]]:
+    """Relay calls and `stale_endpoint` calls per caller version, over every pair cohort in
+    `table` (callers oldest first)."""
+    col = (table.outcome_names.index(Outcome.STALE_ENDPOINT)
+           if Outcome.STALE_ENDPOINT in table.outcome_names else None)
+    calls: dict[str, tuple[int, int]] = {}
+    for i, cohort in enumerate(table.cohorts):
+        pair = split_pair(cohort)
         rows = table.cohort == i
         if pair is not None and rows.any():
-            calls[pair[0]][0] += int(table.requests[rows].sum())
-            if stale_col is not None:
-                calls[pair[0]][1] += int(table.outcomes[rows, stale_col].sum())
+            n, k = calls.get(pair[0], (0, 0))
+            calls[pair[0]] = (n + int(table.requests[rows].sum()),
+                              k + (0 if col is None else int(table.outcomes[rows, col].sum())))
+    return {c: calls[c] for c in _ordered(set(calls))}
+
+
+def _judge_stale(calls: Mapping[str, tuple[int, int]], settings: JudgingSettings,
+                 ) -> tuple[CallerStale, ...]:
     tolerance = settings.tolerances.success_rate_drop_pp / 100.0
-    log_threshold = math.log(len(callers) / settings.alpha)  # α split over the callers
-    stale = tuple(_caller_stale(c, n, k, tolerance, log_threshold, settings.min_samples)
-                  for c, (n, k) in calls.items())
-    return PairMatrix(path, callers, callees, tuple(cells), stale)
+    log_threshold = math.log(max(1, len(calls)) / settings.alpha)  # α split over the callers
+    return tuple(_caller_stale(c, n, k, tolerance, log_threshold, settings.min_samples)
+                 for c, (n, k) in calls.items())
+
+
+def stale_by_caller(store_path: str, settings: JudgingSettings | Config, *, since: float,
+                    until: float) -> tuple[CallerStale, ...]:
+    """Stale routing per caller version over every relay path of a store, from the windows
+    that started at `since` or later and had ended by `until` (what `skewprobe inventory`
+    shows next to the skew bound), judged as the pair matrix judges it."""
+    if isinstance(settings, Config):
+        settings = JudgingSettings.from_config(settings)
+    store = Store.open(store_path, readonly=True)
+    try:
+        pairs = [c for c in store.cohorts() if split_pair(c) is not None]
+        if not pairs:
+            return ()
+        table = store.read_table(since=since, until=until, cohorts=pairs)
+    finally:
+        store.close()
+    table = table.select(table.start + table.length <= until + 1e-6)
+    return _judge_stale(_caller_counts(table), settings)
 
 
 def _caller_stale(caller: str, calls: int, stale: int, tolerance: float,
