@@ -288,17 +288,23 @@ def combine_states(states: Sequence[str]) -> str:
 
 
 def _reasons(matrix: PairMatrix) -> list[str]:
-    """Why a matrix did not pass, in lines for the verdict's `reasons` (fails first)."""
-    cells = [c for c in matrix.cells if c.verdict in (FAIL, INCONCLUSIVE)]
-    cells.sort(key=lambda c: c.verdict != FAIL)
-    out = [f"{matrix.path}: pair {pair_cohort(c.caller, c.callee)} {c.verdict}: "
-           f"{c.reason or 'no decision yet'}" for c in cells]
-    out += [f"{matrix.path}: stale routing seen from callers on {s.caller}: "
-            f"{s.share * 100:.1f} % of relay calls ({s.stale} of {s.calls}): {s.verdict}"
-            for s in matrix.stale if s.verdict == FAIL]
+    """Why a matrix did not pass, as lines of the verdict's `reasons`: every failing pair and
+    caller version when it fails, else the first undecided pair."""
+    def cells(state: str) -> list[str]:
+        return [f"{matrix.path}: pair {pair_cohort(c.caller, c.callee)} {state}: "
+                f"{c.reason or 'no decision yet'}" for c in matrix.cells if c.verdict == state]
+
     if matrix.verdict == FAIL:
-        return [r for r in out if f" {FAIL}" in r]
-    return out[:1] if matrix.verdict == INCONCLUSIVE else []
+        return [*cells(FAIL),
+                *(f"{matrix.path}: stale routing seen from callers on {s.caller}: "
+                  f"{s.share * 100:.1f} % of relay calls ({s.stale} of {s.calls}): {FAIL}"
+                  for s in matrix.stale if s.verdict == FAIL)]
+    if matrix.verdict == INCONCLUSIVE:
+        undecided = cells(INCONCLUSIVE) or [
+            f"{matrix.path}: stale routing from callers on {s.caller}: {INCONCLUSIVE}"
+            for s in matrix.stale if s.verdict == INCONCLUSIVE]
+        return undecided[:1] or [f"{matrix.path}: no pair to judge yet"]
+    return []
 
 
 @dataclass(frozen=True, slots=True)
