@@ -13,19 +13,19 @@ time and the same rate per protocol:
   in flight for HTTP/1.1, up to 4 streams for HTTP/2), per-request times from `--log-file`.
   h2load times from its actual send. Its quantiles are given twice: binned into the probe's
   histogram (like for like) and exact.
-- gRPC's reference is h2load too (nghttp2, C): the same unary `Echo` as an HTTP/2 POST
-  (`content-type: application/grpc`, `te: trailers`, an empty message behind its 5-byte
-  prefix), up to 4 streams, at the same rate. No gRPC C-core command-line client is
-  packaged here; h2load sends the identical request bytes and times the answer's end
-  (trailers), which is what a C-core client would time, without Python on either side.
-  (It does not read `grpc-status`; the probe's outcomes show the calls were OK.)
+- gRPC's reference is a C-core client, `benchmarks/grpc_ref/unary_client.cc` (grpc++'s
+  generic stub, one channel, one call at a time at the same rate, timed from its send to its
+  status), built here with Debian's `libgrpc++-dev` (`apt-get install libgrpc++-dev g++
+  pkg-config`). `--grpc-reference h2load` uses h2load instead (nghttp2, C): the same unary
+  `Echo` as an HTTP/2 POST (`content-type: application/grpc`, `te: trailers`, an empty message
+  behind its 5-byte prefix), up to 4 streams; it does not read `grpc-status`.
 - `--grpc-client grpcio` runs the probe's gRPC path on grpc.aio instead of its own HTTP/2
   client, `--http2-client httpcore` its HTTP/2 path on httpcore (set before `skewprobe run`
   starts, as the product has no config key for it yet).
 
 "minus delay" is the quantile minus the nominal injected delay: the server's, the loopback's
-and the client's overhead together. h2load's is the floor; the probe's minus h2load's is the
-probe's own addition. gRPC has no h2load counterpart (probe only).
+and the client's overhead together. The reference's is the floor; the probe's minus the
+reference's is the probe's own addition.
 
     .venv/bin/python benchmarks/fidelity.py                        # 20 ms, 20/s, 30 s
     .venv/bin/python benchmarks/fidelity.py --rate 50 --duration 20 --repeat 3
@@ -35,6 +35,7 @@ probe's own addition. gRPC has no h2load counterpart (probe only).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shutil
@@ -111,6 +112,34 @@ def _h2load(
                             stderr=subprocess.STDOUT, text=True)
 
 
+_REF_SOURCE = Path(__file__).resolve().parent / "grpc_ref" / "unary_client.cc"
+
+
+def _grpc_reference_binary() -> Path | None:
+    """The C-core reference client, built once per source version (None: no grpc++ here)."""
+    if shutil.which("g++") is None or shutil.which("pkg-config") is None:
+        return None
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "grpc++"], capture_output=True,
+                           text=True, check=False)
+    if flags.returncode != 0:
+        return None
+    digest = hashlib.sha256(_REF_SOURCE.read_bytes()).hexdigest()[:12]
+    binary = Path(tempfile.gettempdir()) / "skewprobe-bench" / f"unary_client-{digest}"
+    if not binary.exists():
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["g++", "-O2", "-std=c++17", str(_REF_SOURCE), "-o", str(binary),
+                        *flags.stdout.split()], check=True)
+    return binary
+
+
+def _grpc_reference(binary: Path, target: str, rate: float, duration: float, log: Path,
+                    core: int | None) -> subprocess.Popen[str]:
+    n = max(1, round(rate * duration))
+    cmd = [str(binary), target, "/skewprobe.target.v1.Target/Echo", str(n), f"{rate:g}", str(log)]
+    return subprocess.Popen(h.pinned(core, cmd), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
 def _h2load_seconds(log: Path) -> np.ndarray:
     """Per-request times (s) of completed requests from an h2load --log-file.
 
@@ -173,12 +202,17 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                        args.client_core)
             for v in ("1.1", "2")
         }
-        grpc_body = work / "echo.bin"
-        grpc_body.write_bytes(b"\x00\x00\x00\x00\x00")  # an empty EchoRequest, framed
-        loads["grpc"] = _h2load(
-            "grpc", f"http://{args.host}:{grpc_port}/skewprobe.target.v1.Target/Echo",
-            args.rate, args.duration, work / "h2load-grpc.log", args.client_core, grpc_body,
-        )
+        if args.grpc_reference == "h2load":
+            grpc_body = work / "echo.bin"
+            grpc_body.write_bytes(b"\x00\x00\x00\x00\x00")  # an empty EchoRequest, framed
+            loads["grpc"] = _h2load(
+                "grpc", f"http://{args.host}:{grpc_port}/skewprobe.target.v1.Target/Echo",
+                args.rate, args.duration, work / "h2load-grpc.log", args.client_core, grpc_body,
+            )
+        else:
+            loads["grpc"] = _grpc_reference(
+                args.grpc_reference_binary, f"{args.host}:{grpc_port}", args.rate,
+                args.duration, work / "h2load-grpc.log", args.client_core)
         h2load_out = {v: p.communicate(timeout=args.duration * 3 + 30)[0]
                       for v, p in loads.items()}
         # h2load ends a little after its last send; the probe's interval is the same span.
@@ -226,7 +260,8 @@ def _figures(
         q = binned.quantiles((0.5, 0.99)) if binned.count else (np.nan, np.nan)
         exact = (np.quantile(values, [0.5, 0.99], method="inverted_cdf")
                  if values.size else (np.nan, np.nan))
-        out["rows"][f"h2load {_NAMES.get(v, v)}"] = {
+        reference = args.grpc_reference if v == "grpc" else "h2load"
+        out["rows"][f"{reference} {_NAMES.get(v, v)}"] = {
             "n": int(values.size), "p50": float(q[0]), "p99": float(q[1]),
             "p50_exact": float(exact[0]), "p99_exact": float(exact[1]),
         }
@@ -245,16 +280,17 @@ def _ms(x: float) -> str:
 
 def report(runs: list[dict[str, Any]]) -> str:
     header = ["run", "client", "n", "p50 ms", "p99 ms", "p50 − delay", "p99 − delay",
-              "vs h2load p50", "vs h2load p99", "h2load exact p50/p99", "probe lag p50/p99 ms",
-              "loadavg"]
+              "vs reference p50", "vs reference p99", "reference exact p50/p99",
+              "probe lag p50/p99 ms", "loadavg"]
     rows = []
     for i, r in enumerate(runs, 1):
         d = r["delay_s"]
-        for name in ("probe http1", "h2load http1", "probe http2", "h2load http2", "probe grpc",
-                     "h2load grpc"):
+        for name in sorted(r["rows"], key=lambda n: (PATHS.index(n.split()[1]),
+                                                     not n.startswith("probe"))):
             x = r["rows"][name]
             proto = name.split()[1]
-            ref = r["rows"].get(f"h2load {proto}")
+            ref = next((v for k, v in r["rows"].items()
+                        if k.endswith(f" {proto}") and not k.startswith("probe")), None)
             vs = ("—", "—")
             if name.startswith("probe") and ref is not None:
                 vs = (f"{_ms(x['p50'] - ref['p50'])}", f"{_ms(x['p99'] - ref['p99'])}")
@@ -283,10 +319,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="the HTTP/2 client (lean)")
     ap.add_argument("--grpc-client", choices=("lean", "lean-h2", "grpcio"), default="lean",
                     help="the gRPC unary client (lean)")
+    ap.add_argument("--grpc-reference", choices=("grpc++", "h2load"), default="grpc++",
+                    help="gRPC's reference client: the C-core one built from grpc_ref/ (grpc++)"
+                         " or h2load sending the same request")
     ap.add_argument("--quick", action="store_true", help="a short run for run_all.py (15 s)")
     args = ap.parse_args(argv)
     if args.quick:
         args.duration = 15.0
+    if args.grpc_reference == "grpc++":
+        args.grpc_reference_binary = _grpc_reference_binary()
+        if args.grpc_reference_binary is None:
+            print("fidelity: no grpc++ to build the C-core reference (apt-get install "
+                  "libgrpc++-dev g++ pkg-config); using h2load for gRPC", file=sys.stderr)
+            args.grpc_reference = "h2load"
     if shutil.which("h2load") is None:
         print("fidelity: h2load not found (Debian package nghttp2-client)", file=sys.stderr)
         return 2

@@ -11,7 +11,9 @@ What real estates do, each as a scenario of its own and all together:
 - all: the three together;
 - one-pod canary: "all", with the canary stuck at one pod for the whole run;
 - bad nodes: two nodes fail 10 % of calls, whatever runs there: the first pod to move to
-  the canary and one pod that stays on the baseline (as the fleet test does on loopback).
+  the canary and one pod that stays on the baseline (as the fleet test does on loopback);
+- two-pod start: "independent", with two pods moving to the canary at once at the start, so
+  the rule that one pod does not fail a version does not wait for the second move.
 
 A rollout: 12 pods at 5 calls/s each (10 s windows), 4 hours; one pod restarts into the canary
 cohort every 10 minutes until 6 of 12 have (a restart is a new pod instance: it starts cold
@@ -69,6 +71,7 @@ class Scenario:
     bursts: bool = False
     one_pod: bool = False
     bad_nodes: bool = False
+    first_moves: int = 1  # pods moved to the canary together at the start
 
 
 SCENARIOS = (
@@ -79,6 +82,7 @@ SCENARIOS = (
     Scenario("all", hetero=True, cold=True, bursts=True),
     Scenario("one-pod canary (all)", hetero=True, cold=True, bursts=True, one_pod=True),
     Scenario("bad nodes", bad_nodes=True),
+    Scenario("two-pod start", first_moves=2),
 )
 
 
@@ -111,7 +115,7 @@ def simulate(rng: np.random.Generator, est: Estate, sc: Scenario, delta: float,
     ends = np.full(est.pods + moves, np.inf)
     canary = np.zeros(est.pods + moves, dtype=bool)
     for k in range(moves):
-        at = k * est.move_every_s
+        at = max(0, k - sc.first_moves + 1) * est.move_every_s
         ends[k] = at
         starts[est.pods + k] = at
         canary[est.pods + k] = True

@@ -22,6 +22,8 @@ for i in $(seq 1 "$runs"); do
     failed=$((failed + 1))
     echo "run $i: FAILED in $(( $(date +%s) - start )) s"
     grep -E "^(FAILED|ERROR)" "$work/run-$i.log" | sed 's/^/  /'
+    cp "$work/run-$i.log" "${TMPDIR:-/tmp}/stress-e2e-run-$i.log"  # kept: the clone is removed
+    echo "  log: ${TMPDIR:-/tmp}/stress-e2e-run-$i.log"
   fi
 done
 echo "failed $failed of $runs (two CPU hogs beside every run)"

@@ -22,8 +22,12 @@ cohorts moves p_t and the canary alike and cancels; windows without both cohorts
 out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
 
 - sampling: Σ_t N_ct·v_t·(1 + r²·N_ct/N_bt), the canary's calls and p_t's own noise, with
-  v_t from a smoothed window mean, never below the boundary's, so that a window without
-  errors does not claim zero variance;
+  v_t the per-call variance at H0's boundary, max(p(1−p), q(1−q)) at the baseline's window
+  mean smoothed toward its running mean (a window without errors does not claim zero
+  variance). The baseline alone sets it: a canary within tolerance varies no more than the
+  boundary, and a worse canary's own errors must not widen the yardstick they are measured
+  by (that slowed fails by the ratio of the pooled to the boundary variance, 1.75× at
+  +0.5 pp on 0.1 %);
 - pods: τ²·(Σ_i N_i² + r²·Σ_j W_j²), where N_i is canary pod i's calls and W_j the weight
   baseline pod j carries in the p_t's (Σ_t N_ct·n_jt/N_bt). τ² is the spread between pods
   of one cohort beyond sampling noise, estimated from both cohorts' pods (each against its
@@ -160,15 +164,17 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
         all_calls = calls_b + calls_c
         p_run = np.where(all_calls > 0, (sum_b + sum_c) / np.where(all_calls > 0, all_calls, 1),
                          0.0)
+        p_run_b = np.where(calls_b > 0, sum_b / np.where(calls_b > 0, calls_b, 1), 0.0)
     p_t = s_bt * inv_b
     q_t = np.clip(ratio * p_t + margin, 0.0, 1.0)
-    p_smooth = (s_bt + s_ct + _SMOOTH_CALLS * p_run) / (n_bt + n_ct + _SMOOTH_CALLS)
+    # The variance at H0's boundary, from the baseline alone (module docstring).
+    p_smooth = (s_bt + _SMOOTH_CALLS * p_run_b) / (n_bt + _SMOOTH_CALLS)
     q_smooth = np.clip(ratio * p_smooth + margin, 0.0, 1.0)
     v_t = np.maximum(p_smooth * (1.0 - p_smooth), q_smooth * (1.0 - q_smooth))
     v_t = np.maximum(v_t, 1e-9)
     # One scale for the whole track: the boundary's per-call variance at the running mean.
-    q_run = np.clip(ratio * p_run + margin, 0.0, 1.0)
-    sd2 = np.maximum(np.maximum(p_run * (1 - p_run), q_run * (1 - q_run)), 1e-9)
+    q_run = np.clip(ratio * p_run_b + margin, 0.0, 1.0)
+    sd2 = np.maximum(np.maximum(p_run_b * (1 - p_run_b), q_run * (1 - q_run)), 1e-9)
 
     nc, sc = n[canary], s[canary]
     nb, sb = n[base], s[base]

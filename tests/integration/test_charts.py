@@ -49,6 +49,7 @@ from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.metrics import ProbeMetrics
 from probes.verdict import judge
 from targets.profile import parse_profiles
+from targets.relay_config import parse_relay
 from targets.server import _args as target_args
 from targets.server import parse_hostport
 from tests.servers.asgi import serve_app
@@ -135,12 +136,15 @@ PROBE_VALUES: dict[str, dict[str, Any]] = {
     },
 }
 PROFILES = yaml.safe_load((ROOT / "targets/examples/profiles.yaml").read_text())
+RELAY = yaml.safe_load((ROOT / "targets/examples/relay-allowlist.yaml").read_text())
 TARGET_VALUES: dict[str, dict[str, Any]] = {
     "default": {},
     "profiles-linkerd": {"mesh": "linkerd", "profiles": PROFILES, "emulatedVersion": "1.21.0",
                          "podDisruptionBudget": {"enabled": True}},
     "istio-revision": {"istio": {"revision": "1-21-0",
                                  "proxyConfig": {"terminationDrainDuration": "20s"}}},
+    "relay-profiles": {"profiles": PROFILES, "emulatedVersion": "1.21.0",
+                       "relay": RELAY["relay"]},
 }
 
 
@@ -1063,7 +1067,10 @@ def test_target_is_injected_hardened_and_its_args_parse(name: str) -> None:
     (container,) = spec["containers"]
     _hardened(container["securityContext"])
     assert container["command"] == ["python", "-m", "targets.server"]
-    argv = [a.replace("$(POD_NAME)", "target-0") for a in container["args"]]
+    argv = [a.replace("$(POD_NAME)", "target-0").replace("$(POD_NAMESPACE)", "platform-test")
+            for a in container["args"]]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     args = target_args(argv)  # the target's own parser
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert parse_hostport(args.http) == ("0.0.0.0", ports["http"])
@@ -1073,13 +1080,41 @@ def test_target_is_injected_hardened_and_its_args_parse(name: str) -> None:
     assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
         "http": "http", "grpc": "grpc"}
     assert service["spec"]["selector"].items() <= meta["labels"].items()
+    assert args.namespace == "platform-test"
+    # Each file the target is given is in the projected config volume, from its ConfigMap,
+    # and parses with the target's own parser.
+    files = {key: doc["metadata"]["name"] for doc in docs if doc["kind"] == "ConfigMap"
+             for key in doc["data"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    projected = ({s["configMap"]["name"] for s in volumes["config"]["projected"]["sources"]}
+                 if "config" in volumes else set())
+    assert projected == set(files.values())
     if "profiles" in values:
-        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-        assert Path(args.profiles).parent == Path(mounts["profiles"])
-        text = one(docs, "ConfigMap")["data"]["profiles.yaml"]
+        assert Path(args.profiles) == Path(mounts["config"]) / "profiles.yaml"
+        text = data(docs, files["profiles.yaml"])["profiles.yaml"]
         assert parse_profiles(text).profile(args.version).version == args.version
     else:
         assert args.profiles is None
+    if "relay" in values:
+        assert Path(args.relay) == Path(mounts["config"]) / "relay.yaml"
+        relay = parse_relay(data(docs, files["relay.yaml"])["relay.yaml"])
+        assert set(relay.destinations) == set(values["relay"]["destinations"])
+    else:
+        assert args.relay is None and "relay.yaml" not in files
+
+
+def data(docs: list[dict[str, Any]], configmap: str) -> dict[str, str]:
+    (doc,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == configmap]
+    return dict(doc["data"])
+
+
+@needs_helm
+def test_target_relay_without_destinations_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(json.dumps({"relay": {"timeout": "2s"}}))
+    out = _helm("template", "t", str(ROOT / TARGET), "-f", str(path))
+    assert out.returncode != 0 and "relay needs destinations" in out.stderr, out.stderr
 
 
 @needs_helm

@@ -141,11 +141,13 @@ class Windows:
 
     def __init__(self) -> None:
         self.requests: Counter[tuple[str, str]] = Counter()
+        self.latest_end = 0.0  # the end of the newest window written: "now" for a verdict
         self._written = asyncio.Event()
 
     def on_window(self, windows: Sequence[PathWindow]) -> None:
         for w in windows:
             self.requests[w.path, w.cohort] += w.requests
+            self.latest_end = max(self.latest_end, w.start + w.length)
         self._written.set()
 
     async def next(self) -> None:

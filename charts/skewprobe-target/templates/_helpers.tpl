@@ -46,3 +46,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- toYaml .Values.profiles }}
 {{- end }}
+
+{{/* The relay's allowlist file: the chart's `relay` values under the file's `relay:` key. */}}
+{{- define "skewprobe-target.relay" -}}
+{{- if not .Values.relay.destinations }}
+{{- fail "relay needs destinations (the allowlist); leave relay empty to turn the relay off" }}
+{{- end }}
+{{- toYaml (dict "relay" .Values.relay) }}
+{{- end }}
