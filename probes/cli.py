@@ -240,15 +240,19 @@ def _verdict(args: argparse.Namespace) -> int:
         import dataclasses
 
         from probes.config import load_config
+        from probes.pairs import prometheus_without_pairs
         from probes.store.prometheus import PrometheusSettings
         from probes.verdict_service import compute_prometheus_verdict
 
         # The config's prometheus: keys (selector, step, headers ...), with this URL.
-        base = load_config(args.config).prometheus if args.config else None
+        full = load_config(args.config) if args.config else None
+        base = full.prometheus if full is not None else None
         prom = dataclasses.replace(base or PrometheusSettings(url=""), url=args.prometheus)
         if args.selector is not None:
             prom = dataclasses.replace(prom, selector=args.selector)
-        result = compute_prometheus_verdict(prom, config, **query)
+        relays = [] if full is None else [p.name for p in full.paths if p.relay is not None]
+        result = prometheus_without_pairs(compute_prometheus_verdict(prom, config, **query),
+                                          relays)
         emit(json.dumps(result, indent=2) if args.json else format_table(result))
         return _VERDICT_EXIT[result["verdict"]]
     return _store_verdict(args, config, query)
@@ -257,45 +261,12 @@ def _verdict(args: argparse.Namespace) -> int:
 def _store_verdict(args: argparse.Namespace, config: Any, query: dict[str, Any]) -> int:
     """The verdict from a store: direct paths as before; each relay path as its caller ×
     callee matrix (`probes.pairs`), whose failing pair fails the whole verdict."""
-    from probes.pairs import format_matrix, pair_matrix, relay_paths
-    from probes.store import Store
-    from probes.verdict_service import compute_verdict, format_table
+    from probes.pairs import store_verdict
+    from probes.verdict_service import format_table
 
-    relays = relay_paths(args.store)
-    asked = args.path
-    direct: list[str] | None = None  # None: every path, as without relay paths
-    if asked:
-        direct = [p for p in asked if p not in relays]
-    elif relays:
-        store = Store.open(args.store, readonly=True)
-        try:
-            direct = [p for p in store.paths() if p not in relays]
-        finally:
-            store.close()
-    matrices = [pair_matrix(args.store, config, path=p, now=query["now"], since=args.since)
-                for p in relays if not asked or p in asked]
-    result: dict[str, Any] = {}
-    if direct is None or direct:
-        result = dict(compute_verdict(args.store, config, **{**query, "path": direct}))
-    overall = _combine_states([*([result["verdict"]] if result else []),
-                               *(m.verdict for m in matrices)])
-    if args.json:
-        doc: dict[str, Any] = {**result, "verdict": overall}
-        if matrices:
-            doc["pairs"] = [m.to_json() for m in matrices]
-        emit(json.dumps(doc, indent=2))
-    else:
-        parts = [format_table(result)] if result else []
-        parts += [format_matrix(m) for m in matrices]
-        emit("\n\n".join(parts))
-    return _VERDICT_EXIT[overall]
-
-
-def _combine_states(states: list[str]) -> str:
-    """fail if any fails, pass if all pass, else inconclusive (none: inconclusive)."""
-    if "fail" in states:
-        return "fail"
-    return "pass" if states and all(s == "pass" for s in states) else "inconclusive"
+    judged = store_verdict(args.store, config, **query)
+    emit(json.dumps(judged.to_json(), indent=2) if args.json else judged.format(format_table))
+    return _VERDICT_EXIT[judged.verdict]
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ regresses one path (`/api/checkout`: +1 pp errors, every request retried once by
 sidecar) and leaves the others alone; then the rollout holds, as a staged rollout pauses for
 its gate. The probe follows the fleet's endpoints file, probes every path on every pod,
 prints live progress, and ends with the per-path, per-cohort table and the verdict.
+
+With emulated sidecars every pod is also a relay pod (`--relay`): the `relay-inventory`
+path asks each pod to call the service's `/api/inventory` through its own outbound side,
+whose retries are its version's (1.21.0 retries 503 twice), so the verdict and the report
+show the caller × callee pair matrix, and the new callers fail on attempts.
 """
 
 from __future__ import annotations
@@ -22,14 +27,16 @@ from pathlib import Path
 
 from probes._exceptions import BadInput, SkewprobeError
 from probes._spec import Config
+from probes._types import split_pair
 from probes.config import parse_config
 from probes.discovery.changes import RESTART
+from probes.pairs import store_verdict
 from probes.report.cli import write_report
 from probes.report.summary import format_figures, summarise
 from probes.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from probes.store.lock import WriterLock
-from probes.verdict_service import compute_verdict, format_table
+from probes.verdict_service import format_table
 
 __all__ = [
     "run_demo",
@@ -74,6 +81,19 @@ paths:
       per_endpoint: 2
     port: grpc
     timeout: 2s
+"""
+# Through each pod's own outbound side (emulated sidecars only): a pair matrix.
+_RELAY_PATH = """\
+  - name: relay-inventory
+    relay: {destination: inventory, callees: {service: checkout}}
+    rate: 3/s
+    timeout: 1s
+"""
+_ALLOWLIST = """\
+relay:
+  timeout: 500ms
+  destinations:
+    inventory: {http: {url: "http://checkout.demo.svc:18080/api/inventory"}, service: checkout}
 """
 
 
@@ -120,10 +140,16 @@ async def _demo(
     batches = max(1, restarts // BATCH)
     interval = rollout_s / batches
     duration = ROLLOUT_AFTER_S + rollout_s + HOLD_S
-    config = parse_config(_CONFIG.format(endpoints=endpoints), file="<demo config>")
+    relay = proxy != "haproxy"  # the fleet's relay has an emulated outbound side
+    text = _CONFIG.format(endpoints=endpoints) + (_RELAY_PATH if relay else "")
+    config = parse_config(text, file="<demo config>")
     sidecar = (
         ["--sidecar", "haproxy"] if proxy == "haproxy" else ["--profiles", str(_profiles())]
     )
+    if relay:
+        allowlist = workdir / "relay.yaml"
+        allowlist.write_text(_ALLOWLIST)
+        sidecar += ["--relay", str(allowlist)]
     fleet = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "targets.fleet",
         "--pods", str(pods), "--from", BASELINE, "--to", CANARY,
@@ -174,8 +200,10 @@ async def _progress(runner: ProbeRunner, started: float, quiet: bool) -> None:
         errors = Counter(recorder.errors_by_cohort)
         delta_calls = calls - last_by_cohort
         delta_errors = errors - last_errors
+        # Per proxy version; the relay path's pair cohorts are the matrix's, at the end.
         per_cohort = "  ".join(
             f"{c}: {100 * delta_errors[c] / n:.1f}% errors" for c, n in sorted(delta_calls.items())
+            if split_pair(c) is None
         )
         pods = " ".join(f"{v}={n}" for v, n in sorted(versions.items()))
         rate = (recorder.calls - last_calls) / 5.0
@@ -208,10 +236,12 @@ def _finish(store_path: str, config: Config, lifetimes: list[str], out: str) -> 
         print(f"event {stamp} {event.kind} {event.path} cohort {event.cohort}: "
               f"{dict(event.detail)}")
     # The probe has stopped: judge the windows it wrote, leaving out any it wrote overloaded.
-    result = compute_verdict(store_path, config, now=time.time(), overload=None)
+    judged = store_verdict(store_path, config, now=time.time(), overload=None)
+    result = judged.to_json()
     print()
-    print(f"verdict, {result['canary']} (canary) against {result['baseline']} (baseline):")
-    print(format_table(result))
+    print(f"verdict, {result['canary']} (canary) against {result['baseline']} (baseline)"
+          + ("; relay paths as caller × callee pairs" if judged.matrices else "") + ":")
+    print(judged.format(format_table))
     span = Store.open(store_path, readonly=True)
     try:
         first_last = span.time_range()

@@ -5,7 +5,9 @@ Two sources:
   pod with its revision-aware skew verdict. Exit 4 when the API does not answer.
 - `--store PATH` reports the latest inventory snapshot a running probe wrote (or the one in
   force `--at` a time, for a postmortem), judged against `--control-plane`, else the
-  config's `control_plane_version`, else the control plane the probe recorded.
+  config's `control_plane_version`, else the control plane the probe recorded; next to the
+  skew bound, the stale routing each caller version's relay calls showed in the hour
+  before (`probes.pairs.stale_by_caller`).
 
 `--control-plane VERSION` judges skew against a version you are about to install:
 the report names the pods that upgrade would leave outside the supported skew.
@@ -29,8 +31,8 @@ from probes.discovery.meshes import NONE, ControlPlane
 from probes.inventory import report_from_pods, report_from_rows
 
 __all__ = [
-    "CONTROL_PLANE_EVENT", "add_inventory_parser", "format_report", "planes_from_detail",
-    "run_inventory",
+    "CONTROL_PLANE_EVENT", "STALE_LOOKBACK_S", "add_inventory_parser", "format_report",
+    "planes_from_detail", "run_inventory",
 ]
 
 # The store event a running probe writes when the control plane it sees changes
@@ -117,7 +119,29 @@ def _from_store(args: argparse.Namespace) -> dict[str, Any]:
         else:
             events = store.read_events(until=snapshot.at + 1e-6, kinds=[CONTROL_PLANE_EVENT])
             planes = planes_from_detail(events[-1].detail) if events else ()
-    return report_from_rows(snapshot.rows, planes, policy, at=snapshot.at)
+    report = report_from_rows(snapshot.rows, planes, policy, at=snapshot.at)
+    report["stale_routing"] = _stale_routing(args, at)
+    return report
+
+
+# Stale routing is read over the hour before the report's time: recent enough to be how
+# callers route now, long enough for thousands of relay calls at a path's usual 1/s per pod.
+STALE_LOOKBACK_S = 3600.0
+
+
+def _stale_routing(args: argparse.Namespace, at: float) -> dict[str, Any] | None:
+    """Stale routing per caller version from the store's relay windows of the hour before
+    `at` (None: the store has no relay windows then)."""
+    from probes._timeparse import rfc3339
+    from probes.pairs import stale_by_caller
+    from probes.verdict_service import load_judging_config
+
+    since = at - STALE_LOOKBACK_S
+    seen = stale_by_caller(args.store, load_judging_config(args.config), since=since, until=at)
+    if not seen:
+        return None
+    return {"since": rfc3339(since), "until": rfc3339(at),
+            "callers": [s.to_json() for s in seen]}
 
 
 def planes_from_detail(detail: Mapping[str, Any]) -> tuple[ControlPlane, ...]:
@@ -230,4 +254,20 @@ def format_report(report: Mapping[str, Any], *, limit: int = 20) -> str:
         lines.append("skew: every pod with a proxy is within the supported skew")
     if skew.get("not_judged"):
         lines.append(f"  ({skew['not_judged']} pods with a version that cannot be compared)")
+    lines += _stale_lines(report.get("stale_routing"))
     return "\n".join(lines)
+
+
+def _stale_lines(stale: Mapping[str, Any] | None) -> list[str]:
+    """Next to the skew bound: the share of relay calls each caller version routed to pods
+    that were gone (`stale_endpoint`), where any did."""
+    if not stale:
+        return []
+    when = f"from {stale['since']} to {stale['until']}"
+    seen = [c for c in stale["callers"] if c["stale"] or c["verdict"] == "fail"]
+    if not seen:
+        calls = sum(c["calls"] for c in stale["callers"])
+        return [f"stale routing: none seen in {calls:,} relay calls {when}"]
+    return [f"stale routing seen from callers on {c['caller']}: {c['share'] * 100:.1f} % of "
+            f"relay calls ({c['stale']:,} of {c['calls']:,} {when}): {c['verdict']}"
+            for c in seen]

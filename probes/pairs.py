@@ -20,19 +20,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from probes._spec import Config
+from probes._timeparse import parse_time
 from probes._types import Outcome, pair_cohort, split_pair
 from probes.stats.bounded import mean_cs
 from probes.stats.cohorts import version_key
 from probes.store import Store
-from probes.verdict_service import JudgingSettings, compute_verdict, verdict_from_source
+from probes.store.table import WindowTable
+from probes.verdict_cache import VerdictCache
+from probes.verdict_service import (
+    FROM_STORE,
+    JudgingSettings,
+    _Overload,
+    compute_verdict,
+    verdict_from_source,
+    with_doubts,
+)
 
-__all__ = ["CallerStale", "PairCell", "PairMatrix", "format_matrix", "pair_matrix",
-           "relay_paths"]
+__all__ = ["CallerStale", "PairCell", "PairMatrix", "PairedVerdict", "combine_states",
+           "format_matrix", "pair_matrix", "prometheus_without_pairs", "relay_paths",
+           "stale_by_caller", "store_verdict"]
 
 FAIL, PASS, INCONCLUSIVE, BASELINE = "fail", "pass", "inconclusive", "baseline"
 _METRICS = (("success_rate", "success"), ("latency_p99_ms", "p99_ms"),
@@ -113,36 +124,39 @@ def relay_paths(store_path: str) -> list[str]:
     """The paths in a store whose cohorts are pairs (relay paths), by name."""
     store = Store.open(store_path, readonly=True)
     try:
-        table = store.read_table()
+        pairs = [c for c in store.cohorts() if split_pair(c) is not None]
+        # Only the pair cohorts' rows: a store without relay paths reads no windows.
+        table = store.read_table(cohorts=pairs) if pairs else None
     finally:
         store.close()
-    found: set[str] = set()
-    for i, cohort in enumerate(table.cohorts):
-        if split_pair(cohort) is not None:
-            rows = table.cohort == i
-            found.update(table.paths[p] for p in set(table.path[rows].tolist()))
-    return sorted(found)
+    if table is None:
+        return []
+    return sorted({table.paths[p] for p in set(table.path.tolist())})
 
 
 def pair_matrix(
     store_path: str, settings: JudgingSettings | Config, *, path: str, now: float,
     since: str | None = None, every_window: bool = False,
+    overload: str | _Overload | None = FROM_STORE,
 ) -> PairMatrix:
     """Judge every pair of `path` against its old-old pair, from the store at `store_path`.
 
     As `skewprobe verdict` judges, windows written while the probe was overloaded are left
     out; `every_window` judges every window it wrote (for tests about pairs, not about a
-    loaded machine's overload rule, as `verdict_from_source` is used elsewhere)."""
+    loaded machine's overload rule, as `verdict_from_source` is used elsewhere). `overload`
+    as `compute_verdict` takes it (a running probe knows its own)."""
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
+    since_t = parse_time(since, now=now) if since else None
     store = Store.open(store_path, readonly=True)
     try:
-        table = store.read_table(paths=[path])
-        windows = store.read_windows(paths=[path])
+        table = store.read_table(since=since_t, until=now, paths=[path])
     finally:
         store.close()
-    pairs = {p for c in set(table.cohort.tolist())
-             if (p := split_pair(table.cohorts[c])) is not None}
+    # Only the windows that had ended by `now`, as the verdict reads them (`--at`).
+    table = table.select(table.start + table.length <= now + 1e-6)
+    of_cohort = [split_pair(c) for c in table.cohorts]
+    pairs = {p for c in set(table.cohort.tolist()) if (p := of_cohort[c]) is not None}
     callers = _ordered({a for a, _ in pairs})
     callees = _ordered({b for _, b in pairs})
     if not pairs:
@@ -161,7 +175,7 @@ def pair_matrix(
             with Store.open(store_path, readonly=True) as source:
                 result = verdict_from_source(source, share, **query)
         else:
-            result = compute_verdict(store_path, share, **query)
+            result = compute_verdict(store_path, share, overload=overload, **query)
         judged = (result.get("paths") or [{}])[0]
         metrics = judged.get("metrics", {})
         samples = judged.get("samples", {})
@@ -177,17 +191,51 @@ def pair_matrix(
         ))
     figures = {short: base_figures.get(short) for _, short in _METRICS}
     cells.insert(0, PairCell(*base, BASELINE, base_requests, figures))
-    calls: dict[str, list[int]] = {c: [0, 0] for c in callers}
-    for w in windows:
-        pair = split_pair(w.cohort)
-        if pair is not None:
-            calls[pair[0]][0] += w.requests
-            calls[pair[0]][1] += w.outcomes.get(Outcome.STALE_ENDPOINT, 0)
-    tolerance = settings.tolerances.success_rate_drop_pp / 100.0
-    log_threshold = math.log(len(callers) / settings.alpha)  # α split over the callers
-    stale = tuple(_caller_stale(c, n, k, tolerance, log_threshold, settings.min_samples)
-                  for c, (n, k) in calls.items())
+    stale = _judge_stale(_caller_counts(table), settings)
     return PairMatrix(path, callers, callees, tuple(cells), stale)
+
+
+def _caller_counts(table: WindowTable) -> dict[str, tuple[int, int]]:
+    """Relay calls and `stale_endpoint` calls per caller version, over every pair cohort in
+    `table` (callers oldest first)."""
+    col = (table.outcome_names.index(Outcome.STALE_ENDPOINT)
+           if Outcome.STALE_ENDPOINT in table.outcome_names else None)
+    calls: dict[str, tuple[int, int]] = {}
+    for i, cohort in enumerate(table.cohorts):
+        pair = split_pair(cohort)
+        rows = table.cohort == i
+        if pair is not None and rows.any():
+            n, k = calls.get(pair[0], (0, 0))
+            calls[pair[0]] = (n + int(table.requests[rows].sum()),
+                              k + (0 if col is None else int(table.outcomes[rows, col].sum())))
+    return {c: calls[c] for c in _ordered(set(calls))}
+
+
+def _judge_stale(calls: Mapping[str, tuple[int, int]], settings: JudgingSettings,
+                 ) -> tuple[CallerStale, ...]:
+    tolerance = settings.tolerances.success_rate_drop_pp / 100.0
+    log_threshold = math.log(max(1, len(calls)) / settings.alpha)  # α split over the callers
+    return tuple(_caller_stale(c, n, k, tolerance, log_threshold, settings.min_samples)
+                 for c, (n, k) in calls.items())
+
+
+def stale_by_caller(store_path: str, settings: JudgingSettings | Config, *, since: float,
+                    until: float) -> tuple[CallerStale, ...]:
+    """Stale routing per caller version over every relay path of a store, from the windows
+    that started at `since` or later and had ended by `until` (what `skewprobe inventory`
+    shows next to the skew bound), judged as the pair matrix judges it."""
+    if isinstance(settings, Config):
+        settings = JudgingSettings.from_config(settings)
+    store = Store.open(store_path, readonly=True)
+    try:
+        pairs = [c for c in store.cohorts() if split_pair(c) is not None]
+        if not pairs:
+            return ()
+        table = store.read_table(since=since, until=until, cohorts=pairs)
+    finally:
+        store.close()
+    table = table.select(table.start + table.length <= until + 1e-6)
+    return _judge_stale(_caller_counts(table), settings)
 
 
 def _caller_stale(caller: str, calls: int, stale: int, tolerance: float,
@@ -231,3 +279,109 @@ def format_matrix(matrix: PairMatrix) -> str:
               f" calls ({s.stale} of {s.calls}): {s.verdict}"
               for s in matrix.stale if s.stale or s.verdict == FAIL]
     return "\n".join([*lines, f"pairs verdict: {matrix.verdict}"])
+
+
+def combine_states(states: Sequence[str]) -> str:
+    """fail if any fails, pass if all pass, else inconclusive (none: inconclusive)."""
+    if FAIL in states:
+        return FAIL
+    return PASS if states and all(s == PASS for s in states) else INCONCLUSIVE
+
+
+def _reasons(matrix: PairMatrix) -> list[str]:
+    """Why a matrix did not pass, as lines of the verdict's `reasons`: every failing pair and
+    caller version when it fails, else the first undecided pair."""
+    def cells(state: str) -> list[str]:
+        return [f"{matrix.path}: pair {pair_cohort(c.caller, c.callee)} {state}: "
+                f"{c.reason or 'no decision yet'}" for c in matrix.cells if c.verdict == state]
+
+    if matrix.verdict == FAIL:
+        return [*cells(FAIL),
+                *(f"{matrix.path}: stale routing seen from callers on {s.caller}: "
+                  f"{s.share * 100:.1f} % of relay calls ({s.stale} of {s.calls}): {FAIL}"
+                  for s in matrix.stale if s.verdict == FAIL)]
+    if matrix.verdict == INCONCLUSIVE:
+        undecided = cells(INCONCLUSIVE) or [
+            f"{matrix.path}: stale routing from callers on {s.caller}: {INCONCLUSIVE}"
+            for s in matrix.stale if s.verdict == INCONCLUSIVE]
+        return undecided[:1] or [f"{matrix.path}: no pair to judge yet"]
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class PairedVerdict:
+    """A store's verdict with its relay paths: `direct`, the verdict JSON of the other paths
+    (None when every path asked is a relay path), and a matrix per relay path. A failing
+    pair fails the whole; a pass needs every path and every matrix to pass."""
+
+    direct: Mapping[str, Any] | None
+    matrices: tuple[PairMatrix, ...]
+
+    @property
+    def verdict(self) -> str:
+        return combine_states([*([self.direct["verdict"]] if self.direct else []),
+                               *(m.verdict for m in self.matrices)])
+
+    def to_json(self) -> dict[str, Any]:
+        """The verdict JSON; `pairs` added (one matrix per relay path) when there are any."""
+        doc: dict[str, Any] = dict(self.direct) if self.direct else {
+            "verdict": INCONCLUSIVE, "baseline": None, "canary": None,
+            "window": {"from": None, "to": None}, "paths": [], "reasons": []}
+        if not self.matrices:
+            return doc
+        pair_reasons = [r for m in self.matrices for r in _reasons(m)]
+        return {**doc, "verdict": self.verdict,
+                "reasons": [*pair_reasons, *doc.get("reasons", [])],
+                "pairs": [m.to_json() for m in self.matrices]}
+
+    def format(self, table: Callable[[Mapping[str, Any]], str]) -> str:
+        """The text form: `table` of the direct paths, then each matrix."""
+        parts = [table(self.direct)] if self.direct else []
+        parts += [format_matrix(m) for m in self.matrices]
+        return "\n\n".join(parts)
+
+
+def store_verdict(
+    store_path: str, settings: JudgingSettings | Config, *,
+    path: str | Sequence[str] | None = None, baseline: str | None = None,
+    canary: str | None = None, since: str | None = None, now: float,
+    overload: str | _Overload | None = FROM_STORE, cache: VerdictCache | None = None,
+) -> PairedVerdict:
+    """What `skewprobe verdict --store`, `GET /verdict` and `POST /gate` judge: the direct
+    paths as `compute_verdict` does (through the running probe's `cache`, if given), each
+    relay path as its matrix (`pair_matrix`)."""
+    relays = relay_paths(store_path)
+    asked = [path] if isinstance(path, str) else list(path or [])
+    direct: list[str] | None = None  # None: every path, as in a store without relay paths
+    if asked:
+        direct = [p for p in asked if p not in relays]
+    elif relays:
+        store = Store.open(store_path, readonly=True)
+        try:
+            direct = [p for p in store.paths() if p not in relays]
+        finally:
+            store.close()
+    matrices = tuple(pair_matrix(store_path, settings, path=p, now=now, since=since,
+                                 overload=overload)
+                     for p in relays if not asked or p in asked)
+    result = None
+    if direct is None or direct:
+        result = compute_verdict(store_path, settings, path=direct, baseline=baseline,
+                                 canary=canary, since=since, now=now, overload=overload,
+                                 cache=cache)
+    return PairedVerdict(result, matrices)
+
+
+def prometheus_without_pairs(result: Mapping[str, Any], relay: Collection[str]
+                             ) -> Mapping[str, Any]:
+    """A verdict judged from Prometheus, whose series this module does not read per pair:
+    each relay path in `relay` is listed under `pairs` as not judged, and the verdict can
+    no longer pass (never a silent pass over a relay path)."""
+    if not relay:
+        return result
+    why = ("the pair matrix is judged from one probe's store (skewprobe verdict --store, or "
+           "that probe's /verdict), not from Prometheus")
+    doubts = [f"relay path(s) {', '.join(sorted(relay))} not judged: {why}"]
+    return {**with_doubts(result, doubts),
+            "pairs": [{"path": p, "verdict": INCONCLUSIVE, "callers": [], "callees": [],
+                       "cells": [], "stale": [], "reason": why} for p in sorted(relay)]}

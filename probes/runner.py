@@ -44,16 +44,12 @@ from probes.measure.cost import cpu_limit_cores, estimate
 from probes.measure.overload import OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
+from probes.pairs import prometheus_without_pairs, store_verdict
 from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
 from probes.verdict_cache import VerdictCache
-from probes.verdict_service import (
-    FROM_STORE,
-    compute_prometheus_verdict,
-    compute_verdict,
-    verdict_time,
-)
+from probes.verdict_service import FROM_STORE, compute_prometheus_verdict, verdict_time
 
 __all__ = [
     "ProbeRunner",
@@ -346,12 +342,13 @@ class ProbeRunner:
         except SkewprobeError as exc:
             log.warning("verdict not computed: %s", exc)
             if self.last_verdict is not None:
-                for path in self.last_verdict.get("paths", []):
+                for path in [*self.last_verdict.get("paths", []),
+                             *self.last_verdict.get("pairs", [])]:
                     self.metrics.set_verdict(path["path"], "inconclusive")
                 self.metrics.set_verdict(OVERALL, "inconclusive")
             return
         self.last_verdict = result
-        for path in result.get("paths", []):
+        for path in [*result.get("paths", []), *result.get("pairs", [])]:
             self.metrics.set_verdict(path["path"], path["verdict"])
         self.metrics.set_verdict(OVERALL, result["verdict"])
 
@@ -389,14 +386,18 @@ class ProbeRunner:
         query_args["now"] = verdict_time(at, now=time.time())
         if self.config.source == "prometheus":
             assert self.config.prometheus is not None  # the schema requires it
-            return await asyncio.to_thread(functools.partial(
+            result = await asyncio.to_thread(functools.partial(
                 compute_prometheus_verdict, self.config.prometheus, self.config, **query_args
             ))
-        return await asyncio.to_thread(functools.partial(
-            compute_verdict, self.options.store_path, self.config,
+            return prometheus_without_pairs(
+                result, [p.name for p in self.config.paths if p.relay is not None])
+        # Relay paths as their caller × callee matrices, as `skewprobe verdict` shows them.
+        judged = await asyncio.to_thread(functools.partial(
+            store_verdict, self.options.store_path, self.config,
             overload=self.overload.reason if at is None else FROM_STORE,
             cache=self.verdict_cache if at is None else None, **query_args,
         ))
+        return judged.to_json()
 
     async def _serve_api(self) -> None:
         assert self._api_socket is not None

@@ -46,7 +46,9 @@ from typing import Final, Protocol
 
 from probes._exceptions import BadInput, SkewprobeError
 from probes._timeparse import parse_duration
+from targets.meshview import EmulatedMesh
 from targets.profile import Faults, ProfileSet, VersionProfile, load_profiles
+from targets.relay_config import RelayConfig, load_relay
 from targets.server import TargetServer, hostport
 
 ORDERS = ("ordinal", "reverse", "random")
@@ -57,6 +59,8 @@ class EventKind:
     RESTART_STARTED: Final = "restart_started"
     RESTART_FINISHED: Final = "restart_finished"
     ROLLOUT_FINISHED: Final = "rollout_finished"
+    POD_ADDED: Final = "pod_added"  # scaled up: a new pod, on a new address
+    POD_REMOVED: Final = "pod_removed"  # scaled down: the pod is gone with its address
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +164,14 @@ class Fleet:
     `bad_nodes` maps a pod's ordinal to an error rate its node adds to every route, whatever
     the version and across restarts (the pod keeps its host): sick pods that are not the
     version's fault, in either cohort, as a bad node or a noisy neighbour makes them.
+
+    `relay` makes every pod a relay pod with that allowlist, its outbound side that of its
+    proxy version: the retries of the version's profile (`outbound`) and the endpoint view
+    `mesh` keeps for that version (`targets.meshview.EmulatedMesh`; default: one whose
+    control plane runs `version`). The fleet pushes its published endpoints to `mesh` as
+    `service`'s list, so a caller whose version falls outside the control plane's skew
+    (`mesh.move_control_plane`) keeps routing by the last list it took: after a `scale`
+    down, to addresses no pod holds.
     """
 
     def __init__(
@@ -181,6 +193,8 @@ class Fleet:
         wall_clock: Callable[[], float] = time.time,
         sidecar: SidecarFactory | None = None,
         bad_nodes: Mapping[int, float] | None = None,
+        relay: RelayConfig | None = None,
+        mesh: EmulatedMesh | None = None,
     ):
         if pods < 1:
             raise BadInput("a fleet needs at least one pod")
@@ -193,12 +207,19 @@ class Fleet:
         if any(not 0.0 <= rate <= 1.0 for rate in (bad_nodes or {}).values()):
             raise BadInput("a bad node's error rate lies in [0, 1]")
         self._bad_nodes = dict(bad_nodes or {})
+        if relay is not None and sidecar is not None:
+            raise BadInput("the fleet's relay has an emulated outbound side; a real one is "
+                           "targets.haproxy_outbound")
+        self._relay = relay
+        self.mesh = mesh if mesh is not None or relay is None else EmulatedMesh(version)
         self.namespace = namespace
         self.service = service
         self.drain_s = drain_s
         self.notice_s = notice_s
         self._profiles = profiles
+        self._base_host = base_host
         self._hosts = pod_hosts(base_host, pods)
+        self._ordinals = list(range(pods))  # names and seeds: a new pod never takes an old name
         self._http_port = http_port
         self._grpc_port = grpc_port
         self._endpoints_file = Path(endpoints_file) if endpoints_file is not None else None
@@ -206,6 +227,7 @@ class Fleet:
         self._keep_alive_s = keep_alive_s
         self._wall = wall_clock
         self._initial = self.profile(version)
+        self._template = version  # what a scale-up starts: the last rollout's version
         self._servers: list[Pod] = []
         self._published: list[bool] = []
         self._start_times: list[str] = []  # each pod's start, as Kubernetes' status.startTime
@@ -274,7 +296,7 @@ class Fleet:
         self._started = True
         http_port, grpc_port = self._http_port, self._grpc_port
         try:
-            for i, host in enumerate(self._hosts):
+            for i, host in zip(self._ordinals, self._hosts, strict=True):
                 server = self._new_server(i, host, self._initial, http_port, grpc_port)
                 await server.start()
                 self._servers.append(server)
@@ -303,6 +325,9 @@ class Fleet:
             pod=f"{self.service}-{i}",
             seed=None if self._seed is None else self._seed * 1_000_003 + i,
             keep_alive_s=self._keep_alive_s,
+            # A relay pod says who it is (its answer's `caller`), and routes by its view.
+            namespace=self.namespace if self._relay is not None else "", relay=self._relay,
+            relay_view=None if self.mesh is None else self.mesh.view(profile.version),
         )
 
     async def stop(self, drain_s: float = 0.0) -> None:
@@ -338,7 +363,8 @@ class Fleet:
             self._published[index] = False
             self._publish()
             await old.stop(self.drain_s, notice_s=self.notice_s)
-            new = self._new_server(index, old.host, profile, old.http_port, old.grpc_port)
+            new = self._new_server(self._ordinals[index], old.host, profile, old.http_port,
+                                   old.grpc_port)
             await new.start()
             self._servers[index] = new
             self._start_times[index] = self._started_now()
@@ -369,6 +395,7 @@ class Fleet:
         if batch_size < 1:
             raise BadInput("batch size must be at least 1")
         self.profile(to_version)  # an unknown version fails before anything restarts
+        self._template = to_version
         todo = [i for i, s in enumerate(self._servers) if s.version != to_version]
         if order == "reverse":
             todo.reverse()
@@ -390,6 +417,44 @@ class Fleet:
                     await asyncio.wait_for(self._closing.wait(),
                                            max(0.0, began + interval_s - loop.time()))
         await self._emit(EventKind.ROLLOUT_FINISHED, None, None, to_version)
+
+    # --- scale ---
+
+    async def scale(self, pods: int, *, version: str | None = None) -> None:
+        """Scale the service to `pods`: the newest pods go first (unpublished, drained,
+        closed: their addresses are then held by nobody), new ones start on new addresses
+        under new names, on `version` (default: the last rollout's, or the first version)."""
+        if pods < 1:
+            raise BadInput("a fleet needs at least one pod")
+        if self._closing.is_set() or self._restarting:
+            raise RuntimeError("cannot scale while pods restart or the fleet stops")
+        while len(self._servers) > pods:
+            server = self._servers[-1]
+            self._published[-1] = False
+            self._publish()
+            await server.stop(self.drain_s, notice_s=self.notice_s)
+            for column in (self._servers, self._published, self._start_times, self._ordinals,
+                           self._hosts):
+                column.pop()
+            await self._emit(EventKind.POD_REMOVED, server.pod, server.version, None)
+        if len(self._servers) < pods:
+            profile = self.profile(version or self._template)
+            first = self._servers[0]
+            ordinal = max(self._ordinals, default=-1) + 1
+            used = pod_hosts(self._base_host, ordinal)  # every address a pod ever held
+            for host in pod_hosts(self._base_host, ordinal + pods - len(self._servers))[
+                    len(used):]:
+                server = self._new_server(ordinal, host, profile, first.http_port,
+                                          first.grpc_port)
+                await server.start()
+                self._servers.append(server)
+                self._published.append(True)
+                self._start_times.append(self._started_now())
+                self._ordinals.append(ordinal)
+                self._hosts.append(host)
+                self._publish()
+                await self._emit(EventKind.POD_ADDED, server.pod, None, server.version)
+                ordinal += 1
 
     # --- events ---
 
@@ -430,6 +495,9 @@ class Fleet:
 
     def _publish(self) -> None:
         self._generation += 1
+        if self.mesh is not None:
+            self.mesh.set_endpoints(self.service, [hostport(e.host, e.http_port)
+                                                   for e in self.endpoints()])
         if self._endpoints_file is None:
             return
         # One endpoint per line: readable, and small for thousands of pods.
@@ -493,6 +561,11 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "targets/examples/haproxy-profiles.yaml)")
     parser.add_argument("--haproxy-dir", help="keep HAProxy configs and logs here "
                         "(default: a temporary directory, removed at exit)")
+    parser.add_argument("--relay", help="relay allowlist YAML: every pod is a relay pod whose "
+                        "outbound side is its version's (profile retries, an endpoint view of "
+                        "the emulated control plane)")
+    parser.add_argument("--control-plane", help="the emulated control plane's version, for "
+                        "--relay (default: --from)")
     return parser.parse_args(argv)
 
 
@@ -528,13 +601,15 @@ async def _run_fleet(
     args: argparse.Namespace, durations: dict[str, float], profiles: ProfileSet | None,
     sidecar: SidecarFactory | None,
 ) -> None:
+    relay = load_relay(args.relay) if args.relay else None
     fleet = Fleet(
         pods=args.pods, version=args.from_version, profiles=profiles,
         base_host=args.base_host, http_port=args.http_port,
         grpc_port=None if args.no_grpc else args.grpc_port,
         namespace=args.namespace, service=args.service, endpoints_file=args.endpoints_file,
         seed=args.seed, drain_s=durations["drain"], notice_s=durations["drain_notice"],
-        sidecar=sidecar,
+        sidecar=sidecar, relay=relay,
+        mesh=EmulatedMesh(args.control_plane) if relay and args.control_plane else None,
     )
     if args.to_version is not None:
         fleet.profile(args.to_version)  # fail on an unknown version before starting anything

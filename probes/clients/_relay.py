@@ -42,6 +42,8 @@ _KNOWN = frozenset(Outcome.FIXED)
 _NOT_REACHED = frozenset({Outcome.CONNECT_REFUSED, Outcome.CONNECT_TIMEOUT})
 # Removed pods and addresses remembered at most (oldest forgotten first).
 MAX_GONE = 10_000
+# The label discovery puts each pod's proxy version in (the default cohort label).
+VERSION_LABEL = "proxy_version"
 
 
 class _Removed:
@@ -78,6 +80,8 @@ class RelayProber:
         self._clock = clock
         self._pods = _Removed()
         self._addresses = _Removed()
+        # Each destination pod's proxy version as discovery last showed it.
+        self._versions: dict[str, str] = {}
         self._route = RELAY_ROUTE + path.relay.destination
         self._expected = frozenset(path.expect.status)
         self._codes = tuple(path.expect.grpc_codes)
@@ -128,7 +132,7 @@ class RelayProber:
         answered: dict[str, Any] = found if isinstance(found, dict) else {}
         callee = answered.get("proxy_version")
         pod, address = str(answered.get("pod") or ""), str(doc.get("address") or "")
-        if self._stale(pod, address, outcome):
+        if self._stale(pod, address, outcome, str(callee or "")):
             outcome = Outcome.STALE_ENDPOINT
         where = f"pod={pod or '-'} address={address or '-'}"
         return CallOutcome(
@@ -147,18 +151,25 @@ class RelayProber:
         addresses: set[str] = set()
         for e in endpoints:
             if all(e.labels.get(k) == v for k, v in self._callees.items()):
-                pods.add(e.labels.get("pod") or e.name)
+                name = e.labels.get("pod") or e.name
+                pods.add(name)
+                if e.labels.get(VERSION_LABEL):
+                    self._versions[name] = e.labels[VERSION_LABEL]
                 addresses.update(host_port(e.host, p) for p in {e.port, *e.ports.values()})
         now = self._clock()
         self._pods.update(pods, now)
         self._addresses.update(addresses, now)
 
-    def _stale(self, pod: str, address: str, outcome: str) -> bool:
+    def _stale(self, pod: str, address: str, outcome: str, version: str) -> bool:
         if not self._callees:
             return False
         settled = self._clock() - self._path.timeout_s
         if pod:
-            return self._pods.removed_before(pod, settled)
+            # A pod back under its name on another proxy version was restarted (a sidecar
+            # upgrade), not left behind: discovery has only not shown it back yet.
+            known = self._versions.get(pod)
+            restarted = bool(known and version and version != known)
+            return not restarted and self._pods.removed_before(pod, settled)
         return outcome in _NOT_REACHED and self._addresses.removed_before(address, settled)
 
     def forget(self, endpoint: Endpoint) -> None:

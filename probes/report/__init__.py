@@ -5,7 +5,8 @@ Entry points (imported from their modules, so `import probes.report` stays light
 `probes.report.summary.summarise` / `format_figures` (the demo's table).
 
 The flow inside: `_collect` (one pass over the store's windows) → `_judge` (the verdict
-replayed at every look, first crossings) and `_rollout` / `_endpoints` → `model` (what the
+replayed at every look, first crossings), `_pairs` (relay paths' caller × callee matrices)
+and `_rollout` / `_endpoints` → `model` (what the
 report says) → `_chartdata` → `charts` (matplotlib SVG) → `html`, `markdown`, `jsonout`.
 """
 

@@ -8,13 +8,14 @@ from typing import Any
 
 from probes._timeparse import rfc3339
 from probes.report._judge import POOLED
+from probes.report._pairs import PairsSection, PairView
 from probes.report.model import METRIC_LABELS, Divergence, PathSection, Period, WarmupBand
 from probes.report.summary import CohortFigures
 
 __all__ = [
-    "UPGRADE_HEADERS", "divergence_sentence", "duration", "figure_cells", "metric_value",
-    "pod_lines", "pod_method", "replay_line", "share", "upgrade_line", "upgrade_rows",
-    "warmup_line", "when",
+    "PAIR_CORNER", "UPGRADE_HEADERS", "divergence_sentence", "duration", "figure_cells",
+    "metric_value", "pair_figures", "pair_notes", "pod_lines", "pod_method", "replay_line",
+    "share", "upgrade_line", "upgrade_rows", "warmup_line", "when",
 ]
 
 
@@ -73,12 +74,35 @@ FIGURE_HEADERS = ["cohort", "calls", "success", "p99", "attempts/req", "resets/s
 
 
 def first_line(section: PathSection, period: Period) -> str:
+    if section.pairs is not None:
+        return ("a relay path: every caller × callee pair judged against the old-old pair "
+                f"as of {when(section.pairs.judged_at)} (not replayed look by look)")
     d = section.first
     if d is not None:
         return "first divergence: " + divergence_sentence(d, period)
     if section.judgement.tracks is None:
         return "the baseline and canary cohorts never overlapped on this path"
     return "no test crossed (no divergence)"
+
+
+def pair_figures(cell: PairView) -> list[str]:
+    """A matrix cell's figures pooled over the range: success, p99, attempts, calls."""
+    return [f"{metric_value('success_rate', cell.success)} success",
+            f"p99 {metric_value('latency_p99_ms', cell.p99_ms)}",
+            f"{metric_value('attempts_per_request', cell.attempts)} attempts/req",
+            f"{cell.requests:,} calls"]
+
+
+def pair_notes(pairs: PairsSection) -> list[str]:
+    """Why each pair that did not pass did not, and the stale routing seen per caller."""
+    out = [f"{c.caller} -> {c.callee}: {c.state}: {c.reason}" for c in pairs.cells
+           if c.state in ("fail", "inconclusive") and c.reason]
+    out += [f"stale routing seen from callers on {s.caller}: {s.share * 100:.1f} % of relay "
+            f"calls ({s.stale:,} of {s.calls:,}): {s.verdict}" for s in pairs.stale]
+    return out
+
+
+PAIR_CORNER = "caller \\ callee"
 
 
 def duration(seconds: float) -> str:

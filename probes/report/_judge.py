@@ -21,6 +21,7 @@ back before the next look); the replay says at which resolution it looked.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -299,9 +300,11 @@ def _subtract(t: Totals, part: Totals, row: int) -> None:
 
 
 def judge_paths(store: Store, data: Collected, baseline: str, canary: str,
-                settings: Settings) -> list[PathJudgement]:
-    """The replay for every path in `data` that has data (module docstring)."""
-    with_data = [p for p in range(len(data.paths)) if data.present[p].any()]
+                settings: Settings, skip: Collection[str] = ()) -> list[PathJudgement]:
+    """The replay for every path in `data` that has data but those in `skip` (relay paths,
+    judged as pair matrices), α shared among the paths replayed (module docstring)."""
+    with_data = [p for p in range(len(data.paths))
+                 if data.present[p].any() and data.paths[p] not in skip]
     replay = _Replay(store, data, baseline, canary, settings, len(with_data))
     spans = {p: replay.span(p) for p in with_data}
     outside = replay.outside({p: sp for p, sp in spans.items() if sp is not None})

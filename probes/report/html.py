@@ -4,7 +4,8 @@ fetched, so it opens offline and can be attached to a postmortem as it is).
 Top to bottom: the range and cohorts; a summary table (one row per path, linked to its
 section); every first divergence with how far the rollout had got; the worst pods; then a
 section per path with its charts (side by side with the compared period's when there is
-one), its worst pods and its pooled figures; the events; how it was computed.
+one; a relay path's pair matrix first), its worst pods and its pooled figures; the events;
+how it was computed.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from html import escape
 
 from probes.report._format import (
     FIGURE_HEADERS,
+    PAIR_CORNER,
     UPGRADE_HEADERS,
     divergence_sentence,
     figure_cells,
     first_line,
     metric_value,
+    pair_figures,
+    pair_notes,
     pod_lines,
     pod_method,
     replay_line,
@@ -28,6 +32,7 @@ from probes.report._format import (
     warmup_line,
     when,
 )
+from probes.report._pairs import PairsSection
 from probes.report._rollout import INVENTORY
 from probes.report.charts import STATE_COLOURS, Chart
 from probes.report.model import METRIC_LABELS, PathSection, Period, Report
@@ -77,6 +82,10 @@ svg.chart { width:100%%; height:auto; display:block; }
 .lead { margin:0 0 4px; } .note { margin:0 0 10px; color:var(--muted); }
 .regressed { color:var(--fail); font-weight:600; }
 .finding { margin:0 0 10px; color:var(--fail); }
+table.pairs { width:auto; margin:4px 0 10px; }
+table.pairs td.pair { min-width:190px; height:64px; font-variant-numeric:tabular-nums; }
+td.pair.fail { background:#fbe3e0; } td.pair.pass { background:#e3f2e6; }
+td.pair.inconclusive { background:#eceef0; } td.pair.baseline { background:#e4edf7; }
 details summary { cursor:pointer; color:var(--muted); margin:8px 0 4px; }
 .method p { margin:0 0 8px; max-width:980px; }
 ul.tight { margin:4px 0; padding-left:20px; }
@@ -141,7 +150,8 @@ def _stats(report: Report) -> str:
 
 def _summary(report: Report) -> str:
     cur = report.current
-    headers = ["path", "verdict", "first divergence", f"pods on {cur.canary} then"]
+    canary = cur.canary or "the canary"
+    headers = ["path", "verdict", "first divergence", f"pods on {canary} then"]
     if report.compared is not None:
         headers.append("compared period")
     rows = []
@@ -179,6 +189,28 @@ def _worst_table(p: Period, colours: Mapping[str, str]) -> str:
                   rows, numeric=(3, 4, 5))
 
 
+def _pair_matrix(pairs: PairsSection) -> str:
+    """Caller versions down, callee versions across; each cell tinted by its state."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in
+                   (PAIR_CORNER, *(f"callee {v}" for v in pairs.matrix.callees)))
+    body = []
+    for caller, cells in pairs.rows():
+        tds = [f"<th>caller {escape(caller)}</th>"]
+        for cell in cells:
+            if cell is None:
+                tds.append('<td class="pair none">not measured</td>')
+                continue
+            figures = "<br>".join(escape(x) for x in pair_figures(cell))
+            tds.append(f'<td class="pair {escape(cell.state)}">{_badge(cell.state)}<br>'
+                       f"{figures}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    notes = "".join(f"<li>{escape(n)}</li>" for n in pair_notes(pairs))
+    return (f'<h3>Pair matrix (caller × callee), as of {escape(when(pairs.judged_at))}: '
+            f"{_badge(pairs.verdict)}</h3>"
+            f'<table class="pairs"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
+            "</tbody></table>" + (f'<ul class="tight">{notes}</ul>' if notes else ""))
+
+
 def _figure(chart: Chart, wide: bool) -> str:
     cls = ' class="wide"' if wide else ""
     return f"<figure{cls}>{chart.svg}</figure>"
@@ -192,6 +224,8 @@ def _path_section(report: Report, s: PathSection, charts: Sequence[Chart],
     lead = [escape(first_line(s, cur))]
     lead += [escape("also " + divergence_sentence(d, cur)) for d in s.divergences[1:]]
     parts.append('<p class="lead">' + "<br>".join(lead) + "</p>")
+    if s.pairs is not None:
+        parts.append(_pair_matrix(s.pairs))
     if cmp_ is not None:
         note = report.compared_note(s.path) or ""
         css = "note regressed" if "too" in note else "note"

@@ -29,6 +29,15 @@ The shape (`"schema": "skewprobe-report/1"`):
                 "success_rate_replay": "pods" (the replay judged success rate per pod, as
                     the live verdict) or "pooled" (no per-pod counts) or null,
                 "compared": {"verdict", "first_divergence", "note"} or null,
+                "pairs": {"verdict", "judged_at", "callers", "callees",
+                          "cells": [{"caller", "callee", "verdict" (baseline for the
+                              old-old pair), "reason", "requests", "success_rate",
+                              "latency_p99_ms", "attempts_per_request"}],
+                          "stale": [{"caller", "calls", "stale", "share", "lower", "upper",
+                                     "verdict"}]} or null
+                    (a relay path's caller × callee matrix: each pair's state as
+                    `skewprobe verdict --at <the range's end>` judges it, its figures
+                    pooled over the range; null for a direct path),
                 "charts": [chart kinds]}],
      "worst_endpoints": [{"pod", "namespace", "version", "requests", "errors",
                           "error_rate", "paths": {path: errors}}],
@@ -47,6 +56,7 @@ from typing import Any
 
 from probes._timeparse import rfc3339
 from probes.report._endpoints import WorstEndpoint
+from probes.report._pairs import PairsSection
 from probes.report.charts import Chart
 from probes.report.model import Divergence, PathSection, Period, Report, WarmupBand
 from probes.report.summary import CohortFigures
@@ -136,6 +146,7 @@ def report_json(report: Report, charts: Mapping[str, Sequence[Chart]]) -> dict[s
                 "first_divergence": _divergence(before.first) if before else None,
                 "note": report.compared_note(s.path),
             },
+            "pairs": None if s.pairs is None else _pairs(s.pairs),
             "charts": [c.kind for c in charts.get(s.path, ()) if c.period == cur.label],
         })
     cfg = report.settings
@@ -169,6 +180,18 @@ def _concentration(s: PathSection) -> dict[str, Any] | None:
         return None
     pods = s.pods.get("pods") or {}
     return {"pod": pods.get("worst"), "share": pods.get("worst_share"), "finding": found}
+
+
+def _pairs(pairs: PairsSection) -> dict[str, Any]:
+    return {
+        "verdict": pairs.verdict, "judged_at": rfc3339(pairs.judged_at),
+        "callers": list(pairs.matrix.callers), "callees": list(pairs.matrix.callees),
+        "cells": [{"caller": c.caller, "callee": c.callee, "verdict": c.state,
+                   "reason": c.reason or None, "requests": c.requests,
+                   "success_rate": _num(c.success), "latency_p99_ms": _num(c.p99_ms),
+                   "attempts_per_request": _num(c.attempts)} for c in pairs.cells],
+        "stale": [s.to_json() for s in pairs.stale],
+    }
 
 
 def _warmup(band: WarmupBand) -> dict[str, Any]:

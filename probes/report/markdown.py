@@ -1,8 +1,9 @@
 """report.md: the report as Markdown, for pasting into a postmortem.
 
-The same figures as the HTML page without the charts: a summary per path, the first
-divergence per path and metric with how far the rollout had got, the pooled figures per
-cohort, the worst pods, the events, the compared period, and how it was computed.
+The same figures as the HTML page without the charts: a summary per path, each relay
+path's pair matrix (caller × callee), the first divergence per path and metric with how far
+the rollout had got, the pooled figures per cohort, the worst pods, the events, the
+compared period, and how it was computed.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from collections.abc import Sequence
 
 from probes.report._format import (
     FIGURE_HEADERS,
+    PAIR_CORNER,
     UPGRADE_HEADERS,
     duration,
     figure_cells,
     first_line,
     metric_value,
+    pair_figures,
+    pair_notes,
     pod_lines,
     pod_method,
     replay_line,
@@ -25,6 +29,7 @@ from probes.report._format import (
     warmup_line,
     when,
 )
+from probes.report._pairs import PairsSection
 from probes.report.model import METRIC_LABELS, Period, Report
 
 __all__ = ["report_markdown"]
@@ -74,6 +79,15 @@ def _worst(p: Period) -> list[str]:
          for w in p.worst])
 
 
+def _pairs(pairs: PairsSection) -> list[str]:
+    rows = [[f"caller {caller}",
+             *("not measured" if c is None else
+               f"**{c.state.upper()}**: " + " · ".join(pair_figures(c)) for c in cells)]
+            for caller, cells in pairs.rows()]
+    return [*_table([PAIR_CORNER, *(f"callee {v}" for v in pairs.matrix.callees)], rows),
+            "", *(f"- {n}" for n in pair_notes(pairs))]
+
+
 def report_markdown(report: Report) -> str:
     cur, cmp_ = report.current, report.compared
     lines = [f"# skewprobe report: {when(cur.since)} to {when(cur.until)}", "",
@@ -96,6 +110,10 @@ def report_markdown(report: Report) -> str:
             row.append(report.compared_note(s.path) or "")
         rows.append(row)
     add("## Summary", _table(headers, rows))
+    for s in cur.sections:
+        if s.pairs is not None:
+            add(f"## Pair matrix of {s.path} (caller × callee), as of "
+                f"{when(s.pairs.judged_at)}: {s.pairs.verdict.upper()}", _pairs(s.pairs))
     if cur.upgrade is not None:
         add("## Upgrade progress (inventory snapshots)",
             [upgrade_line(cur.upgrade), "", *_table(UPGRADE_HEADERS, upgrade_rows(cur.upgrade))])

@@ -2,8 +2,9 @@
 
 `build_period` reads one range of the store (store → report in the flow): the windows in
 one pass (`_collect`), the verdict replayed at every look with each test's first crossing
-(`_judge`), the rollout's progress (`_rollout`), the worst endpoints (`_endpoints`, summed
-in a second read-only connection while the windows are read) and the events. `Report`
+(`_judge`), each relay path's pair matrix (`_pairs`), the rollout's progress
+(`_rollout`), the worst endpoints (`_endpoints`, summed in a second read-only connection
+while the windows are read) and the events. `Report`
 holds the range asked for and, with `--compare-to`, an earlier one, paired path by path.
 """
 
@@ -25,6 +26,7 @@ from probes.plan import progress
 from probes.report._collect import Collected, collect
 from probes.report._endpoints import PathErrors, WorstEndpoint, probed_per_bucket, worst
 from probes.report._judge import PathJudgement, judge_paths
+from probes.report._pairs import PairsSection, pair_sections, relay_paths_in
 from probes.report._rollout import INVENTORY, PROBED, Rollout, from_endpoints, from_inventory
 from probes.report._settings import Settings
 from probes.report.summary import CohortFigures
@@ -112,6 +114,8 @@ class PathSection:
     # JSON: verdict, reason, `pods` with the worst pod and the warm-up); None: not judged.
     pods: Mapping[str, Any] | None = None
     warmup: WarmupBand | None = None  # None: no per-pod counts (or no comparison)
+    # A relay path's caller × callee matrix at the end of the range (None: a direct path).
+    pairs: PairsSection | None = None
 
     @property
     def concentration(self) -> str | None:
@@ -135,7 +139,10 @@ class PathSection:
 
     @property
     def verdict(self) -> str:
-        """The state at the last look ("no comparison" when the cohorts never overlapped)."""
+        """The state at the last look ("no comparison" when the cohorts never overlapped);
+        a relay path's is its pair matrix's at the end of the range."""
+        if self.pairs is not None:
+            return self.pairs.verdict
         tracks = self.judgement.tracks
         if tracks is None or not tracks.state.size:
             return "no comparison"
@@ -297,25 +304,31 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
         held = f"; the store holds {rfc3339(span[0])} to {rfc3339(span[1])}" if span else ""
         raise BadInput(f"no windows from {rfc3339(since)} to {rfc3339(until)} "
                        f"in {store.path}{held}")
-    present = [c for i, c in enumerate(data.cohorts) if data.present[:, i].any()]
+    with_data = [p for p in range(len(data.paths)) if data.present[p].any()]
+    # Relay paths are judged as caller × callee matrices; their pair cohorts are not
+    # versions to pick a baseline or canary from.
+    relay = relay_paths_in(data, with_data)
+    direct = [p for p in with_data if data.paths[p] not in relay]
+    present = [c for i, c in enumerate(data.cohorts) if data.present[direct, i].any()]
     choice = pick_cohorts(present, baseline, canary)
     b, c = choice.baseline, choice.canary
-    notes = list(choice.reasons)
+    notes = list(choice.reasons) if direct else []
     if (data.since, data.until) != (since, until):
         notes.append(f"the store has data from {rfc3339(data.since)} to {rfc3339(data.until)} "
                      f"of the range asked ({rfc3339(since)} to {rfc3339(until)}); the report "
                      "covers that part")
     comparable = b is not None and c is not None and b != c and b in present and c in present
-    with_data = [p for p in range(len(data.paths)) if data.present[p].any()]
     quiet = [data.paths[p] for p in range(len(data.paths)) if p not in with_data]
     if wanted and quiet:
         notes.append(f"no data in this range for path(s) {', '.join(quiet)}")
+    replayed: dict[str, PathJudgement] = {}
     if comparable:
         assert b is not None and c is not None
-        judgements = judge_paths(store, data, b, c, settings)
-    else:
-        judgements = [PathJudgement(data.paths[p], None, None, {}, {}) for p in with_data]
+        replayed = {j.path: j for j in judge_paths(store, data, b, c, settings, skip=relay)}
+    elif direct:
         notes.append("no baseline and canary to compare, so no verdict is replayed")
+    judgements = [replayed.get(data.paths[p]) or PathJudgement(data.paths[p], None, None, {}, {})
+                  for p in with_data]
     since, until = data.since, data.until
     snapshots = store.read_inventory(since, until)
     # The upgrade runs for days: its progress over the whole range asked, not only where the
@@ -328,7 +341,7 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
             notes.append(f"the inventory has no pods on {c}: the canary cohort's share is "
                          "unknown (is the cohort label the proxy version?)")
     else:
-        names = [data.paths[p] for p in with_data]
+        names = [data.paths[p] for p in direct]
         fleet = from_endpoints(
             probed_per_bucket(store, data.grid, since, until, data.window_s, names), data.grid)
         source = PROBED
@@ -337,20 +350,24 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
                      "start of each bucket, not of the fleet's pods")
     events = tuple(store.read_events(since, until))
     order = cohort_order(data.cohorts)
-    names = [data.paths[p] for p in with_data]
+    names = [data.paths[p] for p in direct]
     per_pod = _per_pod(store, data, b, c, settings, names) if comparable else {}
     bands = (_warmup(store, data, (b, c), settings.warmup_s, names)
              if comparable and b is not None and c is not None else {})
+    figures = {}
+    for p in with_data:
+        cohort_ids = [i for i in range(len(data.cohorts)) if data.present[p, i]]
+        figures[data.paths[p]] = tuple(sorted((_figures(data, p, i) for i in cohort_ids),
+                                              key=lambda f: order.index(f.cohort)))
+    matrices = pair_sections(store.path, data, relay, settings, figures)
     sections = []
     for p, j in zip(with_data, judgements, strict=True):
         name = data.paths[p]
-        cohort_ids = [i for i in range(len(data.cohorts)) if data.present[p, i]]
         rollout = fleet
         sections.append(PathSection(
             path=name,
-            cohorts=cohort_order([data.cohorts[i] for i in cohort_ids]),
-            figures=tuple(sorted((_figures(data, p, i) for i in cohort_ids),
-                                 key=lambda f: order.index(f.cohort))),
+            cohorts=tuple(f.cohort for f in figures[name]),
+            figures=figures[name],
             judgement=j,
             divergences=_divergences(j, c or "", rollout, source) if c else (),
             rollout=rollout,
@@ -358,6 +375,7 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
             events=tuple(e for e in events if e.path in ("", name)),
             pods=per_pod.get(name),
             warmup=bands.get(name),
+            pairs=matrices.get(name),
         ))
     # The paths that diverged first, earliest first: a long report leads with them.
     sections.sort(key=lambda s: (s.first is None, s.first.at if s.first else 0.0, s.path))
@@ -365,7 +383,7 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
         label=label, since=since, until=until, asked=asked, data=data, baseline=b, canary=c,
         notes=tuple(notes), sections=tuple(sections), rollout=fleet, rollout_source=source,
         events=events, worst=tuple(worst_pods),
-        alpha_share=settings.alpha / (4 * max(1, len(with_data))),
+        alpha_share=settings.alpha / (4 * max(1, len(direct))),
         upgrade=upgrade,
     )
 

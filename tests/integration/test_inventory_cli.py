@@ -11,10 +11,18 @@ from typing import Any
 import pytest
 
 from probes._exceptions import BadInput, SkewprobeError, SourceUnavailable, StoreError
-from probes.inventory_cli import CONTROL_PLANE_EVENT, add_inventory_parser, run_inventory
+from probes._timeparse import rfc3339
+from probes._types import split_pair
+from probes.inventory_cli import (
+    CONTROL_PLANE_EVENT,
+    STALE_LOOKBACK_S,
+    add_inventory_parser,
+    run_inventory,
+)
 from probes.store import Event, InventoryRow, Store
 from tests.servers import kube_pods as kp
 from tests.servers.kube_api import FakeKubeApi, served_in_thread
+from tests.servers.report_store import RELAY_NEW, RELAY_OLD, STALE_FROM_MIN, T0, write_relay
 
 CONFIG = """\
 targets:
@@ -139,6 +147,54 @@ def test_inventory_from_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert earlier["control_plane"]["versions"][0]["version"] == "1.21.0"
     code, planned = _json(capsys, "--store", str(path), "--control-plane", "1.23.0")
     assert planned["skew"]["outside"] == 3  # 1.21.2 and 1.20.1 fall out
+    assert latest["stale_routing"] is None  # no relay paths: nothing to say, and no line
+    _run("--store", str(path))
+    assert "stale routing" not in capsys.readouterr().out
+
+
+def test_stale_routing_is_shown_next_to_the_skew_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A control plane moved past the old callers (1.22.0 with one minor of skew leaves
+    1.20.3 outside), and their relay calls routed to pods that were gone from minute 10:
+    the share each caller version saw, counted from the store's relay windows."""
+    path = tmp_path / "relay.db"
+    end = T0 + 20 * 60
+    with Store.open(path) as store:
+        write_relay(store, T0, minutes=20)
+        for t in (T0, end):
+            store.write_inventory(t, [
+                InventoryRow("platform-test", "deployment/relay", RELAY_OLD, 2, 900.0),
+                InventoryRow("platform-test", "deployment/relay", RELAY_NEW, 2, 300.0)])
+        store.write_events([Event(CONTROL_PLANE_EVENT, T0, detail={"versions": [
+            {"version": "1.22.0", "revision": "default", "source": "deployment"}]})])
+        windows = store.read_windows(since=end - STALE_LOOKBACK_S, until=end)
+    expected = {}
+    for caller in (RELAY_OLD, RELAY_NEW):
+        mine = [w for w in windows if split_pair(w.cohort)[0] == caller]  # type: ignore[index]
+        expected[caller] = (sum(w.outcomes.get("stale_endpoint", 0) for w in mine),
+                            sum(w.requests for w in mine))
+    at = rfc3339(end)
+    code, doc = _json(capsys, "--store", str(path), "--at", at)
+    assert code == 0 and doc["skew"]["outside"] == 2
+    seen = {c["caller"]: c for c in doc["stale_routing"]["callers"]}
+    for caller, (stale, calls) in expected.items():
+        assert (seen[caller]["stale"], seen[caller]["calls"]) == (stale, calls)
+    assert expected[RELAY_OLD][0] > 0 and expected[RELAY_NEW][0] == 0
+    assert seen[RELAY_OLD]["verdict"] == "fail"
+    _run("--store", str(path), "--at", at)
+    lines = capsys.readouterr().out.splitlines()
+    skew = next(i for i, line in enumerate(lines) if line.startswith("skew: 2 pods OUTSIDE"))
+    stale, calls = expected[RELAY_OLD]
+    share = f"{100 * stale / calls:.1f} %"
+    assert lines[-1] == (f"stale routing seen from callers on {RELAY_OLD}: {share} of relay "
+                         f"calls ({stale:,} of {calls:,} from "
+                         f"{rfc3339(end - STALE_LOOKBACK_S)} to {at}): fail")
+    assert skew < len(lines) - 1 and not any(f"callers on {RELAY_NEW}" in x for x in lines)
+    # Before the old callers' routing went stale: none seen, and said so.
+    before = rfc3339(T0 + 60 * STALE_FROM_MIN)
+    _run("--store", str(path), "--at", before)
+    assert capsys.readouterr().out.splitlines()[-1].startswith("stale routing: none seen in ")
 
 
 def test_store_errors_and_usage(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from probes._types import EndpointWindow, PathWindow
+from probes._types import EndpointWindow, PathWindow, pair_cohort
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.store import Event, InventoryRow, Store
 
@@ -108,4 +108,56 @@ def build(path: Path, *, minutes: float = 30.0, inventory: bool = True,
         if earlier:
             write_rollout(store, EARLIER, "1.19.0", "1.20.3", minutes=minutes, seed=2,
                           inventory=inventory)
+    return path
+
+
+# A relay path (calls through relay pods, keyed by caller -> callee version pair) beside or
+# instead of the direct ones: the new callers' outbound proxy retries every call once (2
+# attempts per request, the same success rate), and from `STALE_FROM_MIN` the old callers
+# route `STALE_SHARE` of their calls to pods that are gone (a control plane moved past them).
+RELAY_PATH = "relay-catalog"
+RELAY_OLD, RELAY_NEW = "1.20.3", "1.21.0"
+RELAY_PODS = 2  # per caller version; each balances over both callee versions
+STALE_SHARE = 0.03
+STALE_FROM_MIN = 10.0
+
+
+def write_relay(store: Store, start: float, *, minutes: float = 30.0, seed: int = 3) -> None:
+    rng = np.random.default_rng(seed)
+    windows: list[PathWindow] = []
+    endpoints: list[EndpointWindow] = []
+    for k in range(int(minutes * 60 / WINDOW_S)):
+        t = start + k * WINDOW_S
+        stale_now = t >= start + 60.0 * STALE_FROM_MIN
+        for caller in (RELAY_OLD, RELAY_NEW):
+            for callee in (RELAY_OLD, RELAY_NEW):
+                n = CALLS * RELAY_PODS
+                stale = (int(rng.binomial(n, STALE_SHARE))
+                         if stale_now and caller == RELAY_OLD else 0)
+                e = int(rng.binomial(n - stale, 0.001))
+                lat = rng.lognormal(math.log(0.03), 0.3, n)
+                windows.append(PathWindow(
+                    start=t, length=WINDOW_S, path=RELAY_PATH,
+                    cohort=pair_cohort(caller, callee),
+                    outcomes={"ok": n - e - stale, "http_5xx": e, "stale_endpoint": stale},
+                    latency=tuple(np.bincount(index_of(lat), minlength=BUCKET_COUNT).tolist()),
+                    attempts_sum=n * (2 if caller == RELAY_NEW else 1), attempts_count=n))
+                for j in range(RELAY_PODS):
+                    pod = f"relay-{caller}-{j}"
+                    endpoints.append(EndpointWindow(
+                        t, RELAY_PATH, pod, pair_cohort(caller, callee), CALLS,
+                        (e + stale) // RELAY_PODS + (j < (e + stale) % RELAY_PODS),
+                        {"pod": pod, "namespace": "platform-test", "proxy_version": caller}))
+        if len(windows) > 300:
+            store.write(windows, endpoints)
+            windows, endpoints = [], []
+    store.write(windows, endpoints)
+
+
+def build_relay(path: Path, *, minutes: float = 30.0, direct: bool = True) -> Path:
+    """A store with the relay path, and the current rollout's direct paths if `direct`."""
+    with Store.open(path) as store:
+        if direct:
+            write_rollout(store, T0, "1.20.3", "1.21.0", minutes=minutes)
+        write_relay(store, T0, minutes=minutes)
     return path

@@ -59,3 +59,25 @@ async def test_without_callees_nothing_is_judged_stale() -> None:
         assert prober._judge(answer("catalog-1")).outcome == Outcome.OK
     finally:
         await prober.aclose()
+
+
+async def test_a_pod_back_on_another_version_is_restarted_not_stale() -> None:
+    """A sidecar upgrade restarts a pod under its name: until discovery shows it back, its
+    answers on the new version are not stale; on the version it left with, they are."""
+    now = [0.0]
+    path = PathSpec("r", 1.0, 1.0, relay=RelaySpec("catalog", {"service": "catalog"}))
+    prober = RelayProber(path, clock=lambda: now[0])
+    try:
+        pod = Endpoint("catalog-1", "127.0.0.11", 8080,
+                       {"pod": "catalog-1", "service": "catalog", "proxy_version": "1.20.3"})
+        prober.observe([catalog(0), pod])
+        prober.observe([catalog(0)])
+        now[0] = 5.0
+        back = answer("catalog-1")
+        back["answered_by"] = {"pod": "catalog-1", "proxy_version": "1.21.0"}
+        assert prober._judge(back).outcome == Outcome.OK
+        left = answer("catalog-1")
+        left["answered_by"] = {"pod": "catalog-1", "proxy_version": "1.20.3"}
+        assert prober._judge(left).outcome == Outcome.STALE_ENDPOINT
+    finally:
+        await prober.aclose()
