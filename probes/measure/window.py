@@ -49,6 +49,7 @@ _SUB2 = 2 * SUB_BUCKETS
 _frexp = math.frexp
 
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
+_NO_COUNTS: Mapping[int, int] = MappingProxyType({})
 
 
 class _PathAcc:
@@ -88,12 +89,18 @@ class _Window:
     ints are untracked by the collector, so these cost it nothing.
     """
 
-    __slots__ = ("dirty", "dirty_endpoints", "errors", "labels", "paths", "requests")
+    __slots__ = ("attempts_count", "attempts_sum", "dirty", "dirty_endpoints", "errors",
+                 "labels", "latency", "paths", "requests")
 
     def __init__(self) -> None:
         self.paths: dict[tuple[str, str], _PathAcc] = {}
         self.requests: dict[tuple[str, str, str], int] = {}
         self.errors: dict[tuple[str, str, str], int] = {}
+        self.attempts_sum: dict[tuple[str, str, str], int] = {}
+        self.attempts_count: dict[tuple[str, str, str], int] = {}
+        # {bucket: count} per endpoint: ints only, so each inner dict stays untracked by the
+        # collector; a window's few calls per endpoint make it a handful of entries.
+        self.latency: dict[tuple[str, str, str], dict[int, int]] = {}
         self.labels: dict[tuple[str, str, str], Mapping[str, str] | None] = {}
         # Endpoint keys counted since this window was last emitted.
         self.dirty_endpoints: set[tuple[str, str, str]] = set()
@@ -133,6 +140,9 @@ class _EndpointColumns:
     requests: list[int]
     errors: list[int]
     labels: list[Mapping[str, str] | None]
+    attempts_sum: list[int]
+    attempts_count: list[int]
+    latency: list[dict[int, int] | None]
 
 
 @dataclass(slots=True)
@@ -170,10 +180,13 @@ class Taken:
             for i in sorted(range(len(keys)), key=keys.__getitem__):
                 path, endpoint, cohort = keys[i]
                 labels = cols.labels[i]
+                latency = cols.latency[i]
                 yield EndpointWindow(
                     start=cols.start, path=path, endpoint=endpoint, cohort=cohort,
                     requests=cols.requests[i], errors=cols.errors[i],
                     labels=labels if labels is not None else _NO_LABELS,
+                    attempts_sum=cols.attempts_sum[i], attempts_count=cols.attempts_count[i],
+                    latency=latency if latency is not None else _NO_COUNTS,
                 )
 
     def build(self) -> tuple[list[PathWindow], list[EndpointWindow]]:
@@ -181,14 +194,18 @@ class Taken:
         return self.path_windows(), list(self.endpoint_windows())
 
 
+def _copy(counts: dict[int, int] | None) -> dict[int, int] | None:
+    return None if counts is None else counts.copy()
+
+
 class WindowAggregator:
     """Builds `PathWindow`s and `EndpointWindow`s from call results and stream events.
 
     Not thread-safe: feed it from the event loop that runs the calls.
 
-    Per-endpoint windows count calls for unary paths; for stream paths they count stream
-    opens as requests and stream resets as errors, so a report can name the pods whose
-    streams reset.
+    Per-endpoint windows count calls for unary paths, with their attempts and latency
+    histogram; for stream paths they count stream opens as requests and stream resets as
+    errors, so a report can name the pods whose streams reset.
     """
 
     def __init__(self, length_s: float = 10.0, grace_s: float = 5.0, retain_s: float = 60.0):
@@ -265,9 +282,6 @@ class WindowAggregator:
         else:
             b = index_of(v)
         acc.latency[b] = acc.latency.get(b, 0) + 1
-        if call.attempts is not None:
-            acc.attempts_sum += call.attempts
-            acc.attempts_count += 1
         acc.churn += call.churn
         if result.lag_s > acc.lag_max:
             acc.lag_max = result.lag_s
@@ -276,6 +290,15 @@ class WindowAggregator:
         w.requests[key] = w.requests.get(key, 0) + 1
         if name != Outcome.OK:
             w.errors[key] = w.errors.get(key, 0) + 1
+        if call.attempts is not None:
+            acc.attempts_sum += call.attempts
+            acc.attempts_count += 1
+            w.attempts_sum[key] = w.attempts_sum.get(key, 0) + call.attempts
+            w.attempts_count[key] = w.attempts_count.get(key, 0) + 1
+        lat = w.latency.get(key)
+        if lat is None:
+            lat = w.latency[key] = {}
+        lat[b] = lat.get(b, 0) + 1
         return True
 
     def add_stream_open(
@@ -395,10 +418,13 @@ class WindowAggregator:
             ))
         if w.dirty_endpoints:
             requests, errors, labels = w.requests, w.errors, w.labels
+            a_sum, a_count, latency = w.attempts_sum, w.attempts_count, w.latency
             keys = list(w.dirty_endpoints)
             taken.endpoint_columns.append(_EndpointColumns(
                 start, keys, [requests.get(k, 0) for k in keys],
                 [errors.get(k, 0) for k in keys], [labels[k] for k in keys],
+                [a_sum.get(k, 0) for k in keys], [a_count.get(k, 0) for k in keys],
+                [_copy(latency.get(k)) for k in keys],
             ))
             w.dirty_endpoints = set()
         w.dirty = False
