@@ -347,6 +347,10 @@ class PodGrid:
     warm-up left out; `warmup_calls` / `warmup_errors` are what the warm-up held, per pod.
     A column is one window, or adjacent ones merged to bound the grid's size: `starts` is
     when each column's first window began, `last_starts` when its last one did.
+    Per-pod attempts and latency, where the source keeps them (`per_pod_metrics`: every
+    warm cell was written with them): `attempts_calls` / `attempts_sum` (pods, windows) as
+    `calls`, and `latency` (pods, buckets of `probes.measure.histogram`), the warm calls'
+    histogram over all the grid's windows; None where no row from `since` has any.
     """
 
     pods: tuple[str, ...]
@@ -357,6 +361,10 @@ class PodGrid:
     warmup_calls: F64
     warmup_errors: F64
     last_starts: F64
+    attempts_calls: F64 | None = None
+    attempts_sum: F64 | None = None
+    latency: F64 | None = None
+    per_pod_metrics: bool = False
 
     def of(self, cohort: str) -> Bool:
         return np.array([c == cohort for c in self.cohorts], dtype=bool)
@@ -383,13 +391,22 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
     if read is None:
         return None
     lo = None if since is None else since - warmup_s
-    cols = read(since=lo, until=until, paths=paths, cohorts=cohorts, stratum_s=stratum_s)
+    cols = read(since=lo, until=until, paths=paths, cohorts=cohorts, stratum_s=stratum_s,
+                latency=True)
     out = overlapping(cols.start, stratum_s or window_s, exclude)
+    from probes.stats.pod_cells import PerPod
+
+    lat = cols.latency
+    lat_out = overlapping(lat.start, stratum_s or window_s, exclude)
     return pod_grids(
         cols.start, cols.path, cols.endpoint, cols.cohort,
         np.where(out, 0, cols.requests), np.where(out, 0, cols.errors),
         paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
         warmup_s=warmup_s, started=cols.started,
+        per_pod=PerPod(np.where(out, 0, cols.attempts_sum), np.where(out, 0, cols.attempts_count),
+                       np.where(out, 0, cols.unrecorded), lat.start[~lat_out],
+                       lat.path[~lat_out], lat.endpoint[~lat_out], lat.cohort[~lat_out],
+                       lat.started[~lat_out], lat.bucket[~lat_out], lat.count[~lat_out]),
     )
 
 
@@ -397,12 +414,14 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
               cohort: npt.NDArray[np.int32], requests: I64, errors: I64, *,
               paths: tuple[str, ...], endpoints: tuple[str, ...], cohorts: tuple[str, ...],
               since: float | None, warmup_s: float,
-              started: F64 | None = None) -> dict[str, PodGrid]:
+              started: F64 | None = None, per_pod: Any = None) -> dict[str, PodGrid]:
     """Per path, the pods × windows grid of the rows with start ≥ `since` (columns as
     `EndpointColumns` holds them). A pod's warm-up is its first `warmup_s` from when it
     started (`started`, per row, where known) or else from the first window the rows show
     it in, so pass rows from `warmup_s` before `since` too: a pod seen then has warmed up by
-    `since`. A pod restarted under its own name (a StatefulSet's) has a new start."""
+    `since`. A pod restarted under its own name (a StatefulSet's) has a new start.
+    `per_pod` (`probes.stats.pod_cells.PerPod`): the rows' attempts and latency, which the
+    grids then carry too (`pod_cells.add_per_pod`)."""
     out: dict[str, PodGrid] = {}
     if not len(start):
         return out
@@ -432,11 +451,18 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
         np.add.at(grid_s, (pk[~hot], wk[~hot]), k[kept][~hot])
         np.add.at(w_n, pk[hot], n[kept][hot])
         np.add.at(w_s, pk[hot], k[kept][hot])
-        out[paths[int(p)]] = PodGrid(
+        grid = PodGrid(
             pods=tuple(endpoints[int(x) // len(cohorts)] for x in keys),
             cohorts=tuple(cohorts[int(x) % len(cohorts)] for x in keys),
             starts=starts[::merge], calls=grid_n, errors=grid_s,
             warmup_calls=w_n, warmup_errors=w_s,
             last_starts=starts[np.minimum((np.arange(cols) + 1) * merge, len(starts)) - 1],
         )
+        if per_pod is not None:
+            from probes.stats.pod_cells import add_per_pod
+
+            grid = add_per_pod(grid, per_pod, rows, p, keys, pod, kept, warm, window,
+                               n_cohorts=len(cohorts), since=since, warmup_s=warmup_s,
+                               first=first)
+        out[paths[int(p)]] = grid
     return out
