@@ -9,15 +9,18 @@ pooled calls for those metrics, never read as "no slow calls".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from probes.measure.histogram import BUCKET_COUNT
 from probes.stats.pods import PodGrid
+from probes.stats.series import overlapping
 
-__all__ = ["PerPod", "add_per_pod"]
+__all__ = ["PerPod", "add_per_pod", "per_pod_of"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -40,6 +43,20 @@ class PerPod:
     lat_started: F64
     lat_bucket: I64
     lat_count: I64
+
+
+def per_pod_of(cols: Any, length_s: float,
+               exclude: Sequence[tuple[float, float]]) -> PerPod:
+    """What `EndpointColumns` (read with `latency`) holds besides calls and errors, with
+    the rows and histogram entries of windows `length_s` long touching an `exclude` span
+    (an overloaded probe) emptied, as `pods.read_pod_grids` empties their calls."""
+    out = overlapping(cols.start, length_s, exclude)
+    lat = cols.latency
+    keep = ~overlapping(lat.start, length_s, exclude)
+    return PerPod(np.where(out, 0, cols.attempts_sum), np.where(out, 0, cols.attempts_count),
+                  np.where(out, 0, cols.unrecorded), lat.start[keep], lat.path[keep],
+                  lat.endpoint[keep], lat.cohort[keep], lat.started[keep], lat.bucket[keep],
+                  lat.count[keep])
 
 
 def add_per_pod(grid: PodGrid, per_pod: PerPod, rows: Bool, path: int, keys: I64,

@@ -74,24 +74,24 @@ def _rank_bucket(cum: F64, p: float) -> I64:
     return np.minimum(np.sum(cum < rank[:, None], axis=1), cum.shape[1] - 1).astype(np.int64)
 
 
-def _excess(hist: F64, cut: I64, p: float) -> tuple[F64, F64, F64]:
-    """Per pod and look: calls, calls in buckets above `cut[look]`, and the excess of those
-    over the share (1 − p) of the pod's calls."""
-    n = hist.sum(axis=-1)
-    cum = np.cumsum(hist, axis=-1)
-    at = np.take_along_axis(cum, np.broadcast_to(cut[None, :, None], (*hist.shape[:2], 1)),
+def _excess(cum: F64, cut: I64, p: float) -> tuple[F64, F64, F64]:
+    """Per pod and look, from cumulative bucket counts (pods, looks, buckets): calls, calls
+    in buckets above `cut[look]`, and the excess of those over the share (1 − p) of the
+    pod's calls."""
+    n = cum[..., -1]
+    at = np.take_along_axis(cum, np.broadcast_to(cut[None, :, None], (*cum.shape[:2], 1)),
                             axis=-1)[..., 0]
     above = n - at
     return n, above, above - (1.0 - p) * n
 
 
-def _drop(hist: F64, who: I64) -> F64:
-    """The cohort's histogram per look with pod `who[look]` (−1: none) left out."""
-    total = hist.sum(axis=0)
-    if not hist.shape[0]:
+def _drop(cum: F64, who: I64) -> F64:
+    """The cohort's cumulative bucket counts per look with pod `who[look]` (−1: none) out."""
+    total = cum.sum(axis=0)
+    if not cum.shape[0]:
         return total
-    looks = np.arange(hist.shape[1])
-    out = hist[np.maximum(who, 0), looks]
+    looks = np.arange(cum.shape[1])
+    out = cum[np.maximum(who, 0), looks]
     return np.asarray(total - np.where((who >= 0)[:, None], out, 0.0), dtype=np.float64)
 
 
@@ -100,35 +100,35 @@ def pod_quantile_track(hist: F64, canary: Bool, layout: quantile.Layout, p: floa
     """The test of H0: q_c ≤ ratio·q_b + margin_s at every look, with the pod as the unit
     (module docstring). `hist`: (pods, looks, buckets of `layout`), each look cumulative
     over time; `canary`: (pods,) cohort flags."""
-    hist = np.asarray(hist, dtype=np.float64)
+    # Every count below is read from one cumulative sum over the buckets.
+    cum = np.cumsum(np.asarray(hist, dtype=np.float64), axis=-1)
     canary = np.asarray(canary, dtype=bool)
-    hb, hc = hist[~canary], hist[canary]
-    looks = hist.shape[1]
-    tot_b, tot_c = hb.sum(axis=0), hc.sum(axis=0)
+    cb, cc = cum[~canary], cum[canary]
+    looks = cum.shape[1]
+    tot_b, tot_c = cb.sum(axis=0), cc.sum(axis=0)
 
     def test(b: F64, c: F64) -> TwoSample:
-        return quantile.two_sample(np.cumsum(b, axis=-1), np.cumsum(c, axis=-1), layout, p,
-                                   ratio, margin_s, log_threshold)
+        return quantile.two_sample(b, c, layout, p, ratio, margin_s, log_threshold)
 
     every = test(tot_b, tot_c)
-    n_b, _, ex_b = _excess(hb, _rank_bucket(np.cumsum(tot_b, axis=-1), p), p)
+    n_b, _, ex_b = _excess(cb, _rank_bucket(tot_b, p), p)
     pods_b = (n_b > 0).sum(axis=0)
     drop_b = np.where(pods_b >= 2, np.argmax(np.where(n_b > 0, ex_b, -np.inf), axis=0)
-                      if hb.shape[0] else 0, -1)
-    base_wo = _drop(hb, drop_b)
-    n_c, above_c, ex_c = _excess(hc, _rank_bucket(np.cumsum(base_wo, axis=-1), p), p)
+                      if cb.shape[0] else 0, -1)
+    base_wo = _drop(cb, drop_b)
+    n_c, above_c, ex_c = _excess(cc, _rank_bucket(base_wo, p), p)
     pods_c = (n_c > 0).sum(axis=0)
-    worst = (np.argmax(np.where(n_c > 0, ex_c, -np.inf), axis=0) if hc.shape[0]
+    worst = (np.argmax(np.where(n_c > 0, ex_c, -np.inf), axis=0) if cc.shape[0]
              else np.zeros(looks, dtype=np.int64))
-    trimmed = test(base_wo, _drop(hc, np.where(pods_c >= 1, worst, -1)))
+    trimmed = test(base_wo, _drop(cc, np.where(pods_c >= 1, worst, -1)))
     cols = np.arange(looks)
     with np.errstate(divide="ignore", invalid="ignore"):
         total_above, total_c = above_c.sum(axis=0), n_c.sum(axis=0)
         share = (np.where(total_above > 0, above_c[worst, cols] / total_above, 0.0)
-                 if hc.shape[0] else np.zeros(looks))
+                 if cc.shape[0] else np.zeros(looks))
         call_share = (np.where(total_c > 0, n_c[worst, cols] / total_c, 0.0)
-                      if hc.shape[0] else np.zeros(looks))
-    empty = (tot_b.sum(axis=-1) <= 0) | (tot_c.sum(axis=-1) <= 0)
+                      if cc.shape[0] else np.zeros(looks))
+    empty = (tot_b[:, -1] <= 0) | (tot_c[:, -1] <= 0)
     neg = np.full(looks, -np.inf)
     return PodQuantile(
         log_e_fail=np.where(empty | (pods_c < 2), neg, trimmed.log_e_fail),

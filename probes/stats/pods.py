@@ -379,12 +379,15 @@ MAX_GRID_CELLS = 2_000_000
 def read_pod_grids(source: Any, *, since: float | None, until: float | None,
                    paths: Iterable[str] | None = None, cohorts: Iterable[str] | None = None,
                    warmup_s: float, window_s: float, stratum_s: float | None = None,
-                   exclude: Sequence[tuple[float, float]] = ()) -> dict[str, PodGrid] | None:
+                   exclude: Sequence[tuple[float, float]] = (),
+                   per_pod: bool = True) -> dict[str, PodGrid] | None:
     """Per path, the pods × windows grid read from `source` (its `read_endpoint_columns`,
     the SQLite store's) as every reader takes it: from `warmup_s` before `since`, so a pod
     seen then is warm at `since`; `stratum_s` sums windows into coarser strata; windows
     touching an `exclude` span (an overloaded probe) keep telling when a pod was first seen,
-    not its calls. None when the source keeps no per-pod counts (Prometheus series)."""
+    not its calls. With `per_pod`, the grids carry the pods' attempts and latency too
+    (`probes.stats.pod_cells`). None when the source keeps no per-pod counts (Prometheus
+    series)."""
     from probes.stats.series import overlapping
 
     read = getattr(source, "read_endpoint_columns", None)
@@ -392,21 +395,18 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
         return None
     lo = None if since is None else since - warmup_s
     cols = read(since=lo, until=until, paths=paths, cohorts=cohorts, stratum_s=stratum_s,
-                latency=True)
+                **({"latency": True} if per_pod else {}))
     out = overlapping(cols.start, stratum_s or window_s, exclude)
-    from probes.stats.pod_cells import PerPod
+    extra = None
+    if per_pod:
+        from probes.stats.pod_cells import per_pod_of
 
-    lat = cols.latency
-    lat_out = overlapping(lat.start, stratum_s or window_s, exclude)
+        extra = per_pod_of(cols, stratum_s or window_s, exclude)
     return pod_grids(
         cols.start, cols.path, cols.endpoint, cols.cohort,
         np.where(out, 0, cols.requests), np.where(out, 0, cols.errors),
         paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
-        warmup_s=warmup_s, started=cols.started,
-        per_pod=PerPod(np.where(out, 0, cols.attempts_sum), np.where(out, 0, cols.attempts_count),
-                       np.where(out, 0, cols.unrecorded), lat.start[~lat_out],
-                       lat.path[~lat_out], lat.endpoint[~lat_out], lat.cohort[~lat_out],
-                       lat.started[~lat_out], lat.bucket[~lat_out], lat.count[~lat_out]),
+        warmup_s=warmup_s, started=cols.started, per_pod=extra,
     )
 
 
