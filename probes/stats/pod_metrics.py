@@ -38,8 +38,9 @@ P99_SLOW = "calls above the baseline's p99"
 
 
 def _unrecorded(pooled: MetricVerdict, what: str) -> MetricVerdict:
-    return replace(pooled, reason=f"{pooled.reason} (judged on pooled calls: the store has no "
-                                  f"per-pod {what} for all of this span)")
+    return replace(pooled, reason=f"{pooled.reason} (judged on pooled calls: no per-pod "
+                                  f"{what} in the store for all of this span, as in windows "
+                                  "written before store schema v2)")
 
 
 def _rows(grid: PodGrid, baseline: str, canary: str) -> tuple[np.ndarray, np.ndarray]:
