@@ -64,7 +64,7 @@ from probes._spec import (
     Tolerances,
 )
 from probes._timeparse import rfc3339
-from probes._types import PathWindow
+from probes._types import PathWindow, split_pair
 from probes.measure.histogram import LOWER, UPPER
 from probes.stats import metrics as M
 from probes.stats.cohorts import pick_cohorts
@@ -235,9 +235,11 @@ def _metrics(
                 out[s.path][name] = mv
 
     def by_pod(out: list[MetricVerdict], rows: Sequence[PathSeries],
-               per_pod: Any) -> list[MetricVerdict]:
+               per_pod: Any, pairs: bool = True) -> list[MetricVerdict]:
         """Each path's pooled verdict judged again per pod where its grid has both cohorts:
-        `per_pod(grid, baseline, canary, pooled)`."""
+        `per_pod(grid, baseline, canary, pooled)`; without `pairs`, not for pair cohorts."""
+        if cohorts is not None and not pairs and split_pair(cohorts[1]) is not None:
+            return out
         if pods is not None and cohorts is not None:
             for i, s in enumerate(rows):
                 grid = pods.get(s.path)
@@ -256,14 +258,19 @@ def _metrics(
         cum_c = np.cumsum(np.stack([s.canary.latency for s in rows]), axis=1)  # type: ignore[union-attr]
         edges = _LAYOUT if layout is None else layout()
         return by_pod(M.latency_p99(cum_b.astype(float), cum_c.astype(float), edges, tol, a),
-                      rows, lambda g, b, c, m: pod_latency_p99(g, b, c, tol, a, m))
+                      rows, lambda g, b, c, m: pod_latency_p99(g, b, c, tol, a, m),
+                      pairs=False)
 
     def attempts(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         sum_b, sum_c = cols(lambda t: t.attempts_sum, rows)
         cnt_b, cnt_c = cols(lambda t: t.attempts_count, rows)
+        # A relay path's pods are its callers' relay pods, whose proxies make the retries:
+        # the pair matrix (`probes.pairs`) keeps judging p99 and attempts on pooled calls,
+        # so a retrying caller version fails its cell with one relay pod per version.
         return by_pod(
             M.attempts_per_request(sum_b, cnt_b, sum_c, cnt_c, tol, a, attempts_max), rows,
-            lambda g, b, c, m: pod_attempts(g, b, c, tol, a, window_s, attempts_max, m))
+            lambda g, b, c, m: pod_attempts(g, b, c, tol, a, window_s, attempts_max, m),
+            pairs=False)
 
     def streams(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         k_b, k_c = cols(lambda t: t.stream_resets, rows)
