@@ -1,25 +1,41 @@
-"""p99 on simulated estates: how often today's p99 test fails a healthy canary when pods differ.
+"""p99 and attempts on simulated estates: pooled cohorts against the pod as the unit.
 
-The success rate takes the pod as the unit (`benchmarks/verdict_sim.py`); p99 is still judged on
-each cohort's pooled histogram (`probes.stats.quantile.two_sample`, what `judge()` runs). This
-measures what that costs on the same rollouts `verdict_sim.py` draws (12 pods, one restarting
-into the canary every 10 minutes until 6 have, cohort-balanced sampling, 4 h, verdict after
-every window, α = 1 % over four metric slots), with each call's latency lognormal (median
-50 ms, σ 0.5: p99 ≈ 160 ms) times its pod instance's scale:
+The success rate takes the pod as the unit (`benchmarks/verdict_sim.py`); p99 and attempts
+per request do too where the store keeps per-pod windows (schema v2,
+`probes.stats.pod_metrics`). This measures both rules on the rollouts `verdict_sim.py` draws
+(12 pods, one restarting into the canary every 10 minutes until 6 have, cohort-balanced
+sampling, 4 h, verdict after every window, α = 1 % over four metric slots):
+
+- pooled: each cohort's pooled histogram, every call in (`probes.stats.quantile.two_sample`
+  on the path windows: the verdict before schema v2, and from Prometheus);
+- pods: per-pod histograms, each pod's first 2 minutes left out, a fail only with each
+  cohort's worst pod left out (`probes.stats.pod_quantile.pod_quantile_track`, what the
+  live verdict runs on its last look).
+
+Each call's latency is lognormal (median 50 ms, σ 0.5: p99 ≈ 160 ms) times its pod
+instance's scale:
 
 - independent: every pod alike (scale 1);
 - latency spread: each pod instance draws its scale uniformly in 0.7–1.3 (±30 %), anew at a
   restart;
-- cold start: a pod's first 2 minutes 1.5× slower (the verdict's warm-up does not apply to
-  p99 today: the pooled histograms hold every call);
-- one-pod canary (spread): the canary stuck at one pod instance for the whole run.
+- cold start: a pod's first 2 minutes 1.5× slower;
+- one-pod canary (spread): the canary stuck at one pod instance for the whole run;
+- slow node (spread): the first canary pod 2× slower for the whole run, not the version's
+  fault;
+- A/B: canary ×1.5 (spread), the control: every canary call 1.5× slower.
 
-Reported per scenario: the A/A false-fail rate of p99 with its 95 % Clopper–Pearson upper
-bound, and the median time of those false fails; the last row is an A/B control (every canary
-call 1.5× slower), where every rollout should fail.
+Attempts per request (`--attempts`): each call retries once with its pod instance's
+chance (2 %, lognormal σ 0.3 across instances, one in 12 at 5×, as a bad node); pooled is
+`bounded.two_sample` on cohort totals, pods is `pod_track` on the scaled retry volume
+(what `pod_attempts` runs); the control doubles every canary call's attempts (attempts ×2).
+
+Reported per scenario: the A/A false-fail rate of each rule with its 95 % Clopper–Pearson
+upper bound and the median time of those fails; for the controls, how often and how fast
+each rule fails.
 
     .venv/bin/python benchmarks/p99_pods_sim.py                 # 300 rollouts per row
     .venv/bin/python benchmarks/p99_pods_sim.py --quick         # 30 rollouts per row
+    .venv/bin/python benchmarks/p99_pods_sim.py --only p99 --scenario one-pod   # one row
 """
 
 from __future__ import annotations
@@ -27,6 +43,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,10 +54,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verdict_sim import ALPHA, SLOTS, TOL, WINDOW_S, Estate, Scenario, cp_upper, simulate
 
-from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER, index_of
-from probes.stats import quantile
+from probes._spec import DEFAULT_ATTEMPTS_MAX
+from probes.measure.histogram import LOWER, SUB_BUCKETS, UPPER, index_of
+from probes.stats import bounded, quantile
+from probes.stats.pod_quantile import pod_quantile_track
+from probes.stats.pods import pod_track
 
 MEDIAN_S, SIGMA = 0.050, 0.5
+WARMUP_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +70,7 @@ class LatencyScenario:
     spread: float = 0.0  # pod instance scale uniform in 1 ± spread
     cold_factor: float = 1.0  # latency × this in a pod's first cold_s
     one_pod: bool = False
+    slow_node: float = 1.0  # the first canary instance × this, all along
     canary_factor: float = 1.0  # A/B: every canary call this much slower
 
 
@@ -57,16 +79,36 @@ SCENARIOS = (
     LatencyScenario("latency spread ±30 %", spread=0.3),
     LatencyScenario("cold start ×1.5", cold_factor=1.5),
     LatencyScenario("one-pod canary (spread)", spread=0.3, one_pod=True),
+    LatencyScenario("slow node ×2 under the first canary pod (spread)", spread=0.3,
+                    slow_node=2.0),
     # A/B, the control that the test can fail at all: every canary call 1.5× slower.
     LatencyScenario("A/B: canary ×1.5 (spread)", spread=0.3, canary_factor=1.5),
 )
 
 
+@dataclass(frozen=True)
+class AttemptScenario:
+    name: str
+    spread: bool = False
+    one_pod: bool = False
+    canary_factor: float = 1.0  # A/B: every canary call's attempts × this
+
+
+ATTEMPT_SCENARIOS = (
+    AttemptScenario("independent"),
+    AttemptScenario("retry spread (one instance in 12 at 5×)", spread=True),
+    AttemptScenario("one-pod canary (spread)", spread=True, one_pod=True),
+    AttemptScenario("A/B: attempts ×2 (spread)", spread=True, canary_factor=2.0),
+)
+
+
 def histograms(rng: np.random.Generator, n: np.ndarray, canary: np.ndarray, starts: np.ndarray,
-               est: Estate, sc: LatencyScenario) -> tuple[np.ndarray, np.ndarray]:
-    """Per window, each cohort's latency histogram (windows × BUCKET_COUNT)."""
+               est: Estate, sc: LatencyScenario) -> tuple[np.ndarray, int]:
+    """Per pod instance and window, the latency histogram (instances, windows, buckets),
+    its first bucket the returned one."""
     inst, windows = n.shape
     scale = 1.0 + rng.uniform(-sc.spread, sc.spread, inst)
+    scale[est.pods] *= sc.slow_node  # the first canary instance
     t0 = np.arange(windows) * WINDOW_S
     cold = (t0[None, :] < starts[:, None] + est.cold_s) & (starts[:, None] > 0)
     factor = (scale[:, None] * np.where(cold, sc.cold_factor, 1.0)
@@ -75,25 +117,26 @@ def histograms(rng: np.random.Generator, n: np.ndarray, canary: np.ndarray, star
     cell = np.repeat(np.arange(counts.size), counts)
     x = rng.lognormal(math.log(MEDIAN_S), SIGMA, cell.size) * factor.ravel()[cell]
     bucket = index_of(x)
-    window = cell % windows
-    out = []
-    for mine in (~canary, canary):
-        keep = mine.repeat(windows)[cell]
-        flat = window[keep] * BUCKET_COUNT + bucket[keep]
-        out.append(np.bincount(flat, minlength=windows * BUCKET_COUNT)
-                   .reshape(windows, BUCKET_COUNT))
-    return out[0], out[1]
+    # Only buckets near p99 decide anything: those from an octave below the median down,
+    # and from two octaves above the p99 up, are merged into the layout's first and last
+    # (which hold everything below and above), halving the arrays every look carries.
+    mid, tail = np.quantile(bucket, [0.5, 0.99]).astype(int)
+    lo, hi = max(0, int(mid) - SUB_BUCKETS), int(tail) + 2 * SUB_BUCKETS
+    width = hi - lo + 1
+    flat = cell * width + (np.clip(bucket, lo, hi) - lo)
+    hist = np.bincount(flat, minlength=counts.size * width).astype(np.float64)
+    return hist.reshape(inst, windows, width), lo
 
 
-def p99_fails(hb: np.ndarray, hc: np.ndarray, log_thr: float, chunk: int = 90) -> np.ndarray:
-    """Fail flags per look of the pooled p99 test on the cumulative histograms, as judge()
-    runs it (cropped to the buckets used)."""
-    used = np.flatnonzero((hb.sum(0) + hc.sum(0)) > 0)
-    lo, hi = max(0, int(used.min()) - 1), min(BUCKET_COUNT, int(used.max()) + 2)
-    layout = quantile.Layout.from_edges(LOWER[lo:hi], UPPER[lo:hi])
-    # Per look, the pooled histogram so far as cumulative bucket counts (the last is n).
-    cb = np.cumsum(np.cumsum(hb[:, lo:hi], axis=0), axis=1)
-    cc = np.cumsum(np.cumsum(hc[:, lo:hi], axis=0), axis=1)
+def _layout(lo: int, width: int) -> quantile.Layout:
+    return quantile.Layout.from_edges(LOWER[lo:lo + width], UPPER[lo:lo + width])
+
+
+def pooled_p99_fails(hist: np.ndarray, canary: np.ndarray, layout: quantile.Layout,
+                     log_thr: float, chunk: int = 90) -> np.ndarray:
+    """Fail flags per look of the pooled p99 test on each cohort's cumulative histogram."""
+    cb = np.cumsum(np.cumsum(hist[~canary].sum(0), axis=0), axis=1)
+    cc = np.cumsum(np.cumsum(hist[canary].sum(0), axis=0), axis=1)
     both = (cb[:, -1] > 0) & (cc[:, -1] > 0)
     fails = []
     for a in range(0, cb.shape[0], chunk):
@@ -103,36 +146,122 @@ def p99_fails(hb: np.ndarray, hc: np.ndarray, log_thr: float, chunk: int = 90) -
     return np.concatenate(fails) & both
 
 
+def warm(starts: np.ndarray, windows: int) -> np.ndarray:
+    """(instances, windows): cells out of each restarted pod's warm-up."""
+    t0 = np.arange(windows) * WINDOW_S
+    return ~((t0[None, :] < starts[:, None] + WARMUP_S) & (starts[:, None] > 0))
+
+
+def pods_p99_fails(hist: np.ndarray, canary: np.ndarray, starts: np.ndarray,
+                   layout: quantile.Layout, log_thr: float) -> np.ndarray:
+    """Fail flags per look of the pod rule: warm cells, each look cumulative."""
+    cum = np.cumsum(hist * warm(starts, hist.shape[1])[:, :, None], axis=1)
+    t = pod_quantile_track(cum, canary, layout, 0.99, TOL.latency_p99_ratio,
+                           TOL.latency_p99_margin_ms / 1000, log_thr)
+    return np.asarray(t.log_e_fail >= log_thr)
+
+
+def attempts(rng: np.random.Generator, n: np.ndarray, canary: np.ndarray,
+             sc: AttemptScenario) -> np.ndarray:
+    """Per instance and window, the sum of the calls' attempts."""
+    inst = n.shape[0]
+    rate = np.full(inst, 0.02)
+    if sc.spread:
+        rate = rate * rng.lognormal(-0.045, 0.3, inst)
+        rate = np.where(rng.random(inst) < 1 / 12, rate * 5.0, rate)
+    retries = rng.binomial(n.astype(np.int64), np.clip(rate, 0, 1)[:, None])
+    total = n + retries
+    return np.where(canary[:, None], total * sc.canary_factor, total)
+
+
+def attempt_fails(n: np.ndarray, total: np.ndarray, canary: np.ndarray, starts: np.ndarray,
+                  log_thr: float) -> tuple[np.ndarray, np.ndarray]:
+    """Fail flags per look: pooled (cohort totals, every call) and pods (`pod_attempts`)."""
+    span = float(DEFAULT_ATTEMPTS_MAX - 1)
+    r = TOL.attempts_ratio
+    margin = min((r - 1.0) / span, 1 - 1e-12)
+    y = (total - n) / span
+    nb, nc = np.cumsum(n[~canary].sum(0)), np.cumsum(n[canary].sum(0))
+    yb, yc = np.cumsum(y[~canary].sum(0)), np.cumsum(y[canary].sum(0))
+    ok = (nb > 0) & (nc > 0)
+    pooled = bounded.two_sample(yb, np.maximum(nb, 1), yc, np.maximum(nc, 1), r, margin)
+    w = warm(starts, n.shape[1])
+    track = pod_track(np.where(w, n, 0.0), np.where(w, y, 0.0), canary, r, margin)
+    return (pooled.log_e_fail >= log_thr) & ok, np.asarray(track.log_e_fail >= log_thr)
+
+
+def _row(name: str, rollouts: int, times: dict[str, list[float]]) -> str:
+    cells = []
+    for rule in ("pooled", "pods"):
+        k = len(times[rule])
+        when = f"{np.median(times[rule]):.1f}" if times[rule] else "–"
+        cells.append(f"{100 * k / rollouts:.1f} % ({100 * cp_upper(k, rollouts):.1f} %), "
+                     f"{when}")
+    return f"| {name} | {cells[0]} | {cells[1]} |"
+
+
+def _first(mask: np.ndarray) -> float | None:
+    hit = np.flatnonzero(mask)
+    return float((hit[0] + 1) * WINDOW_S / 60) if hit.size else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rollouts", type=int, default=300)
     ap.add_argument("--seed", type=int, default=20261204)
     ap.add_argument("--balance", type=float, default=10.0)
     ap.add_argument("--quick", action="store_true", help="30 rollouts per row (make bench)")
+    ap.add_argument("--only", choices=("p99", "attempts"), help="one table only")
+    ap.add_argument("--scenario", action="append",
+                    help="only the scenarios whose name starts so (repeatable; a row's figures "
+                         "do not depend on which others run)")
     args = ap.parse_args()
     if args.quick:
         args.rollouts = 30
     est = Estate()
     log_thr = math.log(SLOTS / ALPHA)
-    print(f"{args.rollouts} A/A rollouts per row; 12 pods × {est.rate_per_s:g}/s (balance up to"
+    print(f"{args.rollouts} rollouts per row; 12 pods × {est.rate_per_s:g}/s (balance up to"
           f" {args.balance:g}×), {est.hours:g} h, p99 tolerance ×{TOL.latency_p99_ratio:g}"
-          f" + {TOL.latency_p99_margin_ms:g} ms, α = {ALPHA} over {SLOTS} slots")
-    print("| scenario | p99 fails (95 % upper) | median time to the fail, min |")
-    print("|---|---|---|")
-    for sc in SCENARIOS:
-        rng = np.random.default_rng([args.seed, SCENARIOS.index(sc)])
-        layout_sc = Scenario(sc.name, one_pod=sc.one_pod)
-        times = []
-        for _ in range(args.rollouts):
-            n, _s, _p, canary, starts = simulate(rng, est, layout_sc, 0.0, args.balance)
-            hb, hc = histograms(rng, n, canary, starts, est, sc)
-            hit = np.flatnonzero(p99_fails(hb, hc, log_thr))
-            if hit.size:
-                times.append((hit[0] + 1) * WINDOW_S / 60)
-        k = len(times)
-        when = f"{np.median(times):.1f}" if times else "–"
-        print(f"| {sc.name} | {100 * k / args.rollouts:.1f} % "
-              f"({100 * cp_upper(k, args.rollouts):.1f} %) | {when} |", flush=True)
+          f" + {TOL.latency_p99_margin_ms:g} ms, attempts ×{TOL.attempts_ratio:g}, "
+          f"α = {ALPHA} over {SLOTS} slots; each cell: fails (95 % upper), median minutes "
+          "to the fail")
+    if args.only != "attempts":
+        print("\n| p99 scenario | pooled | pods |\n|---|---|---|")
+        for sc in SCENARIOS:
+            if args.scenario and not sc.name.startswith(tuple(args.scenario)):
+                continue
+            began = time.perf_counter()
+            rng = np.random.default_rng([args.seed, SCENARIOS.index(sc)])
+            layout_sc = Scenario(sc.name, one_pod=sc.one_pod)
+            times: dict[str, list[float]] = {"pooled": [], "pods": []}
+            for _ in range(args.rollouts):
+                n, _s, _p, canary, starts = simulate(rng, est, layout_sc, 0.0, args.balance)
+                hist, lo = histograms(rng, n, canary, starts, est, sc)
+                layout = _layout(lo, hist.shape[2])
+                for rule, fails in (("pooled", pooled_p99_fails(hist, canary, layout, log_thr)),
+                                    ("pods", pods_p99_fails(hist, canary, starts, layout,
+                                                            log_thr))):
+                    if (t := _first(fails)) is not None:
+                        times[rule].append(t)
+            print(_row(sc.name, args.rollouts, times), flush=True)
+            print(f"<!-- {sc.name}: {time.perf_counter() - began:.0f} s -->", file=sys.stderr)
+    if args.only != "p99":
+        print("\n| attempts scenario | pooled | pods |\n|---|---|---|")
+        for asc in ATTEMPT_SCENARIOS:
+            if args.scenario and not asc.name.startswith(tuple(args.scenario)):
+                continue
+            rng = np.random.default_rng([args.seed, 100 + ATTEMPT_SCENARIOS.index(asc)])
+            layout_sc = Scenario(asc.name, one_pod=asc.one_pod)
+            times = {"pooled": [], "pods": []}
+            for _ in range(args.rollouts):
+                n, _s, _p, canary, starts = simulate(rng, est, layout_sc, 0.0, args.balance)
+                total = attempts(rng, n, canary, asc)
+                for rule, fails in zip(("pooled", "pods"),
+                                       attempt_fails(n, total, canary, starts, log_thr),
+                                       strict=True):
+                    if (t := _first(fails)) is not None:
+                        times[rule].append(t)
+            print(_row(asc.name, args.rollouts, times), flush=True)
 
 
 if __name__ == "__main__":

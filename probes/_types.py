@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+_EMPTY_COUNTS: Mapping[int, int] = MappingProxyType({})
+
 
 def _frozen(labels: Mapping[str, str] | None) -> Mapping[str, str]:
     # A read-only view is taken as it is: the probe's own (every Endpoint's labels) wrap a
@@ -202,7 +204,13 @@ class PathWindow:
 
 @dataclass(frozen=True, slots=True)
 class EndpointWindow:
-    """Per-endpoint counts for one window, so a report can name the pods that fail."""
+    """Per-endpoint counts for one window, so a report can name the pods that fail and the
+    verdict can take the pod as the unit for every metric.
+
+    `attempts_sum` / `attempts_count` are the upstream attempts of the calls that reported
+    them; `latency` is the calls' latency histogram, sparse ({bucket of
+    `probes.measure.histogram`: count}); it is taken as given, not copied (its producer,
+    the window aggregator, hands over a copy of its own)."""
 
     start: float
     path: str
@@ -211,6 +219,9 @@ class EndpointWindow:
     requests: int
     errors: int
     labels: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
+    attempts_sum: int = 0
+    attempts_count: int = 0
+    latency: Mapping[int, int] = field(default_factory=lambda: _EMPTY_COUNTS)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", _frozen(self.labels))

@@ -24,11 +24,14 @@ is kept between calls and asking after every window costs nothing in error rate.
 
 Success rate, given the pods × windows grids (`pods`), takes the pod as the unit of
 evidence (`probes.stats.pods`): compared within each window, the spread between pods part
-of the noise, and a fail only if it holds with the canary's worst pod left out. The other
-metrics (and success rate without grids, as from Prometheus) assume, stated plainly, that
-within each cohort the calls are independent with a common distribution over the span: a
-drift while the split between cohorts changes, bursts shared by both cohorts, or one sick
-pod can move that pooled comparison. `since` must be fixed (the rollout's start): a sliding
+of the noise, and a fail only if it holds with the canary's worst pod left out. Attempts per
+request does the same where the grids hold per-pod attempts (store schema v2), and p99
+fails only with each cohort's worst pod left out (`probes.stats.pod_metrics`). Stream
+resets (and every metric without grids, as from Prometheus, or over a span a v1 store
+wrote) assume, stated plainly, that within each cohort the calls are independent with a
+common distribution over the span: a drift while the split between cohorts changes, bursts
+shared by both cohorts, or one sick pod can move that pooled comparison. Each metric's
+`rule` says which it was: "pods" or "pooled". `since` must be fixed (the rollout's start): a sliding
 `since` starts a new sequence at every call and the "at any time" guarantee then holds per
 call only.
 
@@ -61,11 +64,12 @@ from probes._spec import (
     Tolerances,
 )
 from probes._timeparse import rfc3339
-from probes._types import PathWindow
+from probes._types import PathWindow, split_pair
 from probes.measure.histogram import LOWER, UPPER
 from probes.stats import metrics as M
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.metrics import CohortEvidence, MetricVerdict
+from probes.stats.pod_metrics import pod_attempts, pod_latency_p99
 from probes.stats.pods import PodGrid
 from probes.stats.quantile import Layout
 from probes.stats.series import Columns, PathSeries, columns, overlapping, path_series
@@ -196,7 +200,8 @@ def _metrics(
 ) -> dict[str, dict[str, MetricVerdict]]:
     """Per path, per metric name, for every path with a comparison span. `layout` is a
     callable giving the latency bucket `Layout` (read only when latency is judged). With
-    `pods` (per path) and `cohorts` (baseline, canary), success rate is judged per pod."""
+    `pods` (per path) and `cohorts` (baseline, canary), success rate is judged per pod, and
+    p99 and attempts too where the grid holds per-pod latency and attempts."""
     out: dict[str, dict[str, MetricVerdict]] = {s.path: {} for s in series}
     judged = [s for s in series if s.baseline is not None and s.canary is not None]
     too_many = _check_attempts(judged, attempts_max)
@@ -229,6 +234,19 @@ def _metrics(
             for s, mv in zip(full, compute(full), strict=True):
                 out[s.path][name] = mv
 
+    def by_pod(out: list[MetricVerdict], rows: Sequence[PathSeries],
+               per_pod: Any, pairs: bool = True) -> list[MetricVerdict]:
+        """Each path's pooled verdict judged again per pod where its grid has both cohorts:
+        `per_pod(grid, baseline, canary, pooled)`; without `pairs`, not for pair cohorts."""
+        if cohorts is not None and not pairs and split_pair(cohorts[1]) is not None:
+            return out
+        if pods is not None and cohorts is not None:
+            for i, s in enumerate(rows):
+                grid = pods.get(s.path)
+                if grid is not None and {*cohorts} <= {*grid.cohorts}:
+                    out[i] = per_pod(grid, *cohorts, out[i])
+        return out
+
     def success(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         by_pod: dict[int, PodGrid] = {}
         if pods is not None and cohorts is not None:
@@ -250,16 +268,25 @@ def _metrics(
                 out[i] = mv
         return [mv for mv in out if mv is not None]
 
+
     def latency(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         cum_b = np.cumsum(np.stack([s.baseline.latency for s in rows]), axis=1)  # type: ignore[union-attr]
         cum_c = np.cumsum(np.stack([s.canary.latency for s in rows]), axis=1)  # type: ignore[union-attr]
         edges = _LAYOUT if layout is None else layout()
-        return M.latency_p99(cum_b.astype(float), cum_c.astype(float), edges, tol, a)
+        return by_pod(M.latency_p99(cum_b.astype(float), cum_c.astype(float), edges, tol, a),
+                      rows, lambda g, b, c, m: pod_latency_p99(g, b, c, tol, a, m),
+                      pairs=False)
 
     def attempts(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         sum_b, sum_c = cols(lambda t: t.attempts_sum, rows)
         cnt_b, cnt_c = cols(lambda t: t.attempts_count, rows)
-        return M.attempts_per_request(sum_b, cnt_b, sum_c, cnt_c, tol, a, attempts_max)
+        # A relay path's pods are its callers' relay pods, whose proxies make the retries:
+        # the pair matrix (`probes.pairs`) keeps judging p99 and attempts on pooled calls,
+        # so a retrying caller version fails its cell with one relay pod per version.
+        return by_pod(
+            M.attempts_per_request(sum_b, cnt_b, sum_c, cnt_c, tol, a, attempts_max), rows,
+            lambda g, b, c, m: pod_attempts(g, b, c, tol, a, window_s, attempts_max, m),
+            pairs=False)
 
     def streams(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         k_b, k_c = cols(lambda t: t.stream_resets, rows)

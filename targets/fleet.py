@@ -128,15 +128,23 @@ class SidecarFactory(Protocol):
     ) -> Pod: ...
 
 
+def _every_route(profile: VersionProfile, worse: Callable[[Faults], Faults]) -> VersionProfile:
+    return dataclasses.replace(profile, defaults=worse(profile.defaults),
+                               routes={r: worse(f) for r, f in profile.routes.items()})
+
+
 def on_bad_node(profile: VersionProfile, error_rate: float) -> VersionProfile:
     """`profile` on a node that fails `error_rate` of every route's calls besides its own
     faults (persistent errors: a retry on the same pod fails again)."""
+    return _every_route(profile, lambda f: dataclasses.replace(
+        f, error_rate=1.0 - (1.0 - f.error_rate) * (1.0 - error_rate)))
 
-    def worse(f: Faults) -> Faults:
-        return dataclasses.replace(f, error_rate=1.0 - (1.0 - f.error_rate) * (1.0 - error_rate))
 
-    return dataclasses.replace(profile, defaults=worse(profile.defaults),
-                               routes={r: worse(f) for r, f in profile.routes.items()})
+def on_slow_node(profile: VersionProfile, delay_s: float) -> VersionProfile:
+    """`profile` on a node that adds `delay_s` to every route's calls besides its own
+    latency (a noisy neighbour, a throttled CPU)."""
+    return _every_route(profile, lambda f: dataclasses.replace(
+        f, latency=dataclasses.replace(f.latency, fixed_s=f.latency.fixed_s + delay_s)))
 
 
 def pod_hosts(base_host: str, count: int) -> list[str]:
@@ -164,6 +172,7 @@ class Fleet:
     `bad_nodes` maps a pod's ordinal to an error rate its node adds to every route, whatever
     the version and across restarts (the pod keeps its host): sick pods that are not the
     version's fault, in either cohort, as a bad node or a noisy neighbour makes them.
+    `slow_nodes` likewise maps an ordinal to a delay in seconds its node adds to every call.
 
     `relay` makes every pod a relay pod with that allowlist, its outbound side that of its
     proxy version: the retries of the version's profile (`outbound`) and the endpoint view
@@ -195,6 +204,7 @@ class Fleet:
         bad_nodes: Mapping[int, float] | None = None,
         relay: RelayConfig | None = None,
         mesh: EmulatedMesh | None = None,
+        slow_nodes: Mapping[int, float] | None = None,
     ):
         if pods < 1:
             raise BadInput("a fleet needs at least one pod")
@@ -202,16 +212,19 @@ class Fleet:
             raise BadInput("fault profiles (--profiles) are for the emulated sidecar; a real "
                            "sidecar's versions come from its own file (--haproxy-profiles)")
         self._sidecar = sidecar
-        if bad_nodes and sidecar is not None:
+        if (bad_nodes or slow_nodes) and sidecar is not None:
             raise BadInput("bad nodes are emulated by the fault profiles, not a real sidecar")
         if any(not 0.0 <= rate <= 1.0 for rate in (bad_nodes or {}).values()):
             raise BadInput("a bad node's error rate lies in [0, 1]")
+        if any(not delay >= 0.0 for delay in (slow_nodes or {}).values()):
+            raise BadInput("a slow node's delay must not be negative")
         self._bad_nodes = dict(bad_nodes or {})
         if relay is not None and sidecar is not None:
             raise BadInput("the fleet's relay has an emulated outbound side; a real one is "
                            "targets.haproxy_outbound")
         self._relay = relay
         self.mesh = mesh if mesh is not None or relay is None else EmulatedMesh(version)
+        self._slow_nodes = dict(slow_nodes or {})
         self.namespace = namespace
         self.service = service
         self.drain_s = drain_s
@@ -320,6 +333,8 @@ class Fleet:
             )
         if i in self._bad_nodes:
             profile = on_bad_node(profile, self._bad_nodes[i])
+        if i in self._slow_nodes:
+            profile = on_slow_node(profile, self._slow_nodes[i])
         return TargetServer(
             profile, host=host, http_port=http_port, grpc_port=grpc_port,
             pod=f"{self.service}-{i}",

@@ -26,6 +26,7 @@ and so may run in a worker thread. `flush(now)` is both in one call, as lists.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -49,6 +50,9 @@ _SUB2 = 2 * SUB_BUCKETS
 _frexp = math.frexp
 
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
+# One call of an endpoint window: its latency bucket and attempts (0: not reported).
+_CALL = struct.Struct("<HH")
+_pack_call = _CALL.pack
 
 
 class _PathAcc:
@@ -88,12 +92,17 @@ class _Window:
     ints are untracked by the collector, so these cost it nothing.
     """
 
-    __slots__ = ("dirty", "dirty_endpoints", "errors", "labels", "paths", "requests")
+    __slots__ = ("calls", "dirty", "dirty_endpoints", "errors", "labels", "paths", "requests")
 
     def __init__(self) -> None:
         self.paths: dict[tuple[str, str], _PathAcc] = {}
         self.requests: dict[tuple[str, str, str], int] = {}
         self.errors: dict[tuple[str, str, str], int] = {}
+        # Each call's latency bucket and attempts (`_CALL` records) per endpoint, for the
+        # endpoint window's histogram and attempts: immutable bytes, untracked by the
+        # collector and taken without a copy. A dict per endpoint cost 5× the memory and
+        # its copy tripled `take()` (BENCHMARKS.md D14).
+        self.calls: dict[tuple[str, str, str], bytes] = {}
         self.labels: dict[tuple[str, str, str], Mapping[str, str] | None] = {}
         # Endpoint keys counted since this window was last emitted.
         self.dirty_endpoints: set[tuple[str, str, str]] = set()
@@ -133,6 +142,7 @@ class _EndpointColumns:
     requests: list[int]
     errors: list[int]
     labels: list[Mapping[str, str] | None]
+    calls: list[bytes | None]
 
 
 @dataclass(slots=True)
@@ -170,10 +180,18 @@ class Taken:
             for i in sorted(range(len(keys)), key=keys.__getitem__):
                 path, endpoint, cohort = keys[i]
                 labels = cols.labels[i]
+                latency: dict[int, int] = {}
+                attempts_sum = attempts_count = 0
+                for bucket, attempts in _CALL.iter_unpack(cols.calls[i] or b""):
+                    latency[bucket] = latency.get(bucket, 0) + 1
+                    if attempts:
+                        attempts_sum += attempts
+                        attempts_count += 1
                 yield EndpointWindow(
                     start=cols.start, path=path, endpoint=endpoint, cohort=cohort,
                     requests=cols.requests[i], errors=cols.errors[i],
                     labels=labels if labels is not None else _NO_LABELS,
+                    attempts_sum=attempts_sum, attempts_count=attempts_count, latency=latency,
                 )
 
     def build(self) -> tuple[list[PathWindow], list[EndpointWindow]]:
@@ -186,9 +204,9 @@ class WindowAggregator:
 
     Not thread-safe: feed it from the event loop that runs the calls.
 
-    Per-endpoint windows count calls for unary paths; for stream paths they count stream
-    opens as requests and stream resets as errors, so a report can name the pods whose
-    streams reset.
+    Per-endpoint windows count calls for unary paths, with their attempts and latency
+    histogram; for stream paths they count stream opens as requests and stream resets as
+    errors, so a report can name the pods whose streams reset.
     """
 
     def __init__(self, length_s: float = 10.0, grace_s: float = 5.0, retain_s: float = 60.0):
@@ -265,9 +283,6 @@ class WindowAggregator:
         else:
             b = index_of(v)
         acc.latency[b] = acc.latency.get(b, 0) + 1
-        if call.attempts is not None:
-            acc.attempts_sum += call.attempts
-            acc.attempts_count += 1
         acc.churn += call.churn
         if result.lag_s > acc.lag_max:
             acc.lag_max = result.lag_s
@@ -276,6 +291,12 @@ class WindowAggregator:
         w.requests[key] = w.requests.get(key, 0) + 1
         if name != Outcome.OK:
             w.errors[key] = w.errors.get(key, 0) + 1
+        attempts = call.attempts
+        if attempts is not None:
+            acc.attempts_sum += attempts
+            acc.attempts_count += 1
+        w.calls[key] = w.calls.get(key, b"") + _pack_call(
+            b, min(attempts, 0xFFFF) if attempts is not None else 0)
         return True
 
     def add_stream_open(
@@ -395,10 +416,12 @@ class WindowAggregator:
             ))
         if w.dirty_endpoints:
             requests, errors, labels = w.requests, w.errors, w.labels
+            calls = w.calls
             keys = list(w.dirty_endpoints)
             taken.endpoint_columns.append(_EndpointColumns(
                 start, keys, [requests.get(k, 0) for k in keys],
                 [errors.get(k, 0) for k in keys], [labels[k] for k in keys],
+                [calls.get(k) for k in keys],
             ))
             w.dirty_endpoints = set()
         w.dirty = False

@@ -128,7 +128,7 @@ class _Replay:
         warm = self.settings.warmup_s
         grids = read_pod_grids(self.store, since=origin, until=cap + self.data.window_s / 2,
                                paths=[name], cohorts=[b, c], warmup_s=warm,
-                               window_s=self.data.window_s)
+                               window_s=self.data.window_s, per_pod=False)
         grid = (grids or {}).get(name)
         out = None
         if grid is not None and {b, c} <= set(grid.cohorts):

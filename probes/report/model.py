@@ -416,7 +416,7 @@ def _warmup(store: Store, data: Collected, cohorts: tuple[str, str], warmup_s: f
     first `warmup_s` apart (`pod_grids`). Paths without endpoint windows have no band."""
     grids = read_pod_grids(store, since=data.since, until=data.until - data.window_s + 1e-6,
                            paths=paths, cohorts=list(cohorts), warmup_s=warmup_s,
-                           window_s=data.window_s)
+                           window_s=data.window_s, per_pod=False)
     out = {}
     for path, grid in (grids or {}).items():
         rows = []

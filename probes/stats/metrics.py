@@ -30,14 +30,19 @@ from probes.stats._num import log_clip
 __all__ = [
     "ATTEMPTS",
     "LATENCY_P99",
+    "PODS",
+    "POOLED",
     "STREAM_RESETS",
     "SUCCESS_RATE",
     "CohortEvidence",
     "MetricVerdict",
     "attempts_per_request",
     "concentration_finding",
+    "json_number",
     "latency_p99",
     "missing",
+    "pod_bounded_verdict",
+    "pod_reason",
     "pod_success_rate",
     "pod_success_rates",
     "stream_resets",
@@ -50,6 +55,7 @@ ATTEMPTS = "attempts_per_request"
 STREAM_RESETS = "stream_resets_per_hour"
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+PODS, POOLED = "pods", "pooled"
 F64 = npt.NDArray[np.float64]
 
 
@@ -57,11 +63,14 @@ def _ro(m: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(m or {}))
 
 
-def _num(x: float | None, digits: int = 6) -> float | None:
+def json_number(x: float | None, digits: int = 6) -> float | None:
     """JSON-safe: None for missing or non-finite, else rounded to `digits` significant."""
     if x is None or not math.isfinite(x):
         return None
     return float(f"{x:.{digits}g}")
+
+
+_num = json_number
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +104,8 @@ class MetricVerdict:
     # the canary's worst pod and its share; `needs`: calls and seconds more to pass.
     pods: Mapping[str, Any] | None = None
     needs: Mapping[str, Any] | None = None
+    # How it was judged: "pods" (the pod as the unit) or "pooled" (cohort totals).
+    rule: str = "pooled"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tolerance", _ro(self.tolerance))
@@ -123,6 +134,7 @@ class MetricVerdict:
             "reason": self.reason,
             **({} if self.pods is None else {"pods": dict(self.pods)}),
             **({} if self.needs is None else {"needs": dict(self.needs)}),
+            "rule": self.rule,
         }
 
 
@@ -190,18 +202,19 @@ def success_rate(
     return out
 
 
-def concentration_finding(pod: str, share: float | None) -> str:
+def concentration_finding(pod: str, share: float | None, what: str = "errors") -> str:
     """The finding when the canary's errors are concentrated on one pod, in the words the
     verdict's reason and the report both use: "concentrated on shop-0 (71 % of the canary's
-    errors)". `share` as the verdict's JSON carries it (`pods.worst_share`)."""
+    errors)". `share` as the verdict's JSON carries it (`pods.worst_share`); `what` names
+    what was counted ("retries", "calls above the baseline's p99")."""
     shown = _num(share, 3)
     return (f"concentrated on {pod} "
-            f"({'?' if shown is None else f'{100 * shown:.0f}'} % of the canary's errors)")
+            f"({'?' if shown is None else f'{100 * shown:.0f}'} % of the canary's {what})")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class _PodEvidence:
-    """One path's pod-level test before the pooled figures that head its reason."""
+    """One path's pod-level test (its last look) before the pooled figures heading its reason."""
 
     grid: pods.PodGrid
     rows: npt.NDArray[np.bool_]
@@ -211,16 +224,15 @@ class _PodEvidence:
     canary_names: list[str]
     track: pods.PodTrack
     both: npt.NDArray[np.bool_]
-    totals: tuple[float, float, float, float]  # requests and errors, baseline then canary
+    totals: tuple[float, float, float, float]  # calls and sums, baseline then canary
 
 
-def _pod_evidence(grid: pods.PodGrid, baseline: str, canary: str, drop: float) -> _PodEvidence:
-    rows = np.array([c in (baseline, canary) for c in grid.cohorts], dtype=bool)
-    n, s = grid.calls[rows], grid.errors[rows]
-    is_canary = grid.of(canary)[rows]
+def _pod_evidence(grid: pods.PodGrid, rows: npt.NDArray[np.bool_],
+                  is_canary: npt.NDArray[np.bool_], n: F64, s: F64, ratio: float,
+                  margin: float) -> _PodEvidence:
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
-    track = pods.pod_track(n, s, is_canary, 1.0, drop, last_only=True)
+    track = pods.pod_track(n, s, is_canary, ratio, margin, last_only=True)
     # Per window first, then the windows both cohorts have (sums of counts: exact).
     n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
     both = (n_b > 0) & (n_c > 0)
@@ -238,21 +250,23 @@ def pod_success_rates(
     pods counted, and a fail only if it holds with the canary's worst pod left out. The
     pooled figures that head each reason are computed for every grid at once."""
     drop = tol.success_rate_drop_pp / 100.0
-    parts = [_pod_evidence(g, baseline, canary, drop) for g in grids]
+    parts = []
+    for g in grids:
+        rows = np.array([c in (baseline, canary) for c in g.cohorts], dtype=bool)
+        parts.append(_pod_evidence(g, rows, g.of(canary)[rows], g.calls[rows], g.errors[rows],
+                                   1.0, drop))
     judged = [p for p in parts if p.totals[0] > 0 and p.totals[2] > 0]
     if judged:
         req_b, err_b, req_c, err_c = (np.array(x) for x in zip(*(p.totals for p in judged),
                                                                strict=True))
         heads = iter(success_rate(req_b, err_b, req_c, err_c, tol, alpha))
-    # How far a pass is, for the undecided only (it costs more than the test), all at once.
-    log_thr = math.log(1.0 / alpha)
-    undecided = [p for p in judged if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE]
-    factors = dict(zip(undecided, pods.needs_factors(
-        [-float(p.track.d[-1]) for p in undecided],
-        [float(p.track.v_sampling[-1]) for p in undecided],
-        [float(p.track.v_pods[-1]) for p in undecided], log_thr), strict=True))
+    factors = _needs_factors(judged, alpha)
     return [
-        _pod_verdict(p, next(heads), factors.get(p), tol, alpha, window_s) if p in judged
+        _pod_verdict(p, next(heads), factors.get(p), window_s, what="errors",
+                     spread=("spread_pp", 100.0, "pp"),
+                     warmup={"calls": int(p.grid.warmup_calls[p.rows].sum()),
+                             "errors": int(p.grid.warmup_errors[p.rows].sum())})
+        if p in judged
         else missing(SUCCESS_RATE, "ratio", {"max_drop_pp": tol.success_rate_drop_pp}, alpha,
                      "success rate: the cohorts have no warm window in common yet "
                      "(each pod's warm-up is left out)")
@@ -268,10 +282,41 @@ def pod_success_rate(
     return pod_success_rates([grid], baseline, canary, tol, alpha, window_s)[0]
 
 
-def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
-                 tol: Tolerances, alpha: float, window_s: float) -> MetricVerdict:
+def _needs_factors(evidence: Sequence[_PodEvidence], alpha: float
+                   ) -> dict[_PodEvidence, float | None]:
+    """How far a pass is, for the undecided only (it costs more than the test), all at once."""
     log_thr = math.log(1.0 / alpha)
-    grid, rows, n, s, is_canary = ev.grid, ev.rows, ev.n, ev.s, ev.is_canary
+    undecided = [p for p in evidence
+                 if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE]
+    return dict(zip(undecided, pods.needs_factors(
+        [-float(p.track.d[-1]) for p in undecided],
+        [float(p.track.v_sampling[-1]) for p in undecided],
+        [float(p.track.v_pods[-1]) for p in undecided], log_thr), strict=True))
+
+
+def pod_bounded_verdict(
+    pooled: MetricVerdict, grid: pods.PodGrid, rows: npt.NDArray[np.bool_],
+    is_canary: npt.NDArray[np.bool_], n: F64, s: F64, ratio: float, margin: float,
+    window_s: float, *, what: str, spread: tuple[str, float, str],
+    warmup: Mapping[str, int] | None = None,
+) -> MetricVerdict:
+    """`pooled` (the metric's verdict on cohort totals) judged again with the pod as the
+    unit: `probes.stats.pods.pod_track` on the per-call values' sums `s` over calls `n`
+    (the grid's `rows` of the two cohorts, `is_canary` among them), H0 μ_c ≤ ratio·μ_b +
+    margin. Returns its state, reason, e-values, pod evidence and `needs`. `what` names
+    what `s` counts ("errors"); `spread` = (JSON key, scale, unit) shows the spread between
+    pods τ in the metric's units."""
+    ev = _pod_evidence(grid, rows, is_canary, n, s, ratio, margin)
+    factor = _needs_factors([ev], pooled.alpha).get(ev)
+    return _pod_verdict(ev, pooled, factor, window_s, what=what, spread=spread, warmup=warmup)
+
+
+def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
+                 window_s: float, *, what: str, spread: tuple[str, float, str],
+                 warmup: Mapping[str, int] | None) -> MetricVerdict:
+    alpha = pooled.alpha
+    log_thr = math.log(1.0 / alpha)
+    grid, n, s, is_canary = ev.grid, ev.n, ev.s, ev.is_canary
     canary_names, track, both = ev.canary_names, ev.track, ev.both
     req_c, err_c = ev.totals[2], ev.totals[3]
     lf, lfa, lp = (float(x[-1]) for x in (track.log_e_fail, track.log_e_fail_all,
@@ -284,7 +329,8 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     share = float(per_pod_errors[worst] / err_c) if err_c > 0 and canary_names else 0.0
     call_share = float(per_pod_calls[worst] / req_c) if canary_names else 0.0
     concentrated = pods_c >= 2 and share >= 0.5 and share >= 2 * call_share
-    spread_pp = 100.0 * float(track.tau[-1])
+    key, scale, unit = spread
+    spread_shown = scale * float(track.tau[-1])
 
     verdict = str(pods.pod_states(track, log_thr)[-1])
     # The canary's calls so far came in this much time: the rate a `needs` estimate assumes.
@@ -298,43 +344,58 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     pod_word = "pod" if pods_c == 1 else "pods"
     head = (pooled.reason.split(")")[0]
             + f"; {pods_c} canary {pod_word} vs {int(track.pods_baseline[-1])})")
-    finding = concentration_finding(str(worst_name), share)
-    found = "; " + finding if concentrated else ""
-    if verdict == FAIL:
-        reason = head + ": worse across the canary's pods, with its worst pod left out" + found
-    elif verdict == PASS:
-        reason = head + ": within tolerance" + found
-    elif lfa >= log_thr and pods_c == 1:
-        reason = (head + f": the canary's one pod {worst_name} is worse than the baseline's "
-                  "pods, but one pod cannot tell a sick pod from a sick version; add a canary "
-                  "pod to decide")
-    elif lfa >= log_thr and concentrated:
-        reason = (head + f": worse only with its worst pod in: {finding}, "
-                  "not across the version's pods")
-    elif lfa >= log_thr:
-        reason = (head + ": worse with every pod in, not yet with its worst pod "
-                  f"({worst_name}, {100 * share:.0f} % of the canary's errors) left out")
+    found = ("; " + concentration_finding(str(worst_name), share, what)
+             if concentrated else "")
+    decided = pod_reason(head, verdict, lfa >= log_thr, pods_c, worst_name, share,
+                         concentrated, what)
+    if decided is not None:
+        reason = decided
     elif factor is not None:
         reason = (head + f": not enough evidence yet; a pass needs about {needs['calls']} more "
                   f"canary calls (~{_duration(needs['seconds'])} at the current rate)" + found)
     elif float(track.d[-1]) >= 0:
         reason = head + ": not enough evidence yet to pass or fail" + found
     else:
-        reason = (head + f": cannot pass at this spread between pods ({spread_pp:.2g} pp) "
-                  f"with {pods_c} canary {pod_word}; more pods would decide" + found)
+        reason = (head + f": cannot pass at this spread between pods ({spread_shown:.2g} "
+                  f"{unit}) with {pods_c} canary {pod_word}; more pods would decide" + found)
     return replace(
         pooled, verdict=verdict, reason=reason,
         e_fail=float(log_clip(np.array(lf))), e_pass=float(log_clip(np.array(lp))),
         pods={
             "baseline": int(track.pods_baseline[-1]), "canary": pods_c,
-            "spread_pp": _num(spread_pp, 3),
+            key: _num(spread_shown, 3),
             "worst": worst_name, "worst_share": _num(share, 3), "concentrated": concentrated,
             "e_fail_all_pods": _num(float(log_clip(np.array(lfa)))),
-            "warmup": {"calls": int(grid.warmup_calls[rows].sum()),
-                       "errors": int(grid.warmup_errors[rows].sum())},
+            **({} if warmup is None else {"warmup": dict(warmup)}),
         },
-        needs=needs,
+        needs=needs, rule=PODS,
     )
+
+
+def pod_reason(head: str, verdict: str, fails_with_every_pod: bool, pods_canary: int,
+               worst: str | None, share: float, concentrated: bool, what: str,
+               words: tuple[str, str] = ("worse", "sick")) -> str | None:
+    """A pod-level verdict's reason when it is decided, or held back by its worst pod (None
+    otherwise: the caller says how far it is). `head` says the estimates; `what` what the
+    worst pod's `share` counts; `words` ("worse", "sick") say how a pod differs."""
+    finding = concentration_finding(str(worst), share, what)
+    found = "; " + finding if concentrated else ""
+    worse, sick = words
+    if verdict == FAIL:
+        return head + ": worse across the canary's pods, with its worst pod left out" + found
+    if verdict == PASS:
+        return head + ": within tolerance" + found
+    if fails_with_every_pod and pods_canary == 1:
+        return (head + f": the canary's one pod {worst} is {worse} than the baseline's pods, "
+                f"but one pod cannot tell a {sick} pod from a {sick} version; add a canary "
+                "pod to decide")
+    if fails_with_every_pod and concentrated:
+        return (head + f": worse only with its worst pod in: {finding}, "
+                "not across the version's pods")
+    if fails_with_every_pod:
+        return (head + ": worse with every pod in, not yet with its worst pod "
+                f"({worst}, {100 * share:.0f} % of the canary's {what}) left out")
+    return None
 
 
 def _duration(seconds: float | None) -> str:

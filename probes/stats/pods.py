@@ -382,6 +382,10 @@ class PodGrid:
     warm-up left out; `warmup_calls` / `warmup_errors` are what the warm-up held, per pod.
     A column is one window, or adjacent ones merged to bound the grid's size: `starts` is
     when each column's first window began, `last_starts` when its last one did.
+    Per-pod attempts and latency, where the source keeps them (`per_pod_metrics`: every
+    warm cell was written with them): `attempts_calls` / `attempts_sum` (pods, windows) as
+    `calls`, and `latency` (pods, buckets of `probes.measure.histogram`), the warm calls'
+    histogram over all the grid's windows; None where no row from `since` has any.
     """
 
     pods: tuple[str, ...]
@@ -392,6 +396,10 @@ class PodGrid:
     warmup_calls: F64
     warmup_errors: F64
     last_starts: F64
+    attempts_calls: F64 | None = None
+    attempts_sum: F64 | None = None
+    latency: F64 | None = None
+    per_pod_metrics: bool = False
 
     def of(self, cohort: str) -> Bool:
         return np.array([c == cohort for c in self.cohorts], dtype=bool)
@@ -406,25 +414,34 @@ MAX_GRID_CELLS = 2_000_000
 def read_pod_grids(source: Any, *, since: float | None, until: float | None,
                    paths: Iterable[str] | None = None, cohorts: Iterable[str] | None = None,
                    warmup_s: float, window_s: float, stratum_s: float | None = None,
-                   exclude: Sequence[tuple[float, float]] = ()) -> dict[str, PodGrid] | None:
+                   exclude: Sequence[tuple[float, float]] = (),
+                   per_pod: bool = True) -> dict[str, PodGrid] | None:
     """Per path, the pods × windows grid read from `source` (its `read_endpoint_columns`,
     the SQLite store's) as every reader takes it: from `warmup_s` before `since`, so a pod
     seen then is warm at `since`; `stratum_s` sums windows into coarser strata; windows
     touching an `exclude` span (an overloaded probe) keep telling when a pod was first seen,
-    not its calls. None when the source keeps no per-pod counts (Prometheus series)."""
+    not its calls. With `per_pod`, the grids carry the pods' attempts and latency too
+    (`probes.stats.pod_cells`). None when the source keeps no per-pod counts (Prometheus
+    series)."""
     from probes.stats.series import overlapping
 
     read = getattr(source, "read_endpoint_columns", None)
     if read is None:
         return None
     lo = None if since is None else since - warmup_s
-    cols = read(since=lo, until=until, paths=paths, cohorts=cohorts, stratum_s=stratum_s)
+    cols = read(since=lo, until=until, paths=paths, cohorts=cohorts, stratum_s=stratum_s,
+                **({"latency": True} if per_pod else {}))
     out = overlapping(cols.start, stratum_s or window_s, exclude)
+    extra = None
+    if per_pod:
+        from probes.stats.pod_cells import per_pod_of
+
+        extra = per_pod_of(cols, stratum_s or window_s, exclude)
     return pod_grids(
         cols.start, cols.path, cols.endpoint, cols.cohort,
         np.where(out, 0, cols.requests), np.where(out, 0, cols.errors),
         paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
-        warmup_s=warmup_s, started=cols.started,
+        warmup_s=warmup_s, started=cols.started, per_pod=extra,
     )
 
 
@@ -444,12 +461,14 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
               cohort: npt.NDArray[np.int32], requests: I64, errors: I64, *,
               paths: tuple[str, ...], endpoints: tuple[str, ...], cohorts: tuple[str, ...],
               since: float | None, warmup_s: float,
-              started: F64 | None = None) -> dict[str, PodGrid]:
+              started: F64 | None = None, per_pod: Any = None) -> dict[str, PodGrid]:
     """Per path, the pods × windows grid of the rows with start ≥ `since` (columns as
     `EndpointColumns` holds them). A pod's warm-up is its first `warmup_s` from when it
     started (`started`, per row, where known) or else from the first window the rows show
     it in, so pass rows from `warmup_s` before `since` too: a pod seen then has warmed up by
-    `since`. A pod restarted under its own name (a StatefulSet's) has a new start."""
+    `since`. A pod restarted under its own name (a StatefulSet's) has a new start.
+    `per_pod` (`probes.stats.pod_cells.PerPod`): the rows' attempts and latency, which the
+    grids then carry too (`pod_cells.add_per_pod`)."""
     out: dict[str, PodGrid] = {}
     if not len(start):
         return out
@@ -487,11 +506,18 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
         grid_s = summed(cell, k[kept][~hot], shape[0] * cols).reshape(shape)
         w_n = summed(pk[hot], n[kept][hot], len(keys))
         w_s = summed(pk[hot], k[kept][hot], len(keys))
-        out[paths[int(p)]] = PodGrid(
+        grid = PodGrid(
             pods=tuple(endpoints[int(x) // len(cohorts)] for x in keys),
             cohorts=tuple(cohorts[int(x) % len(cohorts)] for x in keys),
             starts=starts[::merge], calls=grid_n, errors=grid_s,
             warmup_calls=w_n, warmup_errors=w_s,
             last_starts=starts[np.minimum((np.arange(cols) + 1) * merge, len(starts)) - 1],
         )
+        if per_pod is not None:
+            from probes.stats.pod_cells import add_per_pod
+
+            grid = add_per_pod(grid, per_pod, rows, p, keys, pod, kept, warm, window,
+                               n_cohorts=len(cohorts), since=since, warmup_s=warmup_s,
+                               first=first)
+        out[paths[int(p)]] = grid
     return out

@@ -1,9 +1,18 @@
-"""The store's schema (v1), its version check, and the sqlite3 -> store error mapping.
+"""The store's schema (v2), its version check and migration, and the sqlite3 -> store
+error mapping.
 
 The schema is versioned in the `meta` table (`application`, `schema_version`) and mirrored
 in SQLite's header (`application_id`, `user_version`) so tools can tell the file apart.
 A store whose version is newer than this code, or a SQLite file that is not a skewprobe
-store, is refused with a StoreError; future versions migrate older ones here.
+store, is refused with a StoreError. An older store is migrated in place when opened for
+writing (`migrate`), and read as it is when opened read-only.
+
+Versions:
+- v1: endpoint windows hold requests and errors.
+- v2: endpoint windows also hold their calls' attempts (`attempts_sum`, `attempts_count`)
+  and latency histogram (`latency`, as `path_windows.latency`), so the verdict can take the
+  pod as the unit for p99 and attempts too. Rows written by v1 keep NULL there: "no
+  per-pod data", which the verdict reads as a reason to pool those metrics, never as zero.
 """
 
 from __future__ import annotations
@@ -14,9 +23,17 @@ from contextlib import contextmanager
 
 from probes._exceptions import StoreCorrupt, StoreError
 
-__all__ = ["SCHEMA_VERSION", "UPSERT_WINDOW", "check_schema", "create_schema", "mapped"]
+__all__ = [
+    "ENDPOINT_V2_COLUMNS",
+    "SCHEMA_VERSION",
+    "UPSERT_WINDOW",
+    "check_schema",
+    "create_schema",
+    "mapped",
+    "migrate",
+]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _APPLICATION = "skewprobe"
 _APPLICATION_ID = 0x736B6577  # "skew": lets file(1) and sqlite tools tell our files apart
 
@@ -39,6 +56,8 @@ CREATE TABLE endpoints (
 CREATE TABLE endpoint_windows (
     start REAL NOT NULL, path_id INTEGER NOT NULL, endpoint_id INTEGER NOT NULL,
     cohort_id INTEGER NOT NULL, requests INTEGER NOT NULL, errors INTEGER NOT NULL,
+    -- v2, NULL in rows a v1 store wrote (no per-pod attempts and latency then)
+    attempts_sum INTEGER, attempts_count INTEGER, latency BLOB,
     PRIMARY KEY (start, path_id, endpoint_id, cohort_id)) WITHOUT ROWID;
 CREATE TABLE events (
     id INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
@@ -65,6 +84,10 @@ ON CONFLICT (start, path_id, cohort_id) DO UPDATE SET
     latency = excluded.latency
 """
 
+# What v2 added to endpoint_windows, in order (`migrate` adds them to a v1 store).
+ENDPOINT_V2_COLUMNS = (("attempts_sum", "INTEGER"), ("attempts_count", "INTEGER"),
+                       ("latency", "BLOB"))
+
 # SQLite primary result codes (the low byte of extended codes).
 _SQLITE_CORRUPT = 11
 _SQLITE_FULL = 13
@@ -88,11 +111,23 @@ def mapped(path: str, action: str) -> Iterator[None]:
         raise StoreError(f"{path}: {action}: {text}") from exc
 
 
-def create_schema(conn: sqlite3.Connection) -> None:
-    """Create schema v1 in an empty database, in one transaction."""
-    conn.execute("PRAGMA journal_mode = WAL")
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction: committed if the block ends, rolled back if it raises."""
     conn.execute("BEGIN IMMEDIATE")
     try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Create the current schema in an empty database, in one transaction."""
+    conn.execute("PRAGMA journal_mode = WAL")
+    with _immediate(conn):
         for stmt in SCHEMA.split(";"):
             if stmt.strip():
                 conn.execute(stmt)
@@ -102,15 +137,11 @@ def create_schema(conn: sqlite3.Connection) -> None:
         )
         conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
 
 
-def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> None:
-    """Refuse a database that is not a skewprobe store or has a schema we cannot read."""
+def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
+    """Refuse a database that is not a skewprobe store or has a schema we cannot read;
+    return its schema version (older than `SCHEMA_VERSION`: `migrate` brings it up)."""
     if "meta" not in tables:
         raise StoreError(f"{path}: a SQLite database but not a skewprobe store")
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -125,5 +156,19 @@ def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> None:
             f"{path}: store schema v{version} is newer than this skewprobe reads "
             f"(v{SCHEMA_VERSION}); upgrade skewprobe"
         )
-    if version < SCHEMA_VERSION:  # no older schema has existed yet
+    if version < 1:
         raise StoreError(f"{path}: unknown store schema v{version}")
+    return version
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring a v1 store to the current schema in place, in one transaction. The version is
+    read again inside it, so two processes opening the same old store migrate it once."""
+    with _immediate(conn):
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if int(row[0]) < 2:
+            for name, kind in ENDPOINT_V2_COLUMNS:
+                conn.execute(f"ALTER TABLE endpoint_windows ADD COLUMN {name} {kind}")
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                     (str(SCHEMA_VERSION),))
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -10,7 +10,7 @@ whole windows, so re-writing after a late call or a retried commit is idempotent
 double-counts. Events keep the first of equal (at, kind, path, cohort, endpoint); an inventory
 snapshot replaces one at the same `at`.
 
-Layout (schema v1, `_schema.py`): names (paths, cohorts, outcome names, reset reasons) are
+Layout (schema v2, `_schema.py`): names (paths, cohorts, outcome names, reset reasons) are
 interned in `names`; outcome and reset counts and the latency histogram are blobs of raw
 fixed-width records (`probes.measure.sparse`), which `read_table` decodes a chunk at a time
 in numpy: 24 h x 50 paths x 2 cohorts of 10 s windows (864,000 rows, ~340 MB) loads in
@@ -40,16 +40,18 @@ import numpy as np
 from probes._exceptions import StoreCorrupt, StoreError
 from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import sparse_from_tuple
-from probes.measure.sparse import encode_map
+from probes.measure.sparse import LATENCY, decode, decode_many, encode_latency_map, encode_map
 from probes.store._schema import (
+    ENDPOINT_V2_COLUMNS,
     SCHEMA_VERSION,
     UPSERT_WINDOW,
     check_schema,
     create_schema,
     mapped,
+    migrate,
 )
 from probes.store.records import Event, InventoryRow, InventorySnapshot
-from probes.store.table import EndpointColumns, TableBuilder, WindowTable
+from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
 
@@ -84,10 +86,15 @@ class Store:
     thread while the API reads.
     """
 
-    def __init__(self, conn: sqlite3.Connection, path: str, readonly: bool) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str, readonly: bool,
+                 version: int = SCHEMA_VERSION) -> None:
         self._conn = conn
         self._path = path
         self._readonly = readonly
+        # A v1 store opened read-only is read as it is: its endpoint windows lack the v2
+        # columns, which its reads then take as NULL.
+        self._endpoint_v2 = ", ".join(
+            name if version >= 2 else "NULL" for name, _ in ENDPOINT_V2_COLUMNS)
         self._lock = threading.Lock()
         self._names: dict[tuple[str, str], int] = {}
         self._endpoints: dict[tuple[str, str], int] = {}
@@ -101,7 +108,8 @@ class Store:
 
         Raises StoreCorrupt for a file that is not a SQLite database, and StoreError for a
         missing file opened read-only, a database that is not a skewprobe store, or a schema
-        newer than this version understands.
+        newer than this version understands. An older store is migrated in place unless
+        `readonly` (then read as it is).
         """
         p = os.fspath(path)
         if readonly and not os.path.exists(p):
@@ -118,6 +126,7 @@ class Store:
                 )
             else:
                 conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False)
+        version = SCHEMA_VERSION
         try:
             with mapped(p, "open"):
                 conn.execute("PRAGMA busy_timeout = 5000")
@@ -127,14 +136,17 @@ class Store:
                         raise StoreError(f"{p}: empty file, not a skewprobe store")
                     create_schema(conn)
                 else:
-                    check_schema(conn, p, tables)
+                    version = check_schema(conn, p, tables)
+                    if version < SCHEMA_VERSION and not readonly:
+                        migrate(conn)
+                        version = SCHEMA_VERSION
                 if not readonly:
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
             conn.close()
             raise
-        return cls(conn, p, readonly)
+        return cls(conn, p, readonly, version)
 
     @property
     def path(self) -> str:
@@ -221,11 +233,14 @@ class Store:
             # A generator, not a list: each row is bound and dropped before the next is
             # made, so thousands of rows never live at once (see `Taken.endpoint_windows`).
             conn.executemany(
-                "INSERT OR REPLACE INTO endpoint_windows VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO endpoint_windows (start, path_id, endpoint_id,"
+                " cohort_id, requests, errors, attempts_sum, attempts_count, latency)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     (e.start, self._intern(conn, "path", e.path),
                      self._endpoint_id(conn, e.endpoint, e.labels),
-                     self._intern(conn, "cohort", e.cohort), e.requests, e.errors)
+                     self._intern(conn, "cohort", e.cohort), e.requests, e.errors,
+                     e.attempts_sum, e.attempts_count, encode_latency_map(e.latency))
                     for e in endpoint_windows
                 ),
             )
@@ -386,11 +401,13 @@ class Store:
         paths: Iterable[str] | None = None,
         cohorts: Iterable[str] | None = None,
     ) -> list[EndpointWindow]:
-        """Endpoint windows with start in [since, until), ordered by start, path, endpoint."""
+        """Endpoint windows with start in [since, until), ordered by start, path, endpoint.
+        Rows a v1 store wrote read with no attempts and an empty latency histogram."""
         where, args = self._where(since, until, paths, cohorts, table="w")
+        v2 = ", ".join(c if c == "NULL" else f"w.{c}" for c in self._endpoint_v2.split(", "))
         rows = self._read(
             "read endpoint windows",
-            "SELECT w.start, p.name, e.name, c.name, w.requests, w.errors, e.labels"
+            f"SELECT w.start, p.name, e.name, c.name, w.requests, w.errors, e.labels, {v2}"
             " FROM endpoint_windows AS w JOIN names AS p ON p.id = w.path_id"
             " JOIN names AS c ON c.id = w.cohort_id JOIN endpoints AS e ON e.id = w.endpoint_id"
             f" WHERE {where}"
@@ -399,9 +416,23 @@ class Store:
         )
         return [
             EndpointWindow(start=r[0], path=r[1], endpoint=r[2], cohort=r[3], requests=r[4],
-                           errors=r[5], labels=json.loads(r[6]))
+                           errors=r[5], labels=json.loads(r[6]), attempts_sum=r[7] or 0,
+                           attempts_count=r[8] or 0, latency=self._histogram(r[9]))
             for r in rows
         ]
+
+    def _histogram(self, blob: bytes | None) -> dict[int, int]:
+        if not blob:
+            return {}
+        try:
+            ids, counts = decode(blob, LATENCY)
+        except ValueError as exc:
+            raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
+                               f" ({exc})") from exc
+        out: dict[int, int] = {}
+        for i, c in zip(ids.tolist(), counts.tolist(), strict=True):
+            out[i] = out.get(i, 0) + c
+        return out
 
     def read_endpoint_columns(
         self,
@@ -411,35 +442,58 @@ class Store:
         cohorts: Iterable[str] | None = None,
         *,
         stratum_s: float | None = None,
+        latency: bool = False,
     ) -> EndpointColumns:
         """Endpoint windows with start in [since, until) as numpy columns, by start: the
         verdict's bulk read (a rollout's hours of windows for every pod of every path).
         With `stratum_s`, summed in SQLite into strata that long from `since` (each row's
-        start is its stratum's): a day of a rollout in a few times fewer rows."""
+        start is its stratum's): a day of a rollout in a few times fewer rows. With
+        `latency`, also the rows' latency histograms (one entry per stored bucket record,
+        each at its row's stratum)."""
         where, args = self._where(since, until, paths, cohorts)
+        a_sum, a_count, _ = self._endpoint_v2.split(", ")
+        origin = 0.0 if since is None else float(since)
+        stratum = (f"{origin!r} + {float(stratum_s)!r} * CAST((start - {origin!r})"
+                   f" / {float(stratum_s)!r} AS INTEGER)") if stratum_s is not None else "start"
         if stratum_s is not None:
-            origin = 0.0 if since is None else float(since)
             select = (
-                f"SELECT {origin!r} + {float(stratum_s)!r} * CAST((start - {origin!r})"
-                f" / {float(stratum_s)!r} AS INTEGER) AS s, path_id, endpoint_id, cohort_id,"
-                f" SUM(requests), SUM(errors) FROM endpoint_windows WHERE {where}"
+                f"SELECT {stratum} AS s, path_id, endpoint_id, cohort_id,"
+                f" SUM(requests), SUM(errors), COALESCE(SUM({a_sum}), 0),"
+                f" COALESCE(SUM({a_count}), 0), SUM({a_count} IS NULL)"
+                f" FROM endpoint_windows WHERE {where}"
                 " GROUP BY s, path_id, endpoint_id, cohort_id ORDER BY s"
             )
         else:
-            select = ("SELECT start, path_id, endpoint_id, cohort_id, requests, errors"
+            select = ("SELECT start, path_id, endpoint_id, cohort_id, requests, errors,"
+                      f" COALESCE({a_sum}, 0), COALESCE({a_count}, 0), {a_count} IS NULL"
                       f" FROM endpoint_windows WHERE {where} ORDER BY start")
+        blobs: list[Any] = []
         with self._lock, mapped(self._path, "read endpoint windows"):
-            names = dict(self._conn.execute("SELECT id, name FROM names").fetchall())
-            rows = self._conn.execute(select, args).fetchall()
-            endpoint_rows = self._conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
+            conn = self._conn
+            # One read transaction: every histogram read belongs to a row of counts read.
+            conn.execute("BEGIN")
+            try:
+                names = dict(conn.execute("SELECT id, name FROM names").fetchall())
+                rows = conn.execute(select, args).fetchall()
+                endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
+                if latency and a_sum != "NULL":
+                    blobs = conn.execute(
+                        f"SELECT {stratum}, path_id, endpoint_id, cohort_id, latency"
+                        f" FROM endpoint_windows WHERE {where} AND LENGTH(latency) > 0",
+                        args).fetchall()
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")  # a read: nothing to keep
         endpoint_names = {i: name for i, name, _ in endpoint_rows}
         if rows:
             a = np.array(rows, dtype=np.float64)
             start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
-            requests, errors = a[:, 4].astype(np.int64), a[:, 5].astype(np.int64)
+            requests, errors, attempts_sum, attempts_count, unrecorded = (
+                a[:, k].astype(np.int64) for k in range(4, 9))
         else:
             start = np.zeros(0)
             path_id = endpoint_id = cohort_id = requests = errors = np.zeros(0, dtype=np.int64)
+            attempts_sum = attempts_count = unrecorded = requests
 
         def index(ids: Any, name_of: Mapping[int, str]) -> tuple[tuple[str, ...], Any]:
             # Two endpoint ids may share a name (different labels): one pod either way.
@@ -457,10 +511,31 @@ class Store:
         started_of = np.full(max(endpoint_names, default=0) + 1, np.nan)
         for i, _, labels in endpoint_rows:
             started_of[i] = _started(labels)
+        hist = EndpointLatency.empty()
+        if blobs:
+            try:
+                ptr, bucket, count = decode_many([r[4] for r in blobs], LATENCY)
+            except ValueError as exc:
+                raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
+                                   f" ({exc})") from exc
+            per = np.diff(ptr)
+            b = np.array([r[:4] for r in blobs], dtype=np.float64)
+            ids = b[:, 1:4].astype(np.int64)
+            p_lookup, e_lookup, c_lookup = (_positions(x, y) for x, y in (
+                (path_id, path), (endpoint_id, endpoint), (cohort_id, cohort)))
+            hist = EndpointLatency(
+                start=np.repeat(b[:, 0], per),
+                path=np.repeat(p_lookup[ids[:, 0]], per),
+                endpoint=np.repeat(e_lookup[ids[:, 1]], per),
+                cohort=np.repeat(c_lookup[ids[:, 2]], per),
+                started=np.repeat(started_of[ids[:, 1]], per),
+                bucket=bucket.astype(np.int64), count=count.astype(np.int64),
+            )
         return EndpointColumns(
             paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
             path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
-            started=started_of[endpoint_id],
+            started=started_of[endpoint_id], attempts_sum=attempts_sum,
+            attempts_count=attempts_count, unrecorded=unrecorded, latency=hist,
         )
 
     def read_endpoint_totals(
@@ -624,6 +699,13 @@ class Store:
         for r in rows:
             by_time[r[0]].append(InventoryRow(r[1], r[2], r[3], r[4], r[5]))
         return [InventorySnapshot(t, tuple(by_time[t])) for t in times]
+
+
+def _positions(ids: Any, index: Any) -> Any:
+    """A lookup array from stored ids to the name indices `index` gave the same rows."""
+    out = np.zeros(int(ids.max()) + 1 if len(ids) else 1, dtype=np.int32)
+    out[ids] = index
+    return out
 
 
 def _started(labels: str) -> float:

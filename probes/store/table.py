@@ -28,7 +28,15 @@ from probes.measure import sparse
 from probes.measure.histogram import BUCKET_COUNT, Histogram
 from probes.store import columns
 
-__all__ = ["F64", "I64", "EndpointColumns", "TableBuilder", "WindowColumns", "WindowTable"]
+__all__ = [
+    "F64",
+    "I64",
+    "EndpointColumns",
+    "EndpointLatency",
+    "TableBuilder",
+    "WindowColumns",
+    "WindowTable",
+]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -37,11 +45,37 @@ _SLICE = 1 << 22
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class EndpointLatency:
+    """Endpoint windows' latency histograms as one entry per (row, bucket) record: `start`,
+    `path`, `endpoint`, `cohort` and `started` as the row's in `EndpointColumns`, `bucket`
+    (of `probes.measure.histogram`) and `count` (a bucket may repeat: sum them)."""
+
+    start: F64
+    path: I32
+    endpoint: I32
+    cohort: I32
+    started: F64
+    bucket: I64
+    count: I64
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @classmethod
+    def empty(cls) -> EndpointLatency:
+        f, i = np.zeros(0), np.zeros(0, dtype=np.int32)
+        return cls(f, i, i, i, f, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class EndpointColumns:
     """Endpoint windows as columns: what the pod-level verdict reads (`probes.stats.pods`).
     `path`, `endpoint` and `cohort` hold indices into the name tuples; rows by start.
     `started`: when the row's pod started, from its endpoint's `start_time` label (the
-    Kubernetes start time, the fleet's restart), NaN where the endpoint carries none."""
+    Kubernetes start time, the fleet's restart), NaN where the endpoint carries none.
+    `attempts_sum` / `attempts_count`: the calls' upstream attempts; `unrecorded`: how many
+    of the windows summed into the row were written without per-pod attempts and latency
+    (by a v1 store); `latency`: the rows' histograms, when asked for."""
 
     paths: tuple[str, ...]
     endpoints: tuple[str, ...]
@@ -53,6 +87,10 @@ class EndpointColumns:
     requests: I64
     errors: I64
     started: F64
+    attempts_sum: I64
+    attempts_count: I64
+    unrecorded: I64
+    latency: EndpointLatency
 
     def __len__(self) -> int:
         return len(self.start)

@@ -14,7 +14,8 @@ success, and the canary would look better on success rate as well as worse on at
 
 How long it takes: the attempts test (`probes.stats.bounded`, Y = (A − 1)/4 per call, null
 μ_c ≤ 1.1 μ_b + 0.025) reaches 1/α_share = 400 at about 1,200 canary calls when μ_c = 0.05;
-two canary pods at 100 calls/s each get there in about 6 s of 1 s windows.
+the verdict judges it with the pod as the unit, its worst canary pod left out, so on one of
+the two canary pods: about 2,400 canary calls, some 12 s of 1 s windows at 100 calls/s each.
 
 Every bound below follows from the calls actually made, never from a fixed count or a time
 budget (a loaded machine makes fewer calls per second, and the test then simply judges
@@ -51,9 +52,9 @@ BASELINE, CANARY = "1.20.3", "1.21.0"
 ERROR_RATE, CANARY_TRIES = 0.1, 3
 # Standard errors allowed between an estimate and its true value (two-sided 7e-6 each).
 Z = 4.5
-# The attempts test needs ~1,200 canary calls on average (docstring); not failing after this
+# The attempts test needs ~2,400 canary calls on average (docstring); not failing after this
 # many times as many is a broken test, not a slow machine.
-EXPECTED_CANARY_CALLS, GIVE_UP_FACTOR = 1200, 5
+EXPECTED_CANARY_CALLS, GIVE_UP_FACTOR = 2400, 5
 
 
 def _se_rate(n: int) -> float:

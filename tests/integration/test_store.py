@@ -238,16 +238,17 @@ def _one_line(exc: BaseException) -> str:
     return text
 
 
-def test_refuses_newer_schema_and_foreign_databases(tmp_path: Path) -> None:
-    newer = tmp_path / "newer.db"
-    Store.open(newer).close()
-    conn = sqlite3.connect(newer)
-    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    conn.commit()
-    conn.close()
-    with pytest.raises(StoreError, match="newer") as err:
-        Store.open(newer)
-    assert not isinstance(err.value, StoreCorrupt) and str(newer) in _one_line(err.value)
+def test_refuses_newer_or_unknown_schema_and_foreign_databases(tmp_path: Path) -> None:
+    for version, says in (("99", "newer"), ("0", "unknown store schema v0")):
+        other = tmp_path / f"v{version}.db"
+        Store.open(other).close()
+        conn = sqlite3.connect(other)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
+        conn.commit()
+        conn.close()
+        with pytest.raises(StoreError, match=says) as err:
+            Store.open(other)
+        assert not isinstance(err.value, StoreCorrupt) and str(other) in _one_line(err.value)
 
     foreign = tmp_path / "foreign.db"
     conn = sqlite3.connect(foreign)
@@ -476,3 +477,62 @@ def test_endpoint_columns_in_strata_sum_what_the_windows_hold(tmp_path: Path) ->
         return out
     assert totals(coarse) == totals(fine)
     assert sum(r.requests for r in rows if r.start >= t0 + 5) == int(coarse.requests.sum())
+
+
+def _as_v1(path: Path) -> None:
+    """Turn a fresh store into what schema v1 wrote: endpoint windows without attempts and
+    latency, version 1 in meta and header."""
+    conn = sqlite3.connect(path)
+    for column in ("latency", "attempts_count", "attempts_sum"):
+        conn.execute(f"ALTER TABLE endpoint_windows DROP COLUMN {column}")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+
+def test_a_v1_store_is_migrated_in_place_and_its_old_rows_read_as_unrecorded(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "old.db"
+    Store.open(db).close()
+    _as_v1(db)
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO names (id, kind, name) VALUES (1, 'path', 'checkout'),"
+                 " (2, 'cohort', 'v1')")
+    conn.execute("INSERT INTO endpoints (id, name, labels) VALUES (1, 'pod-0', '{}')")
+    conn.execute("INSERT INTO endpoint_windows VALUES (10.0, 1, 1, 2, 5, 1)")
+    conn.commit()
+    conn.close()
+
+    # Read-only: read as it is (nothing can be written), the old row without per-pod data.
+    with Store.open(db, readonly=True) as old:
+        cols = old.read_endpoint_columns(latency=True)
+        assert cols.unrecorded.tolist() == [1] and cols.attempts_count.tolist() == [0]
+        assert len(cols.latency) == 0
+        [e] = old.read_endpoint_windows()
+        assert (e.requests, e.errors, e.attempts_count, dict(e.latency)) == (5, 1, 0, {})
+
+    with Store.open(db) as store:  # writable: migrated, then written as v2
+        store.write([], [EndpointWindow(20.0, "checkout", "pod-0", "v1", 2, 0, {},
+                                        attempts_sum=3, attempts_count=2,
+                                        latency={600: 1, 610: 1})])
+        cols = store.read_endpoint_columns(latency=True)
+        coarse = store.read_endpoint_columns(since=0.0, stratum_s=60.0, latency=True)
+    assert cols.unrecorded.tolist() == [1, 0]
+    assert cols.attempts_sum.tolist() == [0, 3] and cols.attempts_count.tolist() == [0, 2]
+    assert sorted(zip(cols.latency.bucket.tolist(), cols.latency.count.tolist(),
+                      strict=True)) == [(600, 1), (610, 1)]
+    assert cols.latency.start.tolist() == [20.0, 20.0]
+    # In strata, the stratum says how many of its windows were unrecorded.
+    assert (coarse.unrecorded.tolist(), coarse.requests.tolist()) == ([1], [7])
+    assert coarse.latency.start.tolist() == [0.0, 0.0]
+    conn = sqlite3.connect(db)
+    try:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        assert version[0] == str(probes.store.SCHEMA_VERSION) == "2"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    finally:
+        conn.close()
+    Store.open(db).close()  # opening a migrated store again changes nothing
+

@@ -8,7 +8,9 @@ import dataclasses
 import numpy as np
 
 from probes.store.columns import concat, reduce, take
-from probes.store.table import EndpointColumns
+from probes.store.table import EndpointColumns, EndpointLatency
+
+_NO_LATENCY = EndpointLatency.empty()  # the schema's own records, not asked for here
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -30,6 +32,8 @@ def cols(paths: tuple[str, ...], endpoints: tuple[str, ...], rows: list[tuple]) 
         path=np.array(path, np.int32), endpoint=np.array(endpoint, np.int32),
         cohort=np.zeros(len(rows), np.int32), requests=np.array(requests, np.int64),
         errors=np.zeros(len(rows), np.int64), started=np.full(len(rows), np.nan),
+        attempts_sum=np.array(attempts, np.int64), attempts_count=np.array(requests, np.int64),
+        unrecorded=np.zeros(len(rows), np.int64), latency=_NO_LATENCY,
         attempts=np.array(attempts, np.int64), latency_ptr=ptr.astype(np.int64),
         latency_bucket=np.array([b for h in hist for b, _ in h], np.uint16),
         latency_count=np.array([c for h in hist for _, c in h], np.uint8))

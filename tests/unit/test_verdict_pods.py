@@ -1,12 +1,15 @@
-"""The verdict read from a store takes the pod as the unit of evidence for success rate.
+"""The verdict read from a store takes the pod as the unit of evidence for success rate,
+p99 latency and attempts per request.
 
-The store is written through its API with per-pod windows (seeded binomial errors), as a
-probe writes it; the verdict comes from `compute_verdict`, as `skewprobe verdict` gets it.
+The store is written through its API with per-pod windows (seeded binomial errors, and where
+a test asks, lognormal latencies and retries per pod), as a probe writes it; the verdict
+comes from `compute_verdict`, as `skewprobe verdict` gets it.
 """
 
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,21 +26,36 @@ WINDOW_S = 10.0
 OLD, NEW = "1.20.3", "1.21.0"
 CALLS = 60  # per pod per window
 
-# error rate of (pod, cohort) in window w (seconds since T0)
+# error rate of (pod, cohort) in window w (seconds since T0); also a latency scale, or the
+# chance that a call needs one retry
 Rates = Callable[[str, str, float], float]
 
 
 def write_estate(store: Store, pods: dict[str, str], rates: Rates, minutes: float,
-                 seed: int, path: str = "checkout") -> None:
+                 seed: int, path: str = "checkout", *, scale: Rates | None = None,
+                 retries: Rates | None = None) -> None:
+    """With `scale` each pod's calls draw lognormal latencies (median 20 ms × scale, σ 0.3)
+    and with `retries` attempts (1, or 2 with that chance), both kept per pod as schema v2
+    does; without them the pods' windows carry neither, as a v1 store's rows."""
     rng = np.random.default_rng(seed)
-    latency = tuple(np.bincount(index_of(np.full(CALLS, 0.02)), minlength=BUCKET_COUNT))
+    fixed = np.bincount(index_of(np.full(CALLS, 0.02)), minlength=BUCKET_COUNT)
     for k in range(int(minutes * 60 / WINDOW_S)):
         t = T0 + k * WINDOW_S
-        cells = []
+        cells, dense = [], {}
         for pod, cohort in pods.items():
             e = int(rng.binomial(CALLS, rates(pod, cohort, t - T0)))
-            cells.append(EndpointWindow(start=t, path=path, endpoint=pod, cohort=cohort,
-                                        requests=CALLS, errors=e))
+            hist = fixed
+            if scale is not None:
+                x = 0.02 * scale(pod, cohort, t - T0) * rng.lognormal(0.0, 0.3, CALLS)
+                hist = np.bincount(index_of(x), minlength=BUCKET_COUNT)
+            extra = (0 if retries is None
+                     else int(rng.binomial(CALLS, retries(pod, cohort, t - T0))))
+            dense[pod] = (hist, CALLS + extra if retries is not None else 0)
+            cells.append(EndpointWindow(
+                start=t, path=path, endpoint=pod, cohort=cohort, requests=CALLS, errors=e,
+                attempts_sum=dense[pod][1], attempts_count=CALLS if retries is not None else 0,
+                latency=({int(b): int(hist[b]) for b in np.flatnonzero(hist)}
+                         if scale is not None else {})))
         windows = []
         for cohort in sorted(set(pods.values())):
             mine = [c for c in cells if c.cohort == cohort]
@@ -45,16 +63,18 @@ def write_estate(store: Store, pods: dict[str, str], rates: Rates, minutes: floa
             windows.append(PathWindow(
                 start=t, length=WINDOW_S, path=path, cohort=cohort,
                 outcomes={"ok": n - e, "http_5xx": e},
-                latency=tuple(x * len(mine) for x in latency),
+                latency=tuple(int(x) for x in sum(dense[c.endpoint][0] for c in mine)),
+                attempts_sum=sum(c.attempts_sum for c in mine),
+                attempts_count=sum(c.attempts_count for c in mine),
             ))
         store.write(windows, cells)
 
 
 def verdict(tmp_path: Path, pods: dict[str, str], rates: Rates, minutes: float = 30,
-            seed: int = 1) -> dict:
+            seed: int = 1, **per_pod: Rates) -> dict:
     db = str(tmp_path / "estate.db")
     with Store.open(db) as store:
-        write_estate(store, pods, rates, minutes, seed)
+        write_estate(store, pods, rates, minutes, seed, **per_pod)
     now = T0 + minutes * 60
     settings = JudgingSettings()
     result = compute_verdict(db, settings, baseline=OLD, canary=NEW, now=now, overload=None)
@@ -200,3 +220,85 @@ def test_warm_up_counts_from_the_pods_start_time_where_its_endpoint_carries_one(
         return rfc3339(restart) if pod == "shop-7-new" and T0 + t >= restart else old
 
     assert _warmup_calls(tmp_path, "restarted", restarted)["calls"] == 12 * CALLS
+
+
+def metric(result: dict, name: str) -> dict:
+    return dict(result["paths"][0]["metrics"][name])
+
+
+def healthy(*_: object) -> float:
+    return 0.001
+
+
+def test_one_slow_canary_pod_does_not_fail_p99_and_is_named(tmp_path: Path) -> None:
+    # shop-7-new (one of three canary pods) on a slow node: 3× the latency, and a slow
+    # baseline pod (shop-2, 1.5×) besides. The pooled test blames the version.
+    slow = {"shop-7-new": 3.0, "shop-2": 1.5}
+    result = verdict(tmp_path, FLEET, healthy, scale=lambda pod, _c, _t: slow.get(pod, 1.0))
+    m = metric(result, "latency_p99_ms")
+    assert m["rule"] == "pods"
+    assert m["verdict"] != "fail", m["reason"]
+    assert m["pods"]["worst"] == "shop-7-new" and m["pods"]["concentrated"] is True
+    assert "concentrated on shop-7-new" in m["reason"]
+    assert m["pods"]["canary"] == 3 and m["pods"]["baseline"] == 6
+    # With every pod in, the same calls fail: the pooled rule would have blamed the version.
+    assert m["pods"]["e_fail_all_pods"] >= 1 / m["alpha"]
+    assert success(result)["rule"] == "pods"
+
+
+def test_a_slowdown_on_every_canary_pod_fails_p99(tmp_path: Path) -> None:
+    m = metric(verdict(tmp_path, FLEET, healthy,
+                       scale=lambda _p, cohort, _t: 1.5 if cohort == NEW else 1.0),
+               "latency_p99_ms")
+    assert m["verdict"] == "fail", m["reason"]
+    assert "worst pod left out" in m["reason"] and m["rule"] == "pods"
+
+
+def test_a_slow_canary_of_one_pod_never_fails_p99_and_says_why(tmp_path: Path) -> None:
+    pods = {**{f"shop-{i}": OLD for i in range(6)}, "shop-9-new": NEW}
+    m = metric(verdict(tmp_path, pods, healthy,
+                       scale=lambda _p, cohort, _t: 3.0 if cohort == NEW else 1.0),
+               "latency_p99_ms")
+    assert m["verdict"] == "inconclusive"
+    assert "one pod" in m["reason"] and "shop-9-new" in m["reason"]
+
+
+def test_attempts_take_the_pod_as_the_unit(tmp_path: Path) -> None:
+    # One canary pod retries half its calls (a bad node): not the version's fault, named.
+    one = metric(verdict(tmp_path, FLEET, healthy,
+                         retries=lambda pod, _c, _t: 0.5 if pod == "shop-7-new" else 0.01),
+                 "attempts_per_request")
+    assert one["rule"] == "pods" and one["verdict"] != "fail", one["reason"]
+    assert one["pods"]["worst"] == "shop-7-new"
+    assert "concentrated on shop-7-new" in one["reason"] and "retries" in one["reason"]
+    # Every canary pod retrying: attempts ×1.5 against a ×1.5 tolerance would be the
+    # boundary, so twice as many retries as calls is clearly beyond it.
+    (tmp_path / "every").mkdir()
+    every = metric(verdict(tmp_path / "every", FLEET, healthy,
+                           retries=lambda _p, cohort, _t: 1.0 if cohort == NEW else 0.01),
+                   "attempts_per_request")
+    assert every["verdict"] == "fail", every["reason"]
+    assert "worst pod left out" in every["reason"]
+
+
+def test_a_span_written_without_per_pod_latency_and_attempts_is_judged_pooled(
+    tmp_path: Path,
+) -> None:
+    # Rows of a v1 store (migrated): the pods' windows have no attempts and latency, so
+    # those metrics keep the pooled test, and say so; success rate is still per pod.
+    db = tmp_path / "estate.db"
+    with Store.open(db) as store:
+        write_estate(store, FLEET, healthy, 30, 1, scale=lambda *_: 1.0,
+                     retries=lambda *_: 0.01)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE endpoint_windows SET attempts_sum = NULL, attempts_count = NULL,"
+                 " latency = NULL WHERE start < ?", (T0 + 600,))
+    conn.commit()
+    conn.close()
+    result = dict(compute_verdict(str(db), JudgingSettings(), baseline=OLD, canary=NEW,
+                                  now=T0 + 1800, overload=None))
+    for name, what in (("latency_p99_ms", "latency"), ("attempts_per_request", "attempts")):
+        m = metric(result, name)
+        assert m["rule"] == "pooled" and "pods" not in m
+        assert f"no per-pod {what}" in m["reason"]
+    assert success(result)["rule"] == "pods"

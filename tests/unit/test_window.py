@@ -307,3 +307,35 @@ def test_endpoint_windows_are_made_one_at_a_time_and_again_on_request() -> None:
     assert rest == [(0.0, "pod-1"), (0.0, "pod-2"), (10.0, "pod-9")]
     # A retried store write makes them again from the same Taken.
     assert [e.endpoint for e in taken.endpoint_windows()] == ["pod-0", "pod-1", "pod-2", "pod-9"]
+
+
+def test_endpoint_windows_carry_attempts_and_latency_that_add_up_to_the_path_windows() -> None:
+    # The verdict judges p99 and attempts per pod from these (store schema v2): per window,
+    # the pods' histograms and attempts must sum to the path window's, call for call.
+    rng = np.random.default_rng(7)
+    agg = WindowAggregator(length_s=10.0, grace_s=0.0)
+    for i in range(3000):
+        attempts = None if i % 7 == 0 else int(rng.integers(1, 4))
+        agg.add(call(float(rng.uniform(0, 30)), endpoint=f"pod-{i % 5}",
+                     cohort=("v1", "v2")[i % 2], latency=float(rng.lognormal(-4, 1)),
+                     outcome=CallOutcome(Outcome.OK, 200, attempts=attempts)))
+    paths, endpoints = agg.flush(now=100.0)
+    for w in paths:
+        mine = [e for e in endpoints if (e.start, e.path, e.cohort) == (w.start, w.path, w.cohort)]
+        dense = np.zeros_like(counts_from_tuple(w.latency))
+        for e in mine:
+            for bucket, count in e.latency.items():
+                dense[bucket] += count
+        assert np.array_equal(dense, counts_from_tuple(w.latency))
+        assert sum(e.attempts_sum for e in mine) == w.attempts_sum
+        assert sum(e.attempts_count for e in mine) == w.attempts_count
+        assert sum(e.requests for e in mine) == w.requests
+
+
+def test_one_endpoints_latency_is_encoded_as_the_numpy_encoder_does() -> None:
+    from probes.measure.sparse import LATENCY, encode_latency_map, encode_map
+
+    for counts in ({}, {5: 1}, {3: 2, 1919: 300, 700: 255, 12: 256}):
+        assert encode_latency_map(counts) == encode_map(counts, LATENCY)
+    with pytest.raises(ValueError):
+        encode_latency_map({70_000: 1})

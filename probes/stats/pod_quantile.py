@@ -1,0 +1,140 @@
+"""p99 with the pod as the unit: one pod does not fail a version's latency.
+
+Why. The p99 test (`probes.stats.quantile.two_sample`) compares the cohorts' pooled
+histograms, as if every call were independent. A canary pod on a slow node, or the one pod
+the canary has early in a rollout, then carries the whole canary tail: on simulated estates
+(`benchmarks/p99_pods_sim.py`, BENCHMARKS.md D14) a one-pod canary with pods ±30 % apart
+false-failed p99 in 2.3 % of healthy rollouts, over the 1 % goal.
+
+The rule, as for the success rate (`probes.stats.pods`): a fail must hold with the canary's
+worst pod's calls left out of the canary's histogram and the baseline's worst pod's calls
+left out of the baseline's (trimmed alike, equal cohorts stay alike; a slow baseline pod
+would otherwise mask a regression on every canary pod). A pod's badness is its excess of
+calls above the baseline's p99 estimate, `above_i − (1 − p)·n_i`: its calls slower than the
+estimate beyond the share a pod at the baseline's p99 would have. The baseline's worst pod
+is chosen against the whole baseline's estimate, the canary's against the estimate with that
+pod left out. The trimmed histograms go through the same two-sample e-value, at the same α
+share, so nothing else changes:
+
+- fail when E_fail ≥ 1/α with both worst pods left out; with one canary pod nothing fails
+  and the finding names the pod;
+- pass when E_pass ≥ 1/α with every pod in (the pass side is the pooled test's);
+- the canary's worst pod and its share of the canary's calls above the baseline's p99 are
+  reported: "concentrated on shop-0 (80 % of the canary's calls above the baseline's p99)".
+
+What it does not do: it does not count the spread between pods as noise (the success rate's
+τ² term). Latency spread is absorbed by the tolerance (×1.2 + 5 ms) as long as the baseline's
+pooled p99 already carries its own slowest pods; the simulation shows that holds the 1 %
+goal with pods ±30 % apart once the worst pod is out (BENCHMARKS.md D14). Calls are pooled
+over time within each cohort (no time strata for p99).
+
+Input: per-pod histograms (pods, looks, buckets), each look's counts cumulative over time,
+so the simulation replays every look and the live verdict asks for one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from probes.stats import quantile
+from probes.stats.bounded import TwoSample
+
+__all__ = ["PodQuantile", "pod_quantile_track"]
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+Bool = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PodQuantile:
+    """`pod_quantile_track`'s result, one entry per look. `log_e_fail` leaves both cohorts'
+    worst pods out (−inf while the canary has fewer than two pods with calls);
+    `log_e_fail_all` and `log_e_pass` keep every pod. `worst` is the canary's worst pod (an
+    index into the canary's pods), `worst_share` its share of the canary's calls above the
+    baseline's p99 estimate, `worst_call_share` its share of the canary's calls."""
+
+    log_e_fail: F64
+    log_e_fail_all: F64
+    log_e_pass: F64
+    pods_baseline: I64
+    pods_canary: I64
+    worst: I64
+    worst_share: F64
+    worst_call_share: F64
+
+
+def _rank_bucket(cum: F64, p: float) -> I64:
+    """Per row of cumulative counts, the bucket holding rank ⌈p·n⌉ (as `quantile_estimate`)."""
+    n = cum[:, -1]
+    rank = np.maximum(1.0, np.ceil(np.round(p * n, 9)))
+    return np.minimum(np.sum(cum < rank[:, None], axis=1), cum.shape[1] - 1).astype(np.int64)
+
+
+def _excess(cum: F64, cut: I64, p: float) -> tuple[F64, F64, F64]:
+    """Per pod and look, from cumulative bucket counts (pods, looks, buckets): calls, calls
+    in buckets above `cut[look]`, and the excess of those over the share (1 − p) of the
+    pod's calls."""
+    n = cum[..., -1]
+    at = np.take_along_axis(cum, np.broadcast_to(cut[None, :, None], (*cum.shape[:2], 1)),
+                            axis=-1)[..., 0]
+    above = n - at
+    return n, above, above - (1.0 - p) * n
+
+
+def _drop(cum: F64, who: I64) -> F64:
+    """The cohort's cumulative bucket counts per look with pod `who[look]` (−1: none) out."""
+    total = cum.sum(axis=0)
+    if not cum.shape[0]:
+        return total
+    looks = np.arange(cum.shape[1])
+    out = cum[np.maximum(who, 0), looks]
+    return np.asarray(total - np.where((who >= 0)[:, None], out, 0.0), dtype=np.float64)
+
+
+def pod_quantile_track(hist: F64, canary: Bool, layout: quantile.Layout, p: float,
+                       ratio: float, margin_s: float, log_threshold: float) -> PodQuantile:
+    """The test of H0: q_c ≤ ratio·q_b + margin_s at every look, with the pod as the unit
+    (module docstring). `hist`: (pods, looks, buckets of `layout`), each look cumulative
+    over time; `canary`: (pods,) cohort flags."""
+    # Every count below is read from one cumulative sum over the buckets.
+    cum = np.cumsum(np.asarray(hist, dtype=np.float64), axis=-1)
+    canary = np.asarray(canary, dtype=bool)
+    cb, cc = cum[~canary], cum[canary]
+    looks = cum.shape[1]
+    tot_b, tot_c = cb.sum(axis=0), cc.sum(axis=0)
+
+    def test(b: F64, c: F64) -> TwoSample:
+        return quantile.two_sample(b, c, layout, p, ratio, margin_s, log_threshold)
+
+    every = test(tot_b, tot_c)
+    n_b, _, ex_b = _excess(cb, _rank_bucket(tot_b, p), p)
+    pods_b = (n_b > 0).sum(axis=0)
+    drop_b = np.where(pods_b >= 2, np.argmax(np.where(n_b > 0, ex_b, -np.inf), axis=0)
+                      if cb.shape[0] else 0, -1)
+    base_wo = _drop(cb, drop_b)
+    n_c, above_c, ex_c = _excess(cc, _rank_bucket(base_wo, p), p)
+    pods_c = (n_c > 0).sum(axis=0)
+    worst = (np.argmax(np.where(n_c > 0, ex_c, -np.inf), axis=0) if cc.shape[0]
+             else np.zeros(looks, dtype=np.int64))
+    trimmed = test(base_wo, _drop(cc, np.where(pods_c >= 1, worst, -1)))
+    cols = np.arange(looks)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        total_above, total_c = above_c.sum(axis=0), n_c.sum(axis=0)
+        share = (np.where(total_above > 0, above_c[worst, cols] / total_above, 0.0)
+                 if cc.shape[0] else np.zeros(looks))
+        call_share = (np.where(total_c > 0, n_c[worst, cols] / total_c, 0.0)
+                      if cc.shape[0] else np.zeros(looks))
+    empty = (tot_b[:, -1] <= 0) | (tot_c[:, -1] <= 0)
+    neg = np.full(looks, -np.inf)
+    return PodQuantile(
+        log_e_fail=np.where(empty | (pods_c < 2), neg, trimmed.log_e_fail),
+        log_e_fail_all=np.where(empty, neg, every.log_e_fail),
+        log_e_pass=np.where(empty, neg, every.log_e_pass),
+        pods_baseline=pods_b.astype(np.int64), pods_canary=pods_c.astype(np.int64),
+        worst=np.asarray(worst, dtype=np.int64), worst_share=np.asarray(share, np.float64),
+        worst_call_share=np.asarray(call_share, np.float64),
+    )
