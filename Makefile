@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-unit test-integration test-e2e lint bench proto clean
 
+# Tests run on this many pytest-xdist workers: the end-to-end tests mostly wait on real
+# windows, so two workers halve the suite's time on two cores (`PYTEST_WORKERS=0`: serial).
+PYTEST_WORKERS ?= 2
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -20,12 +24,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
 
 # One tier at a time: unit (no sockets), integration (real servers on loopback), e2e (fleets,
 # Prometheus, HAProxy, Chromium).
 test-unit test-integration test-e2e: test-%: $(STAMP)
-	$(BIN)/pytest -q tests/$*
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) tests/$*
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -116,7 +116,34 @@ def _census_young() -> None:
         "tuple_owners": collections.Counter(
             type(r).__qualname__ for o in [o for o in objects if type(o) is tuple][:10]
             for r in gc.get_referrers(o) if r is not objects).most_common(8),
+        # For a few (bytes, bytes) pairs, who holds them, three holders up.
+        "pair_holders": _holders(
+            [o for o in objects if type(o) is tuple and len(o) == 2
+             and all(type(x) is bytes for x in o)][:12], objects),
     })
+
+
+def _holders(items: list[Any], exclude: list[Any], depth: int = 3) -> list[list[str]]:
+    """Per item, the chain of its first holders (type, size, a hint of what it is)."""
+    chains = []
+    for item in items:
+        chain, o = [repr(item)[:60]], item
+        for _ in range(depth):
+            refs = [r for r in gc.get_referrers(o) if r is not exclude and r is not items
+                    and type(r).__name__ != "frame"]
+            if not refs:
+                break
+            o = refs[0]
+            hint = ""
+            if isinstance(o, dict):
+                hint = " keys " + ",".join(map(str, list(o)[:4]))[:80]
+            elif isinstance(o, list | tuple | collections.deque):
+                hint = f" len {len(o)}"
+            elif hasattr(o, "cr_code"):
+                hint = " " + o.cr_code.co_qualname
+            chain.append(f"{type(o).__qualname__}{hint} (+{len(refs) - 1})")
+        chains.append(chain)
+    return chains
 
 
 def _hook_for(census_at: int) -> Any:

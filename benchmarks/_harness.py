@@ -10,6 +10,7 @@ store for its latency histograms), so no harness code runs inside the measured p
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import selectors
@@ -61,7 +62,8 @@ class Child:
         self.cmd = list(cmd)
         self._log = log.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(
-            self.cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1
+            self.cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1,
+            preexec_fn=_die_with_parent,
         )
         self.lines: list[str] = []
 
@@ -106,13 +108,27 @@ class Child:
         return int(self.proc.returncode)
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the benchmark dies, even by SIGKILL (Linux),
+    so no target is left loading the machine after an interrupted run."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def children() -> Iterator[list[Child]]:
-    """Children appended to the list are stopped on the way out, last started first."""
+    """Children appended to the list are stopped on the way out, last started first; a
+    SIGTERM to the benchmark is a way out too."""
     started: list[Child] = []
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         yield started
     finally:
+        signal.signal(signal.SIGTERM, previous)
         for child in reversed(started):
             child.stop()
 

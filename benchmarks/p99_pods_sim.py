@@ -6,32 +6,36 @@ per request do too where the store keeps per-pod windows (schema v2,
 (12 pods, one restarting into the canary every 10 minutes until 6 have, cohort-balanced
 sampling, 4 h, verdict after every window, α = 1 % over four metric slots):
 
-- pooled: each cohort's pooled histogram, every call in (`probes.stats.quantile.two_sample`
-  on the path windows: the verdict before schema v2, and from Prometheus);
-- pods: per-pod histograms, each pod's first 2 minutes left out, a fail only with each
-  cohort's worst pod left out (`probes.stats.pod_quantile.pod_quantile_track`, what the
-  live verdict runs on its last look).
+p99, two verdict rules on the same draws (each pod's first 2 minutes left out):
+
+- before: the pass from the pooled quantile test with every pod in, the fail with each
+  cohort's worst pod's calls left out of the pooled histograms
+  (`probes.stats.pod_quantile.pod_quantile_track`; the verdict before session 12);
+- live: both sides on exceedances per pod through `pod_track`, the spread between pods as
+  noise (`probes.stats.pod_exceed`, what `pod_metrics.pod_latency_p99s` runs: each pod's
+  warm calls pooled over time), read every `LOOK_EVERY` windows.
 
 Each call's latency is lognormal (median 50 ms, σ 0.5: p99 ≈ 160 ms) times its pod
 instance's scale:
 
 - independent: every pod alike (scale 1);
-- latency spread: each pod instance draws its scale uniformly in 0.7–1.3 (±30 %), anew at a
-  restart;
+- latency spread: each pod instance draws its scale uniformly in 0.9–1.1 (±10 %) or
+  0.7–1.3 (±30 %), anew at a restart;
 - cold start: a pod's first 2 minutes 1.5× slower;
 - one-pod canary (spread): the canary stuck at one pod instance for the whole run;
 - slow node (spread): the first canary pod 2× slower for the whole run, not the version's
   fault;
-- A/B: canary ×1.5 (spread), the control: every canary call 1.5× slower.
+- A/B: canary ×1.5 (spread), every canary call 1.5× slower (twice the ×1.2 tolerance and
+  more): the same with pods alike and with ±10 %, and canary ×2 (spread).
 
 Attempts per request (`--attempts`): each call retries once with its pod instance's
 chance (2 %, lognormal σ 0.3 across instances, one in 12 at 5×, as a bad node); pooled is
 `bounded.two_sample` on cohort totals, pods is `pod_track` on the scaled retry volume
 (what `pod_attempts` runs); the control doubles every canary call's attempts (attempts ×2).
 
-Reported per scenario: the A/A false-fail rate of each rule with its 95 % Clopper–Pearson
-upper bound and the median time of those fails; for the controls, how often and how fast
-each rule fails.
+Reported per p99 scenario and rule: fails (95 % Clopper–Pearson upper bound) and their
+median minute; passes (A/A: healthy canaries passed within 4 h and the median minute; A/B:
+wrong passes, a pass before any fail). Per attempts scenario: the fail rate of each rule.
 
     .venv/bin/python benchmarks/p99_pods_sim.py                 # 300 rollouts per row
     .venv/bin/python benchmarks/p99_pods_sim.py --quick         # 30 rollouts per row
@@ -57,11 +61,14 @@ from verdict_sim import ALPHA, SLOTS, TOL, WINDOW_S, Estate, Scenario, cp_upper,
 from probes._spec import DEFAULT_ATTEMPTS_MAX
 from probes.measure.histogram import LOWER, SUB_BUCKETS, UPPER, index_of
 from probes.stats import bounded, quantile
+from probes.stats.pod_exceed import exceedance_cuts, exceedance_track
 from probes.stats.pod_quantile import pod_quantile_track
 from probes.stats.pods import pod_track
 
 MEDIAN_S, SIGMA = 0.050, 0.5
 WARMUP_S = 120.0
+# The live p99 rule is read every this many windows (each look is a track of its own).
+LOOK_EVERY = 6
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ class LatencyScenario:
 
 SCENARIOS = (
     LatencyScenario("independent"),
+    LatencyScenario("latency spread ±10 %", spread=0.1),
     LatencyScenario("latency spread ±30 %", spread=0.3),
     LatencyScenario("cold start ×1.5", cold_factor=1.5),
     LatencyScenario("one-pod canary (spread)", spread=0.3, one_pod=True),
@@ -83,6 +91,11 @@ SCENARIOS = (
                     slow_node=2.0),
     # A/B, the control that the test can fail at all: every canary call 1.5× slower.
     LatencyScenario("A/B: canary ×1.5 (spread)", spread=0.3, canary_factor=1.5),
+    # The same with pods alike, and a slowdown twice the tolerance's ratio on pods ±30 %
+    # apart: what a test that counts the spread between pods can show.
+    LatencyScenario("A/B: canary ×1.5 (pods alike)", canary_factor=1.5),
+    LatencyScenario("A/B: canary ×1.5 (spread ±10 %)", spread=0.1, canary_factor=1.5),
+    LatencyScenario("A/B: canary ×2 (spread)", spread=0.3, canary_factor=2.0),
 )
 
 
@@ -132,33 +145,54 @@ def _layout(lo: int, width: int) -> quantile.Layout:
     return quantile.Layout.from_edges(LOWER[lo:lo + width], UPPER[lo:lo + width])
 
 
-def pooled_p99_fails(hist: np.ndarray, canary: np.ndarray, layout: quantile.Layout,
-                     log_thr: float, chunk: int = 90) -> np.ndarray:
-    """Fail flags per look of the pooled p99 test on each cohort's cumulative histogram."""
-    cb = np.cumsum(np.cumsum(hist[~canary].sum(0), axis=0), axis=1)
-    cc = np.cumsum(np.cumsum(hist[canary].sum(0), axis=0), axis=1)
-    both = (cb[:, -1] > 0) & (cc[:, -1] > 0)
-    fails = []
-    for a in range(0, cb.shape[0], chunk):
-        t = quantile.two_sample(cb[a:a + chunk], cc[a:a + chunk], layout, 0.99,
-                                TOL.latency_p99_ratio, TOL.latency_p99_margin_ms / 1000, log_thr)
-        fails.append(t.log_e_fail >= log_thr)
-    return np.concatenate(fails) & both
-
-
 def warm(starts: np.ndarray, windows: int) -> np.ndarray:
     """(instances, windows): cells out of each restarted pod's warm-up."""
     t0 = np.arange(windows) * WINDOW_S
     return ~((t0[None, :] < starts[:, None] + WARMUP_S) & (starts[:, None] > 0))
 
 
-def pods_p99_fails(hist: np.ndarray, canary: np.ndarray, starts: np.ndarray,
-                   layout: quantile.Layout, log_thr: float) -> np.ndarray:
-    """Fail flags per look of the pod rule: warm cells, each look cumulative."""
-    cum = np.cumsum(hist * warm(starts, hist.shape[1])[:, :, None], axis=1)
-    t = pod_quantile_track(cum, canary, layout, 0.99, TOL.latency_p99_ratio,
-                           TOL.latency_p99_margin_ms / 1000, log_thr)
-    return np.asarray(t.log_e_fail >= log_thr)
+def pods_p99_tracks(hist: np.ndarray, canary: np.ndarray, starts: np.ndarray,
+                    layout: quantile.Layout, log_thr: float) -> dict[str, np.ndarray]:
+    """Flags per look on warm cells. Fail rules: "pods", each cohort's worst pod out of
+    pooled histograms (`pod_quantile_track`); "exceed", exceedances per pod × window through
+    `pod_track`, worst pods out (`probes.stats.pod_exceed`, the live verdict's). Pass rules:
+    "pass-pooled", the pooled quantile test with every pod in; "pass-exceed", exceedances
+    at the pass side's cuts through `pod_track` (the live verdict's)."""
+    r, m = TOL.latency_p99_ratio, TOL.latency_p99_margin_ms / 1000
+    h = hist * warm(starts, hist.shape[1])[:, :, None]
+    cum = np.cumsum(h, axis=1)
+    t = pod_quantile_track(cum, canary, layout, 0.99, r, m, log_thr)
+    out = {"pods": np.asarray(t.log_e_fail >= log_thr),
+           "pass-pooled": np.asarray(t.log_e_pass >= log_thr)}
+    # The live rule judges each pod's warm calls pooled over time (one column, as the
+    # verdict cache keeps them): at every `LOOK_EVERY`-th look, one track per side.
+    fail, ok = np.full(n_looks := h.shape[1], -np.inf), np.full(h.shape[1], -np.inf)
+    above = np.cumsum(cum[..., ::-1], axis=-1)[..., ::-1]  # (pods, looks, buckets)
+    calls = cum.sum(axis=-1)
+    width = h.shape[2]
+    cum_b = np.cumsum(cum[~canary].sum(0), axis=-1)
+    # As the live rule: α split between the baseline p99's confidence sequence (the cuts)
+    # and the exceedance tracks.
+    log_half = log_thr + math.log(2.0)
+    cuts = exceedance_cuts(cum_b, layout, 0.99, r, m, log_half)
+    zero = np.zeros(len(canary))
+
+    def from_(look: int, cut: np.ndarray) -> np.ndarray:
+        return (above[:, look, int(cut[look])] if int(cut[look]) < width else zero)[:, None]
+
+    for look in range(LOOK_EVERY - 1, n_looks, LOOK_EVERY):
+        if t.pods_canary[look] < 1:
+            continue
+        c = calls[:, look, None]
+        fail[look] = exceedance_track(
+            c, from_(look, cuts.baseline_fail), from_(look, cuts.canary_fail), canary,
+            last_only=True).log_e_fail[-1]
+        ok[look] = exceedance_track(
+            c, from_(look, cuts.baseline_pass), from_(look, cuts.canary_pass), canary,
+            last_only=True).log_e_pass[-1]
+    out["exceed"] = fail >= log_half
+    out["pass-exceed"] = ok >= log_half
+    return out
 
 
 def attempts(rng: np.random.Generator, n: np.ndarray, canary: np.ndarray,
@@ -190,14 +224,32 @@ def attempt_fails(n: np.ndarray, total: np.ndarray, canary: np.ndarray, starts: 
     return (pooled.log_e_fail >= log_thr) & ok, np.asarray(track.log_e_fail >= log_thr)
 
 
-def _row(name: str, rollouts: int, times: dict[str, list[float]]) -> str:
+def _row(name: str, rollouts: int, times: dict[str, list[float]],
+         rules: tuple[str, ...] = ("pooled", "pods")) -> str:
     cells = []
-    for rule in ("pooled", "pods"):
+    for rule in rules:
         k = len(times[rule])
         when = f"{np.median(times[rule]):.1f}" if times[rule] else "–"
-        cells.append(f"{100 * k / rollouts:.1f} % ({100 * cp_upper(k, rollouts):.1f} %), "
-                     f"{when}")
-    return f"| {name} | {cells[0]} | {cells[1]} |"
+        cells.append(f"{100 * k / rollouts:.1f} % ({100 * cp_upper(k, rollouts):.1f} %), {when}")
+    return f"| {name} | " + " | ".join(cells) + " |"
+
+
+# A verdict's p99 rule: its pass side and its fail side.
+RULES = {"pooled pass, pods fail (before)": ("pass-pooled", "pods"),
+         "pods both sides (live)": ("pass-exceed", "exceed")}
+
+
+def _verdict_cell(fails: list[float], passes: list[float], rollouts: int, ab: bool) -> str:
+    """A/A: fails (95 % upper), median minutes; passes, median minutes to pass. A/B: the
+    same, the passes being wrong ones (before any fail)."""
+    def median(x: list[float]) -> str:
+        return f"{np.median(x):.1f}" if x else "–"
+
+    k, q = len(fails), len(passes)
+    word = "passed first" if ab else "passed"
+    return (f"fail {100 * k / rollouts:.1f} % ({100 * cp_upper(k, rollouts):.1f} %), "
+            f"{median(fails)} min; {word} {100 * q / rollouts:.1f} % "
+            f"({100 * cp_upper(q, rollouts):.1f} %), {median(passes)} min")
 
 
 def _first(mask: np.ndarray) -> float | None:
@@ -226,24 +278,31 @@ def main() -> None:
           f"α = {ALPHA} over {SLOTS} slots; each cell: fails (95 % upper), median minutes "
           "to the fail")
     if args.only != "attempts":
-        print("\n| p99 scenario | pooled | pods |\n|---|---|---|")
+        print("\n| p99 scenario | " + " | ".join(RULES) + " |\n|---" + "|---" * len(RULES)
+              + "|")
         for sc in SCENARIOS:
             if args.scenario and not sc.name.startswith(tuple(args.scenario)):
                 continue
             began = time.perf_counter()
             rng = np.random.default_rng([args.seed, SCENARIOS.index(sc)])
             layout_sc = Scenario(sc.name, one_pod=sc.one_pod)
-            times: dict[str, list[float]] = {"pooled": [], "pods": []}
+            fails: dict[str, list[float]] = {rule: [] for rule in RULES}
+            passes: dict[str, list[float]] = {rule: [] for rule in RULES}
             for _ in range(args.rollouts):
                 n, _s, _p, canary, starts = simulate(rng, est, layout_sc, 0.0, args.balance)
                 hist, lo = histograms(rng, n, canary, starts, est, sc)
                 layout = _layout(lo, hist.shape[2])
-                for rule, fails in (("pooled", pooled_p99_fails(hist, canary, layout, log_thr)),
-                                    ("pods", pods_p99_fails(hist, canary, starts, layout,
-                                                            log_thr))):
-                    if (t := _first(fails)) is not None:
-                        times[rule].append(t)
-            print(_row(sc.name, args.rollouts, times), flush=True)
+                flags = pods_p99_tracks(hist, canary, starts, layout, log_thr)
+                for rule, (pass_rule, fail_rule) in RULES.items():
+                    tf, tp = _first(flags[fail_rule]), _first(flags[pass_rule])
+                    if tf is not None:
+                        fails[rule].append(tf)
+                    if tp is not None and (tf is None or tp < tf):
+                        passes[rule].append(tp)
+            ab = sc.canary_factor > 1
+            print(f"| {sc.name} | " + " | ".join(
+                _verdict_cell(fails[r], passes[r], args.rollouts, ab) for r in RULES) + " |",
+                flush=True)
             print(f"<!-- {sc.name}: {time.perf_counter() - began:.0f} s -->", file=sys.stderr)
     if args.only != "p99":
         print("\n| attempts scenario | pooled | pods |\n|---|---|---|")

@@ -3,7 +3,8 @@
 Builds a synthetic store through the Store API (the same `write`, `write_events` and
 `write_inventory` the probe uses): `--hours` of `--window`-second windows for `--paths`
 paths, two cohorts (a rollout from 1.20.3 to 1.21.0 starting at hour 2 and holding at 60 %
-of pods from hour 14), six pods per path with their endpoint windows, pod restarts and
+of pods from hour 14), six pods per path with their endpoint windows (calls, errors,
+attempts and a latency histogram per pod, as the probe writes them), pod restarts and
 reconnect storms as events, and an inventory snapshot every five minutes. Four paths
 regress on the new version (errors, p99, retries, stream resets). Then it runs the report
 command in a fresh process (`python -m probes.cli report ...`) and reads its wall time and
@@ -59,6 +60,12 @@ def _restart_times(services: int, hours: float) -> np.ndarray:
     return times.reshape(services, PODS)
 
 
+def store_file(cache: str | Path, hours: float, paths: int, window_s: float) -> str:
+    """Where the store of these parameters is cached ("v2": with per-pod latency and
+    attempts, as store schema v2 keeps them)."""
+    return os.path.join(cache, f"report-v2-{hours:g}h-{paths}p-{window_s:g}s.db")
+
+
 def build(path: str, *, hours: float, paths: int, window_s: float, seed: int = 7) -> None:
     rng = np.random.default_rng(seed)
     services = -(-paths // PATHS_PER_SERVICE)
@@ -81,14 +88,22 @@ def build(path: str, *, hours: float, paths: int, window_s: float, seed: int = 7
                         continue
                     batch.append(_window(rng, start, window_s, name, p, cohort, n_pods,
                                          p in streams))
-                    for j in np.flatnonzero(pods):
-                        calls = int(window_s)
+                    calls = int(window_s)
+                    # Each pod's calls' latency and attempts, as the probe writes them.
+                    slow = 1.5 if (cohort == NEW and p == REGRESS["latency"]) else 1.0
+                    retry = 0.3 if (cohort == NEW and p == REGRESS["retries"]) else 0.02
+                    buckets = index_of(rng.lognormal(np.log(0.02), 0.4, (n_pods, calls)) * slow)
+                    for row, j in enumerate(np.flatnonzero(pods)):
                         worst = p == REGRESS["errors"] and cohort == NEW and j == 0
                         bad = 0.3 if worst else 0.001
                         pod = f"{name.split('-')[0]}-{j}" + ("-n" if cohort == NEW else "")
+                        ids, counts = np.unique(buckets[row], return_counts=True)
                         ep_batch.append(EndpointWindow(
                             start, name, pod, cohort, calls, int(rng.binomial(calls, bad)),
                             {"pod": pod, "namespace": f"ns-{s:02d}", "proxy_version": cohort},
+                            attempts_sum=calls + int(rng.binomial(calls, retry)),
+                            attempts_count=calls,
+                            latency=dict(zip(ids.tolist(), counts.tolist(), strict=True)),
                         ))
             if len(batch) >= 2000 or k == steps - 1:
                 store.write(batch, ep_batch)
@@ -165,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print("report_speed: --hours, --paths and --window must be positive", file=sys.stderr)
         return 2
     os.makedirs(args.cache, exist_ok=True)
-    db = os.path.join(args.cache, f"report-{hours:g}h-{args.paths}p-{args.window:g}s.db")
+    db = store_file(args.cache, hours, args.paths, args.window)
     if not os.path.exists(db):
         t = time.perf_counter()
         tmp = db + ".building"

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from report_speed import NEW, OLD, T0, build  # noqa: E402
+from report_speed import NEW, OLD, T0, build, store_file  # noqa: E402
 
 from probes._timeparse import rfc3339  # noqa: E402
 from probes.store import Store  # noqa: E402
@@ -137,7 +137,7 @@ def warm(db: str, now: float, repeat: int) -> tuple[float, list[dict[str, Any]]]
                 @contextlib.contextmanager
                 def opened(now: float = now) -> Any:
                     with cache.open():
-                        yield cache.source(())
+                        yield cache.source((), warmup_s=settings.warmup_s)
 
                 runs.append(phases(now, settings, opened, lambda now=now: cached(now + w),
                                    lambda now=now: next_window(writer, now - w, w)))
@@ -159,10 +159,12 @@ def main() -> int:
         return 0
     hours = 6.0 if args.quick else 24.0
     Path(args.cache).mkdir(parents=True, exist_ok=True)
-    db = str(Path(args.cache) / f"report-{hours:g}h-{args.paths}p-10s.db")
+    db = store_file(args.cache, hours, args.paths, 10.0)
     if not Path(db).exists():
         print(f"building {db} ...", flush=True)
-        build(db, hours=hours, paths=args.paths, window_s=10.0)
+        Path(db + ".building").unlink(missing_ok=True)  # a build cut short before
+        build(db + ".building", hours=hours, paths=args.paths, window_s=10.0)
+        Path(db + ".building").replace(db)
     now = T0 + hours * 3600
     colds: list[dict[str, Any]] = []
     walls: list[tuple[float, float]] = []

@@ -21,11 +21,25 @@ from probes._spec import PathSpec
 from probes.measure.gc_pauses import watch_gc_pauses
 from probes.measure.gc_policy import adaptive_young_threshold
 
-__all__ = ["GC_FULL_EVERY", "GC_WARMUP_EXTRA_S", "CollectorTuning"]
+__all__ = ["GC_FULL_EVERY", "GC_SETTLE_LIMIT_S", "GC_WARMUP_EXTRA_S", "CollectorTuning",
+           "settled_in_flight"]
 
-# When the warm-up (first sends, connections opened) is taken to be over: one period and one
-# timeout after the first snapshot, plus this margin.
+# When the warm-up (first sends, connections opened) may be over: one period and one
+# timeout after the first snapshot, plus this margin. Then the freeze waits until the
+# start-up backlog is worked off (calls in flight near their steady level), at most this
+# much longer: while thousands of late calls are in flight, every young collection walks
+# them all (BENCHMARKS.md D15).
 GC_WARMUP_EXTRA_S = 2.0
+GC_SETTLE_LIMIT_S = 30.0
+_SETTLE_POLL_S = 0.5
+
+
+def settled_in_flight(calls_per_s: float) -> int:
+    """Calls in flight at or below which the start-up backlog counts as worked off: the
+    intended unary calls per second times 50 ms (a slow answer), and never below 16."""
+    return max(16, int(calls_per_s * 0.05))
+
+
 # After it: a full collection at most every this many middle-generation ones (Python: 10).
 GC_FULL_EVERY = 100
 
@@ -50,15 +64,26 @@ class CollectorTuning:
 
         return restore
 
-    async def tune(self, started: Callable[[], object], paths: Sequence[PathSpec]) -> None:
+    async def tune(self, started: Callable[[], object], paths: Sequence[PathSpec],
+                   in_flight: Callable[[], int] | None = None,
+                   settled_at: Callable[[], int] | None = None) -> None:
         """After `started()` (awaited: the first endpoints are scheduled) and one send period
-        and timeout more: collect, freeze the survivors, make full collections rare, and let
-        the young threshold follow the garbage found. The freeze is not repeated: frozen
-        cyclic garbage is never collected (about 1.5 KB per connection open at the freeze)."""
+        and timeout more, and once `in_flight()` is at most `settled_at()` at two looks in a
+        row (or `GC_SETTLE_LIMIT_S` later): collect, freeze the survivors, make full
+        collections rare, and let the young threshold follow the garbage found. The freeze
+        is not repeated: frozen cyclic garbage is never collected (about 1.5 KB per
+        connection open at the freeze)."""
         await started()  # type: ignore[misc]
         period = max((1.0 / p.rate_per_s for p in paths if p.stream is None), default=1.0)
         timeout = max((p.timeout_s for p in paths), default=1.0)
         await asyncio.sleep(period + timeout + GC_WARMUP_EXTRA_S)
+        if in_flight is not None and settled_at is not None:
+            calm = 0
+            for _ in range(int(GC_SETTLE_LIMIT_S / _SETTLE_POLL_S)):
+                calm = calm + 1 if in_flight() <= settled_at() else 0
+                if calm >= 2:
+                    break
+                await asyncio.sleep(_SETTLE_POLL_S)
         gc.collect()
         gc.freeze()
         young, middle, _ = gc.get_threshold()

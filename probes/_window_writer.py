@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 from probes._exceptions import StoreError
@@ -32,8 +33,10 @@ class WindowWriter:
     """`write()` after each window boundary (and once more with `force` at shutdown)."""
 
     def __init__(self, aggregator: WindowAggregator, metrics: ProbeMetrics, *,
-                 on_window: Callable[[Sequence[Any]], None] | None = None) -> None:
+                 on_window: Callable[[Sequence[Any]], None] | None = None,
+                 executor: Executor | None = None) -> None:
         self.aggregator = aggregator
+        self.executor = executor  # the worker thread (None: asyncio's default executor)
         self.metrics = metrics
         self.on_window = on_window
         self.store: Store | None = None
@@ -57,10 +60,13 @@ class WindowWriter:
             await asyncio.wait({self._writing})
             self._wrote(*self._writing.result())
         taken = self.aggregator.take(now, force=force)
-        self._writing = asyncio.create_task(
-            asyncio.to_thread(self._store_pending, taken, events), name="store-write"
-        )
+        self._writing = asyncio.create_task(self._in_worker(taken, events), name="store-write")
         self._wrote(*await asyncio.shield(self._writing))
+
+    async def _in_worker(self, taken: Taken, events: list[Event]
+                         ) -> tuple[list[PathWindow], str | None]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self._store_pending, taken, events)
 
     def _wrote(self, written: list[PathWindow], error: str | None) -> None:
         self._writing = None

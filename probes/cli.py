@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from probes._exceptions import (
     EXIT_BAD_INPUT,
@@ -24,6 +24,9 @@ from probes._exceptions import (
     SkewprobeError,
 )
 from probes._stdout import emit, quiet_stdout
+
+if TYPE_CHECKING:
+    from probes.pairs import PairedVerdict
 
 __all__ = [
     "EXIT_STDOUT_CLOSED",
@@ -230,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
 def _verdict(args: argparse.Namespace) -> int:
     import time
 
-    from probes.verdict_service import format_table, load_judging_config, verdict_time
+    from probes.verdict_service import load_judging_config, verdict_time
 
     config = load_judging_config(args.config)
     now = verdict_time(args.at, now=time.time())
@@ -240,9 +243,8 @@ def _verdict(args: argparse.Namespace) -> int:
         import dataclasses
 
         from probes.config import load_config
-        from probes.pairs import prometheus_without_pairs
+        from probes.pairs import prometheus_verdict
         from probes.store.prometheus import PrometheusSettings
-        from probes.verdict_service import compute_prometheus_verdict
 
         # The config's prometheus: keys (selector, step, headers ...), with this URL.
         full = load_config(args.config) if args.config else None
@@ -250,11 +252,7 @@ def _verdict(args: argparse.Namespace) -> int:
         prom = dataclasses.replace(base or PrometheusSettings(url=""), url=args.prometheus)
         if args.selector is not None:
             prom = dataclasses.replace(prom, selector=args.selector)
-        relays = [] if full is None else [p.name for p in full.paths if p.relay is not None]
-        result = prometheus_without_pairs(compute_prometheus_verdict(prom, config, **query),
-                                          relays)
-        emit(json.dumps(result, indent=2) if args.json else format_table(result))
-        return _VERDICT_EXIT[result["verdict"]]
+        return _emit_verdict(args, prometheus_verdict(prom, config, **query))
     return _store_verdict(args, config, query)
 
 
@@ -262,9 +260,14 @@ def _store_verdict(args: argparse.Namespace, config: Any, query: dict[str, Any])
     """The verdict from a store: direct paths as before; each relay path as its caller ×
     callee matrix (`probes.pairs`), whose failing pair fails the whole verdict."""
     from probes.pairs import store_verdict
+
+    return _emit_verdict(args, store_verdict(args.store, config, **query))
+
+
+def _emit_verdict(args: argparse.Namespace, judged: PairedVerdict) -> int:
+    """Print a verdict (JSON or the table with each pair matrix); its state's exit code."""
     from probes.verdict_service import format_table
 
-    judged = store_verdict(args.store, config, **query)
     emit(json.dumps(judged.to_json(), indent=2) if args.json else judged.format(format_table))
     return _VERDICT_EXIT[judged.verdict]
 

@@ -8,10 +8,12 @@ sidecar) and leaves the others alone; then the rollout holds, as a staged rollou
 its gate. The probe follows the fleet's endpoints file, probes every path on every pod,
 prints live progress, and ends with the per-path, per-cohort table and the verdict.
 
-With emulated sidecars every pod is also a relay pod (`--relay`): the `relay-inventory`
-path asks each pod to call the service's `/api/inventory` through its own outbound side,
-whose retries are its version's (1.21.0 retries 503 twice), so the verdict and the report
-show the caller × callee pair matrix, and the new callers fail on attempts.
+Every pod is also a relay pod (`--relay`): the `relay-inventory` path asks each pod to call
+the service's `/api/inventory` through its own outbound side, whose retries are its
+version's (1.21.0 retries 503 twice), so the verdict and the report show the caller ×
+callee pair matrix, and the new callers fail on attempts. With `--proxy haproxy` the
+outbound side is a real HAProxy per caller version and the path is `relay-checkout`
+(the app fails 10 % of `/api/checkout` on every version; 1.21.0's HAProxy retries them).
 """
 
 from __future__ import annotations
@@ -82,10 +84,13 @@ paths:
     port: grpc
     timeout: 2s
 """
-# Through each pod's own outbound side (emulated sidecars only): a pair matrix.
+# Through each pod's own outbound side: a pair matrix. Emulated sidecars: /api/inventory,
+# which 1.21.0's outbound side retries on 503. HAProxy: /api/checkout, whose app fails 10 %
+# of requests on every version, which 1.21.0's outbound HAProxy retries (equal success rate,
+# more attempts from the new callers).
 _RELAY_PATH = """\
-  - name: relay-inventory
-    relay: {destination: inventory, callees: {service: checkout}}
+  - name: relay-{route}
+    relay: {{destination: {route}, callees: {{service: checkout}}}}
     rate: 3/s
     timeout: 1s
 """
@@ -93,7 +98,7 @@ _ALLOWLIST = """\
 relay:
   timeout: 500ms
   destinations:
-    inventory: {http: {url: "http://checkout.demo.svc:18080/api/inventory"}, service: checkout}
+    {route}: {{http: {{url: "http://checkout.demo.svc:18080/api/{route}"}}, service: checkout}}
 """
 
 
@@ -140,16 +145,14 @@ async def _demo(
     batches = max(1, restarts // BATCH)
     interval = rollout_s / batches
     duration = ROLLOUT_AFTER_S + rollout_s + HOLD_S
-    relay = proxy != "haproxy"  # the fleet's relay has an emulated outbound side
-    text = _CONFIG.format(endpoints=endpoints) + (_RELAY_PATH if relay else "")
+    route = "checkout" if proxy == "haproxy" else "inventory"
+    text = _CONFIG.format(endpoints=endpoints) + _RELAY_PATH.format(route=route)
     config = parse_config(text, file="<demo config>")
+    allowlist = workdir / "relay.yaml"
+    allowlist.write_text(_ALLOWLIST.format(route=route))
     sidecar = (
         ["--sidecar", "haproxy"] if proxy == "haproxy" else ["--profiles", str(_profiles())]
-    )
-    if relay:
-        allowlist = workdir / "relay.yaml"
-        allowlist.write_text(_ALLOWLIST)
-        sidecar += ["--relay", str(allowlist)]
+    ) + ["--relay", str(allowlist)]
     fleet = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "targets.fleet",
         "--pods", str(pods), "--from", BASELINE, "--to", CANARY,

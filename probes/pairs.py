@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from probes._spec import Config
 from probes._timeparse import parse_time
@@ -30,19 +32,23 @@ from probes._types import Outcome, pair_cohort, split_pair
 from probes.stats.bounded import mean_cs
 from probes.stats.cohorts import version_key
 from probes.store import Store
-from probes.store.table import WindowTable
+from probes.store.table import WindowColumns
 from probes.verdict_cache import VerdictCache
 from probes.verdict_service import (
     FROM_STORE,
     JudgingSettings,
+    SourceJudge,
     _Overload,
     compute_verdict,
+    prometheus_judge,
     verdict_from_source,
-    with_doubts,
 )
 
+if TYPE_CHECKING:
+    from probes.store.prometheus import PrometheusSettings
+
 __all__ = ["CallerStale", "PairCell", "PairMatrix", "PairedVerdict", "combine_states",
-           "format_matrix", "pair_matrix", "prometheus_without_pairs", "relay_paths",
+           "format_matrix", "pair_matrix", "prometheus_verdict", "relay_paths",
            "stale_by_caller", "store_verdict"]
 
 FAIL, PASS, INCONCLUSIVE, BASELINE = "fail", "pass", "inconclusive", "baseline"
@@ -153,10 +159,25 @@ def pair_matrix(
         table = store.read_table(since=since_t, until=now, paths=[path])
     finally:
         store.close()
+
+    def judge(share: JudgingSettings, **query: Any) -> Mapping[str, Any]:
+        if every_window:
+            with Store.open(store_path, readonly=True) as source:
+                return verdict_from_source(source, share, now=now, **query)
+        return compute_verdict(store_path, share, overload=overload, now=now, **query)
+
+    return _matrix(table, settings, judge, path=path, since=since, now=now)
+
+
+def _matrix(table: WindowColumns, settings: JudgingSettings, judge: SourceJudge, *,
+            path: str, since: str | None, now: float) -> PairMatrix:
+    """The matrix of `path` from its rows in `table` (any source's): each pair other than
+    the old-old one judged against it by `judge`, with α split over them; stale routing
+    per caller version from the same rows."""
     # Only the windows that had ended by `now`, as the verdict reads them (`--at`).
-    table = table.select(table.start + table.length <= now + 1e-6)
+    ended = table.start + table.length <= now + 1e-6
     of_cohort = [split_pair(c) for c in table.cohorts]
-    pairs = {p for c in set(table.cohort.tolist()) if (p := of_cohort[c]) is not None}
+    pairs = {p for c in set(table.cohort[ended].tolist()) if (p := of_cohort[c]) is not None}
     callers = _ordered({a for a, _ in pairs})
     callees = _ordered({b for _, b in pairs})
     if not pairs:
@@ -168,14 +189,8 @@ def pair_matrix(
     base_figures: dict[str, float | None] = {}
     base_requests = 0
     for caller, callee in others:
-        query: dict[str, Any] = dict(path=path, since=since, now=now,
-                                     baseline=pair_cohort(*base),
-                                     canary=pair_cohort(caller, callee))
-        if every_window:
-            with Store.open(store_path, readonly=True) as source:
-                result = verdict_from_source(source, share, **query)
-        else:
-            result = compute_verdict(store_path, share, overload=overload, **query)
+        result = judge(share, path=path, since=since, baseline=pair_cohort(*base),
+                       canary=pair_cohort(caller, callee))
         judged = (result.get("paths") or [{}])[0]
         metrics = judged.get("metrics", {})
         samples = judged.get("samples", {})
@@ -191,19 +206,19 @@ def pair_matrix(
         ))
     figures = {short: base_figures.get(short) for _, short in _METRICS}
     cells.insert(0, PairCell(*base, BASELINE, base_requests, figures))
-    stale = _judge_stale(_caller_counts(table), settings)
+    stale = _judge_stale(_caller_counts(table, ended), settings)
     return PairMatrix(path, callers, callees, tuple(cells), stale)
 
 
-def _caller_counts(table: WindowTable) -> dict[str, tuple[int, int]]:
+def _caller_counts(table: WindowColumns, ended: np.ndarray) -> dict[str, tuple[int, int]]:
     """Relay calls and `stale_endpoint` calls per caller version, over every pair cohort in
-    `table` (callers oldest first)."""
+    the `ended` rows of `table` (callers oldest first)."""
     col = (table.outcome_names.index(Outcome.STALE_ENDPOINT)
            if Outcome.STALE_ENDPOINT in table.outcome_names else None)
     calls: dict[str, tuple[int, int]] = {}
     for i, cohort in enumerate(table.cohorts):
         pair = split_pair(cohort)
-        rows = table.cohort == i
+        rows = (table.cohort == i) & ended
         if pair is not None and rows.any():
             n, k = calls.get(pair[0], (0, 0))
             calls[pair[0]] = (n + int(table.requests[rows].sum()),
@@ -234,8 +249,8 @@ def stale_by_caller(store_path: str, settings: JudgingSettings | Config, *, sinc
         table = store.read_table(since=since, until=until, cohorts=pairs)
     finally:
         store.close()
-    table = table.select(table.start + table.length <= until + 1e-6)
-    return _judge_stale(_caller_counts(table), settings)
+    return _judge_stale(_caller_counts(table, table.start + table.length <= until + 1e-6),
+                        settings)
 
 
 def _caller_stale(caller: str, calls: int, stale: int, tolerance: float,
@@ -341,6 +356,18 @@ class PairedVerdict:
         return "\n\n".join(parts)
 
 
+def _split_asked(path: str | Sequence[str] | None, relays: Sequence[str],
+                 every_path: Callable[[], list[str]]) -> tuple[list[str], list[str] | None]:
+    """(the paths asked, the direct paths to judge among them): None when every path is,
+    as with no relay paths; all the source's paths but the relay ones when none was asked."""
+    asked = [path] if isinstance(path, str) else list(path or [])
+    if asked:
+        return asked, [p for p in asked if p not in relays]
+    if relays:
+        return asked, [p for p in every_path() if p not in relays]
+    return asked, None
+
+
 def store_verdict(
     store_path: str, settings: JudgingSettings | Config, *,
     path: str | Sequence[str] | None = None, baseline: str | None = None,
@@ -350,17 +377,12 @@ def store_verdict(
     """What `skewprobe verdict --store`, `GET /verdict` and `POST /gate` judge: the direct
     paths as `compute_verdict` does (through the running probe's `cache`, if given), each
     relay path as its matrix (`pair_matrix`)."""
+    def every_path() -> list[str]:
+        with Store.open(store_path, readonly=True) as store:
+            return store.paths()
+
     relays = relay_paths(store_path)
-    asked = [path] if isinstance(path, str) else list(path or [])
-    direct: list[str] | None = None  # None: every path, as in a store without relay paths
-    if asked:
-        direct = [p for p in asked if p not in relays]
-    elif relays:
-        store = Store.open(store_path, readonly=True)
-        try:
-            direct = [p for p in store.paths() if p not in relays]
-        finally:
-            store.close()
+    asked, direct = _split_asked(path, relays, every_path)
     matrices = tuple(pair_matrix(store_path, settings, path=p, now=now, since=since,
                                  overload=overload)
                      for p in relays if not asked or p in asked)
@@ -372,16 +394,30 @@ def store_verdict(
     return PairedVerdict(result, matrices)
 
 
-def prometheus_without_pairs(result: Mapping[str, Any], relay: Collection[str]
-                             ) -> Mapping[str, Any]:
-    """A verdict judged from Prometheus, whose series this module does not read per pair:
-    each relay path in `relay` is listed under `pairs` as not judged, and the verdict can
-    no longer pass (never a silent pass over a relay path)."""
-    if not relay:
-        return result
-    why = ("the pair matrix is judged from one probe's store (skewprobe verdict --store, or "
-           "that probe's /verdict), not from Prometheus")
-    doubts = [f"relay path(s) {', '.join(sorted(relay))} not judged: {why}"]
-    return {**with_doubts(result, doubts),
-            "pairs": [{"path": p, "verdict": INCONCLUSIVE, "callers": [], "callees": [],
-                       "cells": [], "stale": [], "reason": why} for p in sorted(relay)]}
+def prometheus_verdict(
+    prometheus: PrometheusSettings, settings: JudgingSettings | Config, *,
+    path: str | Sequence[str] | None = None, baseline: str | None = None,
+    canary: str | None = None, since: str | None = None, now: float,
+) -> PairedVerdict:
+    """What `skewprobe verdict --prometheus` and a probe with `source: prometheus` judge:
+    as `store_verdict`, from every probe's series in Prometheus. A relay path is one whose
+    series carry pair cohorts; the probes' health (overload, a probe not scraped) counts in
+    every pair as in every direct path."""
+    from probes.store.prometheus import PrometheusSource
+
+    if isinstance(settings, Config):
+        settings = JudgingSettings.from_config(settings)
+    with PrometheusSource(prometheus, step_s=settings.window_s, clock=lambda: now) as source:
+        judge = prometheus_judge(source, now)
+        relays = source.pair_paths()
+        asked, direct = _split_asked(path, relays, source.paths)
+        since_t = parse_time(since, now=now) if since else None
+        matrices = tuple(
+            _matrix(source.read_table(since=since_t, until=now, paths=[p]), settings, judge,
+                    path=p, since=since, now=now)
+            for p in relays if not asked or p in asked)
+        result = None
+        if direct is None or direct:
+            result = judge(settings, path=direct, baseline=baseline, canary=canary,
+                           since=since)
+    return PairedVerdict(result, matrices)

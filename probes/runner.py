@@ -7,7 +7,7 @@ timeout to finish, write every open window, close the store). SIGTERM and SIGINT
 shutdown; a second signal does not skip the final flush. The parts with a job of their own
 live beside it: `_window_writer` (writes and retries), `_inventory_task` (the pod inventory
 with Kubernetes discovery), `_api_server` (binding and serving the API), `_gc_tuning` (the
-collector, opt-in).
+collector, opt-in), `_malloc` (freed arrays returned to the system).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +29,9 @@ from prometheus_client import CollectorRegistry
 
 from probes._api_server import bind_api, serve_api
 from probes._exceptions import SkewprobeError, SourceUnavailable
-from probes._gc_tuning import CollectorTuning
+from probes._gc_tuning import CollectorTuning, settled_in_flight
 from probes._inventory_task import InventoryKeeper
+from probes._malloc import return_large_frees
 from probes._spec import ApiTlsSpec, Config
 from probes._types import CallResult, Endpoint
 from probes._window_writer import WindowWriter
@@ -44,12 +46,12 @@ from probes.measure.cost import cpu_limit_cores, estimate
 from probes.measure.overload import OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import OVERALL, ProbeMetrics
-from probes.pairs import prometheus_without_pairs, store_verdict
+from probes.pairs import prometheus_verdict, store_verdict
 from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
 from probes.verdict_cache import VerdictCache
-from probes.verdict_service import FROM_STORE, compute_prometheus_verdict, verdict_time
+from probes.verdict_service import FROM_STORE, verdict_time
 
 __all__ = [
     "ProbeRunner",
@@ -132,7 +134,12 @@ class ProbeRunner:
         self.aggregator = WindowAggregator(length_s=config.window_s, grace_s=grace)
         self.overload = OverloadWatch()
         self.recorder = Recorder(self.aggregator, self.metrics, self.overload)
-        self.writer = WindowWriter(self.aggregator, self.metrics, on_window=options.on_window)
+        # One worker thread for the store's writes and the verdicts: glibc gives each thread
+        # its own malloc arena and keeps a freed arena's peak, so every pool thread that
+        # once ran a verdict held tens of MiB (BENCHMARKS.md D15).
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="skewprobe-worker")
+        self.writer = WindowWriter(self.aggregator, self.metrics, on_window=options.on_window,
+                                   executor=self.worker)
         self.store: Store | None = None
         self.engine: Engine | None = None
         self.probers: dict[str, Prober] = {}
@@ -177,6 +184,7 @@ class ProbeRunner:
                 try:
                     await self._main()
                 finally:
+                    self.worker.shutdown(wait=True)
                     self.verdict_cache.close()
                     self.store.close()
         finally:
@@ -206,11 +214,13 @@ class ProbeRunner:
         self.metrics.track_intended_rates(engine.intended_rates)
         restore = self._install_signal_handlers()
         restore_gc = self.collector.save()
+        return_large_frees()
         tasks: set[asyncio.Task[Any]] = set()
         api_task: asyncio.Task[None] | None = None
         # Not in `tasks`: every task there ends the run when it returns; this one returns.
-        gc_task = asyncio.create_task(
-            self.collector.tune(engine.wait_for_endpoints, self.config.paths), name="gc")
+        gc_task = asyncio.create_task(self.collector.tune(
+            engine.wait_for_endpoints, self.config.paths, lambda: engine.in_flight,
+            lambda: settled_in_flight(sum(engine.intended_rates().values()))), name="gc")
         try:
             engine_task = asyncio.create_task(
                 self.engine.run(self._cost_logged(self.restarts.wrap(self.source.snapshots()))),
@@ -386,17 +396,17 @@ class ProbeRunner:
         query_args["now"] = verdict_time(at, now=time.time())
         if self.config.source == "prometheus":
             assert self.config.prometheus is not None  # the schema requires it
-            result = await asyncio.to_thread(functools.partial(
-                compute_prometheus_verdict, self.config.prometheus, self.config, **query_args
-            ))
-            return prometheus_without_pairs(
-                result, [p.name for p in self.config.paths if p.relay is not None])
+            judged = await asyncio.get_running_loop().run_in_executor(
+                self.worker, functools.partial(
+                    prometheus_verdict, self.config.prometheus, self.config, **query_args))
+            return judged.to_json()
         # Relay paths as their caller × callee matrices, as `skewprobe verdict` shows them.
-        judged = await asyncio.to_thread(functools.partial(
-            store_verdict, self.options.store_path, self.config,
-            overload=self.overload.reason if at is None else FROM_STORE,
-            cache=self.verdict_cache if at is None else None, **query_args,
-        ))
+        judged = await asyncio.get_running_loop().run_in_executor(
+            self.worker, functools.partial(
+                store_verdict, self.options.store_path, self.config,
+                overload=self.overload.reason if at is None else FROM_STORE,
+                cache=self.verdict_cache if at is None else None, **query_args,
+            ))
         return judged.to_json()
 
     async def _serve_api(self) -> None:

@@ -69,7 +69,14 @@ from probes.measure.histogram import LOWER, UPPER
 from probes.stats import metrics as M
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.metrics import CohortEvidence, MetricVerdict
-from probes.stats.pod_metrics import pod_attempts, pod_latency_p99
+from probes.stats.pod_metrics import (
+    attempts_recorded,
+    latency_recorded,
+    pod_attempts,
+    pod_attempts_many,
+    pod_latency_p99,
+    pod_latency_p99s,
+)
 from probes.stats.pods import PodGrid
 from probes.stats.quantile import Layout
 from probes.stats.series import Columns, PathSeries, columns, overlapping, path_series
@@ -269,24 +276,53 @@ def _metrics(
         return [mv for mv in out if mv is not None]
 
 
+    def per_pod_or_pooled(rows: Sequence[PathSeries], recorded: Any, pooled: Any, one: Any,
+                          many: Any) -> list[MetricVerdict]:
+        """Paths whose grid holds the metric per pod (`recorded(grid)`) judged per pod, all
+        at once (`many(grids, baseline, canary)`); the rest on pooled calls (`pooled(rows)`),
+        through `one` where a grid lacks it (a v1 span: its reason says so). A relay path's
+        pods are its callers' relay pods, whose proxies make the retries: the pair matrix
+        (`probes.pairs`) keeps judging p99 and attempts on pooled calls, so a retrying
+        caller version fails its cell with one relay pod per version."""
+        at: dict[int, PodGrid] = {}
+        if pods is not None and cohorts is not None and split_pair(cohorts[1]) is None:
+            for i, s in enumerate(rows):
+                g = pods.get(s.path)
+                if g is not None and {*cohorts} <= {*g.cohorts} and recorded(g):
+                    at[i] = g
+        out: list[MetricVerdict | None] = [None] * len(rows)
+        rest = [i for i in range(len(rows)) if i not in at]
+        if rest:
+            sub = [rows[i] for i in rest]
+            for i, mv in zip(rest, by_pod(pooled(sub), sub, one, pairs=False), strict=True):
+                out[i] = mv
+        if at and cohorts is not None:
+            for i, mv in zip(at, many(list(at.values()), *cohorts), strict=True):
+                out[i] = mv
+        return [mv for mv in out if mv is not None]
+
     def latency(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
-        cum_b = np.cumsum(np.stack([s.baseline.latency for s in rows]), axis=1)  # type: ignore[union-attr]
-        cum_c = np.cumsum(np.stack([s.canary.latency for s in rows]), axis=1)  # type: ignore[union-attr]
-        edges = _LAYOUT if layout is None else layout()
-        return by_pod(M.latency_p99(cum_b.astype(float), cum_c.astype(float), edges, tol, a),
-                      rows, lambda g, b, c, m: pod_latency_p99(g, b, c, tol, a, m),
-                      pairs=False)
+        def pooled(sub: Sequence[PathSeries]) -> list[MetricVerdict]:
+            cum_b = np.cumsum(np.stack([s.baseline.latency for s in sub]), axis=1)  # type: ignore[union-attr]
+            cum_c = np.cumsum(np.stack([s.canary.latency for s in sub]), axis=1)  # type: ignore[union-attr]
+            edges = _LAYOUT if layout is None else layout()
+            return M.latency_p99(cum_b.astype(float), cum_c.astype(float), edges, tol, a)
+
+        return per_pod_or_pooled(
+            rows, latency_recorded, pooled,
+            lambda g, b, c, m: pod_latency_p99(g, b, c, tol, a, window_s, m),
+            lambda grids, b, c: pod_latency_p99s(grids, b, c, tol, a, window_s))
 
     def attempts(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
-        sum_b, sum_c = cols(lambda t: t.attempts_sum, rows)
-        cnt_b, cnt_c = cols(lambda t: t.attempts_count, rows)
-        # A relay path's pods are its callers' relay pods, whose proxies make the retries:
-        # the pair matrix (`probes.pairs`) keeps judging p99 and attempts on pooled calls,
-        # so a retrying caller version fails its cell with one relay pod per version.
-        return by_pod(
-            M.attempts_per_request(sum_b, cnt_b, sum_c, cnt_c, tol, a, attempts_max), rows,
+        def pooled(sub: Sequence[PathSeries]) -> list[MetricVerdict]:
+            sum_b, sum_c = cols(lambda t: t.attempts_sum, sub)
+            cnt_b, cnt_c = cols(lambda t: t.attempts_count, sub)
+            return M.attempts_per_request(sum_b, cnt_b, sum_c, cnt_c, tol, a, attempts_max)
+
+        return per_pod_or_pooled(
+            rows, attempts_recorded, pooled,
             lambda g, b, c, m: pod_attempts(g, b, c, tol, a, window_s, attempts_max, m),
-            pairs=False)
+            lambda grids, b, c: pod_attempts_many(grids, b, c, tol, a, window_s, attempts_max))
 
     def streams(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         k_b, k_c = cols(lambda t: t.stream_resets, rows)

@@ -18,13 +18,18 @@ again) by upsert. Windows older than `seal` are kept pooled:
   it is the same verdict, read from a few hundred rows instead of a day's;
 - endpoint windows into the time strata the verdict judges in (`stratum_s`), summed as
   the store sums them; each pod's warm-up is still decided at every verdict, from every
-  stratum, so a pod start time that changes is judged as in a fresh read.
+  stratum, so a pod start time that changes is judged as in a fresh read;
+- the endpoint windows' latency records (what each pod's p99 is judged from) into one
+  record per pod and bucket, once they are settled: out of the pod's warm-up, after the
+  comparison's origin, and clear of every overload span known (the verdict sums a pod's
+  warm records whatever their time, so the sum is the same). The rest stay as stored.
 
 What makes it read the store afresh: another file at the path (replaced underneath), rows
 gone or older than the first (pruned, or a store swapped in place), a path window written
 after the last read that starts before `seal` (a second writer, or writes kept for retry
-after a store error), a query from another origin or in other strata, and an overload
-span that reaches into a pooled row. Used only for the probe's own verdicts asked "now"
+after a store error), a query from another origin, in other strata or with another
+warm-up, and an overload span that reaches into a pooled row or pooled latency records.
+Used only for the probe's own verdicts asked "now"
 (`since` and `at` unset); everything else reads the store as `skewprobe verdict` does.
 Before a rollout (one cohort, no origin) the path windows are pooled from the first on;
 the endpoint windows are then read from the store, as before.
@@ -48,7 +53,7 @@ import numpy.typing as npt
 from probes.stats.series import columns, overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
-from probes.store.table import EndpointColumns, WindowTable
+from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
 
 __all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
 
@@ -75,17 +80,24 @@ class _Windows:
 class _Pods:
     origin: float
     stratum_s: float | None
-    sealed: EndpointColumns  # strata before `seal`, summed
-    tail: EndpointColumns  # endpoint windows from `seal` on, as stored
+    warmup_s: float | None
+    sealed: EndpointColumns  # strata before `seal`, summed (latency records apart)
+    tail: EndpointColumns  # endpoint windows from `seal` on, as stored, with latency
     seal: float
+    latency: _PooledLatency
+
+
+def _in(idx: npt.NDArray[Any], table: tuple[str, ...], names: Iterable[str] | None
+        ) -> npt.NDArray[np.bool_]:
+    """Which indices into `table` name one of `names` (all, for None)."""
+    if names is None:
+        return np.ones(len(idx), dtype=bool)
+    wanted = set(names)
+    return np.isin(idx, [i for i, n in enumerate(table) if n in wanted])
 
 
 def _names_mask(cols: Any, field: str, names: Iterable[str] | None) -> npt.NDArray[np.bool_]:
-    if names is None:
-        return np.ones(len(cols.start), dtype=bool)
-    table: tuple[str, ...] = getattr(cols, field + "s")
-    wanted = [i for i, n in enumerate(table) if n in set(names)]
-    return np.isin(getattr(cols, field), wanted)
+    return _in(getattr(cols, field), getattr(cols, field + "s"), names)
 
 
 def _select(cols: Any, until: float | None, paths: Iterable[str] | None,
@@ -181,6 +193,167 @@ def _by_path(cols: EndpointColumns) -> EndpointColumns:
     return out
 
 
+def _rows_only(cols: EndpointColumns) -> EndpointColumns:
+    """`cols` without its latency records (rows are joined and summed apart from them)."""
+    return dataclasses.replace(cols, latency=EndpointLatency.empty())
+
+
+def _stratum_of(start: F64, origin: float, stratum_s: float | None) -> F64:
+    if stratum_s is None:
+        return start
+    out: F64 = origin + stratum_s * np.trunc((start - origin) / stratum_s)
+    return out
+
+
+def _names_of(cols: EndpointColumns) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    return cols.paths, cols.endpoints, cols.cohorts
+
+
+def _lookup(names: Sequence[str], where: dict[str, int]) -> npt.NDArray[np.int64]:
+    """Each of `names`' position in `where`, added at its end when new."""
+    return np.array([where.setdefault(n, len(where)) for n in names] or [0], dtype=np.int64)
+
+
+def _records(r: EndpointLatency, keep: npt.NDArray[np.bool_]) -> EndpointLatency:
+    return EndpointLatency(*(getattr(r, f.name)[keep] for f in dataclasses.fields(r)))
+
+
+def _join_latency(a: EndpointLatency, b: EndpointLatency) -> EndpointLatency:
+    return EndpointLatency(*(np.concatenate([getattr(a, f.name), getattr(b, f.name)])
+                             for f in dataclasses.fields(EndpointLatency)))
+
+
+def _recoded(r: EndpointLatency, own: tuple[Sequence[str], ...],
+             into: tuple[tuple[str, ...], ...], keep: npt.NDArray[np.bool_] | None = None
+             ) -> EndpointLatency:
+    """`r` (indices into the tables `own`) with indices into the tables `into`; records
+    whose path, endpoint or cohort is not there are left out, as are those not in `keep`."""
+    codes = []
+    for idx, names, table in zip((r.path, r.endpoint, r.cohort), own, into, strict=True):
+        where = {n: i for i, n in enumerate(table)}
+        lookup = np.array([where.get(n, -1) for n in names] or [-1], dtype=np.int64)
+        codes.append(lookup[idx.astype(np.int64)])
+    ok = (codes[0] >= 0) & (codes[1] >= 0) & (codes[2] >= 0)
+    if keep is not None:
+        ok &= keep
+    return EndpointLatency(
+        start=r.start[ok], path=codes[0][ok].astype(np.int32),
+        endpoint=codes[1][ok].astype(np.int32), cohort=codes[2][ok].astype(np.int32),
+        started=r.started[ok], bucket=r.bucket[ok], count=r.count[ok])
+
+
+class _PooledLatency:
+    """The latency records of the strata before the seal: each settled record (out of its
+    pod's warm-up by the verdict's rule, at or after the comparison's origin, and clear of
+    every overload span known) pooled with its pod's records of the same bucket (`start`
+    the newest stratum, `first` the oldest); the others kept as stored. A margin keeps a
+    record on a boundary unpooled: an unpooled record is judged as a fresh read judges it.
+    Records are added window by window; name tables only grow, so indices stay valid."""
+
+    _MARGIN = 1e-6
+
+    def __init__(self, origin: float, stratum_s: float | None, warmup_s: float) -> None:
+        self._origin, self._stratum, self._warmup = origin, stratum_s, warmup_s
+        self._where: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
+        self._first_seen: dict[tuple[int, int, int], float] = {}  # each pod's first stratum
+        self._row: dict[tuple[int, int, int, float, int], int] = {}  # pooled, by key
+        self.pooled = EndpointLatency.empty()
+        self.pooled_first: F64 = np.zeros(0)
+        self.loose = EndpointLatency.empty()
+        self.spans: frozenset[tuple[float, float]] = frozenset()
+
+    @property
+    def names(self) -> tuple[list[str], list[str], list[str]]:
+        paths, endpoints, cohorts = (list(w) for w in self._where)
+        return paths, endpoints, cohorts
+
+    def add(self, moving: EndpointColumns, length_s: float,
+            spans: Sequence[tuple[float, float]], *, summed: bool = False) -> None:
+        """The latency records of `moving` (endpoint windows now before the seal, as stored;
+        `summed`: read in strata already), each read `length_s` long against `spans`."""
+        stratum = None if summed else self._stratum
+        codes = [_lookup(names, where)[idx.astype(np.int64)] for names, where, idx in zip(
+            _names_of(moving), self._where, (moving.path, moving.endpoint, moving.cohort),
+            strict=True)] if len(moving.start) else []
+        if codes:
+            t = _stratum_of(moving.start, self._origin, stratum)
+            pod = (codes[0] * len(self._where[1]) + codes[1]) * len(self._where[2]) + codes[2]
+            uniq, inv = np.unique(pod, return_inverse=True)
+            low = np.full(uniq.size, math.inf)
+            np.minimum.at(low, inv.ravel(), t)
+            first_rows = np.zeros(uniq.size, dtype=np.int64)
+            first_rows[inv.ravel()] = np.arange(pod.size)
+            for r, lo in zip(first_rows.tolist(), low.tolist(), strict=True):
+                name = (int(codes[0][r]), int(codes[1][r]), int(codes[2][r]))
+                if lo < self._first_seen.get(name, math.inf):
+                    self._first_seen[name] = lo
+        lat = moving.latency
+        self.spans = frozenset(spans)
+        if not len(lat):
+            return
+        p, e, c = (_lookup(names, where)[idx.astype(np.int64)] for names, where, idx in zip(
+            _names_of(moving), self._where, (lat.path, lat.endpoint, lat.cohort),
+            strict=True))
+        start = _stratum_of(lat.start, self._origin, stratum)
+        rec = EndpointLatency(start, p.astype(np.int32), e.astype(np.int32),
+                              c.astype(np.int32), lat.started, lat.bucket, lat.count)
+        seen = np.array([self._first_seen.get(k, -math.inf) for k in zip(
+            p.tolist(), e.tolist(), c.tolist(), strict=True)], dtype=np.float64)
+        began = np.where(np.isnan(lat.started), seen, lat.started)
+        settled = ((start > began + self._warmup + self._MARGIN)
+                   & (start > self._origin + self._warmup + self._MARGIN)
+                   & ~overlapping(start, length_s, spans))
+        self.loose = _join_latency(self.loose, _records(rec, ~settled))
+        s = np.flatnonzero(settled)
+        if not s.size:
+            return
+        started = np.where(np.isnan(lat.started[s]), -math.inf, lat.started[s])
+        keys: list[tuple[int, int, int, float, int]] = list(zip(
+            p[s].tolist(), e[s].tolist(), c[s].tolist(), started.tolist(),
+            lat.bucket[s].tolist(), strict=True))
+        rows = np.empty(len(keys), dtype=np.int64)
+        grown = len(self._row)
+        fresh: list[int] = []
+        for i, key in enumerate(keys):
+            row = self._row.get(key)
+            if row is None:
+                row = self._row[key] = len(self._row)
+                fresh.append(i)
+            rows[i] = row
+        if fresh:
+            at = s[fresh]
+            self.pooled = _join_latency(self.pooled, EndpointLatency(
+                np.full(len(fresh), -math.inf), rec.path[at], rec.endpoint[at],
+                rec.cohort[at], rec.started[at], rec.bucket[at],
+                np.zeros(len(fresh), dtype=np.int64)))
+            self.pooled_first = np.concatenate([self.pooled_first,
+                                                np.full(len(fresh), math.inf)])
+        assert len(self.pooled) == grown + len(fresh)
+        np.add.at(self.pooled.count, rows, rec.count[s].astype(np.int64))
+        np.maximum.at(self.pooled.start, rows, start[s])
+        np.minimum.at(self.pooled_first, rows, start[s])
+
+    def stale(self, spans: Sequence[tuple[float, float]], length_s: float) -> bool:
+        """True when the pooled records no longer hold: a span known when they were pooled
+        is gone, or a new one reaches into records pooled together."""
+        now = frozenset(spans)
+        if not self.spans <= now:
+            return True
+        new = sorted(now - self.spans)
+        if not new:
+            return False
+        first, last = self.pooled_first, self.pooled.start
+        return bool((overlapping(first, last - first + length_s, new) & (first < last)).any())
+
+    def records(self, into: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]],
+                paths: Iterable[str] | None, cohorts: Iterable[str] | None) -> EndpointLatency:
+        """Every record, pooled or not, of `paths` and `cohorts`, indexed into `into`."""
+        both = _join_latency(self.pooled, self.loose)
+        own = self.names
+        keep = _in(both.path, tuple(own[0]), paths) & _in(both.cohort, tuple(own[2]), cohorts)
+        return _recoded(both, own, into, keep)
+
+
 class VerdictCache:
     """The windows of one store, kept for the verdicts of the probe that writes it.
 
@@ -236,10 +409,13 @@ class VerdictCache:
         seals = [s.seal for s in (self._windows, self._pods) if s is not None]
         return max(seals, default=-math.inf)
 
-    def source(self, exclude: Sequence[tuple[float, float]] = ()) -> CachedSource:
-        """What one verdict reads (inside `open`); `exclude` as `verdict_from_source`'s."""
+    def source(self, exclude: Sequence[tuple[float, float]] = (), *,
+               warmup_s: float | None = None) -> CachedSource:
+        """What one verdict reads (inside `open`); `exclude` as `verdict_from_source`'s.
+        With the verdict's `warmup_s`, the endpoint windows' latency records are kept
+        pooled too; without it, a verdict that asks for them reads them from the store."""
         assert self._store is not None, "source() is used inside open()"
-        return CachedSource(self, self._store, tuple(exclude))
+        return CachedSource(self, self._store, tuple(exclude), warmup_s)
 
     # -- path windows ---------------------------------------------------------------------
 
@@ -290,22 +466,55 @@ class VerdictCache:
             return seal
         return origin + stratum_s * math.floor((seal - origin) / stratum_s)
 
-    def pods(self, store: Store, origin: float, stratum_s: float | None,
-             refresh: bool) -> _Pods:
+    def _length_bound(self, stratum_s: float | None) -> float:
+        """At least the length the verdict gives an endpoint row when it leaves out overload
+        spans (its stratum, or the median window length of what it read): the longest
+        window the cache has read, or no bound before it has read any."""
+        w = self._windows
+        if w is None:
+            return math.inf
+        lengths = [float(t.length.max()) for t in (w.sealed, w.tail) if len(t.length)]
+        return max([stratum_s or 0.0, *lengths]) if lengths else math.inf
+
+    def _build_pods(self, store: Store, origin: float, stratum_s: float | None,
+                    warmup_s: float | None, spans: Sequence[tuple[float, float]]) -> _Pods:
+        self.reads_afresh["pods"] += 1
+        seal = self._pod_seal(origin, stratum_s)
+        with_latency = warmup_s is not None
+        sealed = store.read_endpoint_columns(since=origin, until=seal, stratum_s=stratum_s,
+                                             latency=with_latency)
+        tail = store.read_endpoint_columns(since=seal, latency=with_latency)
+        lat = _PooledLatency(origin, stratum_s, warmup_s or 0.0)
+        if with_latency:
+            lat.add(sealed, self._length_bound(stratum_s), spans, summed=True)
+        return _Pods(origin, stratum_s, warmup_s, _by_path(_rows_only(sealed)), tail, seal, lat)
+
+    def pods(self, store: Store, origin: float, stratum_s: float | None, refresh: bool,
+             warmup_s: float | None = None, spans: Sequence[tuple[float, float]] = ()
+             ) -> _Pods:
+        """The endpoint windows from `origin`; with `warmup_s` (the verdict's), their
+        latency records too, pooled as the module docstring says."""
         p = self._pods
-        if p is None or p.origin != origin or p.stratum_s != stratum_s:
-            self.reads_afresh["pods"] += 1
-            seal = self._pod_seal(origin, stratum_s)
-            sealed = store.read_endpoint_columns(since=origin, until=seal, stratum_s=stratum_s)
-            p = _Pods(origin, stratum_s, _by_path(sealed),
-                      store.read_endpoint_columns(since=seal), seal)
+        if (p is None or p.origin != origin or p.stratum_s != stratum_s
+                or p.warmup_s != warmup_s
+                or (warmup_s is not None
+                    and p.latency.stale(spans, self._length_bound(stratum_s)))):
+            p = self._build_pods(store, origin, stratum_s, warmup_s, spans)
         elif refresh:
-            fresh = store.read_endpoint_columns(since=p.seal)
+            fresh = store.read_endpoint_columns(since=p.seal, latency=warmup_s is not None)
             seal = max(p.seal, self._pod_seal(origin, stratum_s))
             old = fresh.start < seal
-            sealed = p.sealed if not old.any() else _by_path(
-                concat(p.sealed, _strata(take(fresh, old), origin, stratum_s)))
-            p = _Pods(origin, stratum_s, sealed, take(fresh, ~old), seal)
+            sealed = p.sealed
+            if old.any():
+                moving = _rows_only(take(fresh, old))
+                sealed = _by_path(concat(p.sealed, _strata(moving, origin, stratum_s)))
+                if warmup_s is not None:
+                    p.latency.add(dataclasses.replace(
+                        moving, latency=_records(fresh.latency, fresh.latency.start < seal)),
+                        self._length_bound(stratum_s), spans)
+            tail = dataclasses.replace(take(fresh, ~old), latency=_records(
+                fresh.latency, fresh.latency.start >= seal))
+            p = _Pods(origin, stratum_s, warmup_s, sealed, tail, seal, p.latency)
         self._pods = p
         return p
 
@@ -317,8 +526,10 @@ class CachedSource:
     hold (another origin, a time before the re-read span)."""
 
     def __init__(self, cache: VerdictCache, store: Store,
-                 exclude: tuple[tuple[float, float], ...]) -> None:
+                 exclude: tuple[tuple[float, float], ...], warmup_s: float | None = None
+                 ) -> None:
         self._cache, self._store, self._exclude = cache, store, exclude
+        self._warmup_s = warmup_s
         self._fresh_windows = self._fresh_pods = False
 
     @property
@@ -364,16 +575,26 @@ class CachedSource:
                               cohorts: Iterable[str] | None = None, *,
                               stratum_s: float | None = None,
                               latency: bool = False) -> EndpointColumns:
-        # The per-pod latency records (schema v2) are not pooled here yet: a verdict that
-        # asks for them reads the endpoint rows afresh (BENCHMARKS D16).
-        if since is None or latency:
+        if since is None or (latency and self._warmup_s is None):
             return self._store.read_endpoint_columns(since, until, paths, cohorts,
                                                      stratum_s=stratum_s, latency=latency)
-        p = self._cache.pods(self._store, since, stratum_s, refresh=not self._fresh_pods)
+        p = self._cache.pods(self._store, since, stratum_s, refresh=not self._fresh_pods,
+                             warmup_s=self._warmup_s, spans=self._exclude)
         self._fresh_pods = True
         if until is not None and until < p.seal:
             return self._store.read_endpoint_columns(since, until, paths, cohorts,
-                                                     stratum_s=stratum_s)
-        tail = _strata(_select(p.tail, until, paths, cohorts), since, stratum_s)
-        out: EndpointColumns = concat(_select(p.sealed, None, paths, cohorts), tail)
-        return out
+                                                     stratum_s=stratum_s, latency=latency)
+        tail = _select(p.tail, until, paths, cohorts)
+        rows = _strata(_rows_only(tail), since, stratum_s)
+        out: EndpointColumns = concat(_select(p.sealed, None, paths, cohorts), rows)
+        if not latency:
+            return out
+        names = _names_of(out)
+        t = tail.latency
+        keep = _in(t.path, tail.paths, paths) & _in(t.cohort, tail.cohorts, cohorts)
+        if until is not None:
+            keep &= t.start < until
+        recent = _recoded(dataclasses.replace(t, start=_stratum_of(t.start, since, stratum_s)),
+                          _names_of(tail), names, keep)
+        return dataclasses.replace(out, latency=_join_latency(
+            p.latency.records(names, paths, cohorts), recent))

@@ -34,18 +34,20 @@ from probes.store import Store
 from probes.verdict import judge
 
 if TYPE_CHECKING:
-    from probes.store.prometheus import PrometheusSettings
+    from probes.store.prometheus import PrometheusSettings, PrometheusSource
     from probes.verdict_cache import VerdictCache
 
 __all__ = [
     "FROM_STORE",
     "JudgingSettings",
+    "SourceJudge",
     "WindowSource",
     "compute_prometheus_verdict",
     "compute_verdict",
     "format_table",
     "load_judging_config",
     "overload_spans",
+    "prometheus_judge",
     "stored_overload",
     "verdict_from_source",
     "verdict_time",
@@ -149,7 +151,10 @@ def compute_verdict(
     query = dict(path=path, baseline=baseline, canary=canary, since=since)
     if cache is not None and since is None:
         with cache.open() as store:
-            return _store_verdict(store, cache.source, settings, query, now, overload)
+            def cached(exclude: Sequence[tuple[float, float]]) -> WindowSource:
+                return cache.source(exclude, warmup_s=settings.warmup_s)
+
+            return _store_verdict(store, cached, settings, query, now, overload)
     store = Store.open(store_path, readonly=True)
     try:
         return _store_verdict(store, lambda _: store, settings, query, now, overload)
@@ -234,13 +239,27 @@ def compute_prometheus_verdict(
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     with PrometheusSource(prometheus, step_s=settings.window_s, clock=lambda: now) as source:
-        health = source.health(now)
-        overload = health.overload_reason()
-        result = verdict_from_source(
-            source, settings, path=path, baseline=baseline, canary=canary, since=since,
-            now=now, overloaded=overload is not None,
-        )
-    return with_doubts(result, [*health.doubts(), *([overload] if overload else [])])
+        return prometheus_judge(source, now)(
+            settings, path=path, baseline=baseline, canary=canary, since=since)
+
+
+SourceJudge = Callable[..., Mapping[str, Any]]
+
+
+def prometheus_judge(source: PrometheusSource, now: float) -> SourceJudge:
+    """`verdict_from_source` over `source` at `now` (settings, then the query's keywords),
+    with the probes' health read once: an overloaded probe vetoes every verdict, and one
+    that stopped answering scrapes turns a pass into inconclusive."""
+    health = source.health(now)
+    overload = health.overload_reason()
+    doubts = [*health.doubts(), *([overload] if overload else [])]
+
+    def judge(settings: JudgingSettings, **query: Any) -> Mapping[str, Any]:
+        result = verdict_from_source(source, settings, now=now,
+                                     overloaded=overload is not None, **query)
+        return with_doubts(result, doubts)
+
+    return judge
 
 
 def verdict_from_source(
@@ -285,8 +304,10 @@ def verdict_from_source(
         window_s = float(np.median(table.length))
     else:
         window_s = settings.window_s
+    # One cohort (before a rollout): nothing to compare pod by pod, and no origin to read
+    # the pods from, so their windows are not read (every verdict would read them all).
     pods = _pod_grids(source, since_t, until, paths, settings.warmup_s, exclude,
-                      window_s=window_s)
+                      window_s=window_s) if len(np.unique(table.cohort)) > 1 else None
     verdict = judge(
         table,
         tolerances=settings.tolerances,

@@ -4,7 +4,11 @@ deploys inside the mesh as its canary callee.
 - `targets.server.TargetServer`: one reference-target pod (HTTP/1.1 + h2c, gRPC `Target`
   and health) emulating a sidecar proxy version, with faults from `targets.profile`.
 - `targets.fleet.Fleet`: many pods on loopback addresses, an endpoints file for discovery,
-  and a simulated rollout that really restarts listeners.
+  and a simulated rollout that really restarts listeners; its sidecars emulated, or real
+  HAProxy processes (`targets.haproxy`), and with a relay allowlist every pod a relay pod
+  whose outbound side is its version's: emulated, or in HAProxy mode a real outbound HAProxy
+  per version (`targets.haproxy_outbound`) whose server list follows the emulated control
+  plane (`targets.meshview`).
 
 Names are re-exported lazily, so `python -m targets.server` / `targets.fleet` run their
 module once (an eager import here would load it twice, with a runpy warning).

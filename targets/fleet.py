@@ -19,12 +19,14 @@ step is a `FleetEvent` that a demo can show and a test can await (`wait_for`, `e
         --interval 4s --endpoints-file /tmp/fleet.json --profiles targets/examples/profiles.yaml
 
 With `--sidecar haproxy` (`Fleet(sidecar=HaproxySidecars(...))`) each pod's sidecar is a real
-HAProxy process instead of the emulated one; see `targets.haproxy`.
+HAProxy process instead of the emulated one; see `targets.haproxy`. With a relay as well, the
+relay pods' outbound side is real too: one outbound HAProxy per caller version
+(`targets.haproxy_outbound`), its server list set through HAProxy's runtime API to what the
+emulated control plane gives that version (`targets.meshview`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -32,9 +34,6 @@ import ipaddress
 import json
 import os
 import random
-import resource
-import signal
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -43,12 +42,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
-from probes._exceptions import BadInput, SkewprobeError
-from probes._timeparse import parse_duration
+from probes._exceptions import BadInput
 from targets.meshview import EmulatedMesh
-from targets.profile import Faults, ProfileSet, VersionProfile, load_profiles
-from targets.relay_config import RelayConfig, load_relay
+from targets.profile import Faults, ProfileSet, VersionProfile
+from targets.relay_config import RelayConfig
 from targets.server import TargetServer, hostport
 
 ORDERS = ("ordinal", "reverse", "random")
@@ -117,15 +116,36 @@ class Pod(Protocol):
     async def stop(self, drain_s: float = ..., *, notice_s: float = ...) -> None: ...
 
 
+class OutboundProxy(Protocol):
+    """A caller version's real outbound proxy (`targets.haproxy_outbound.HaproxyOutbound`)."""
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def upstreams(self) -> tuple[str, ...]: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def set_upstreams(self, addresses: Sequence[str]) -> bool: ...
+
+
 class SidecarFactory(Protocol):
-    """Builds the pods of a real-sidecar mode (`targets.haproxy.HaproxySidecars`)."""
+    """Builds the pods of a real-sidecar mode (`targets.haproxy.HaproxySidecars`), and the
+    outbound proxy of a caller version for the relay."""
 
     def app_profile(self, version: str) -> VersionProfile: ...
 
     def pod(
         self, profile: VersionProfile, *, host: str, http_port: int, grpc_port: int | None,
         pod: str, seed: int | None, keep_alive_s: float, drain_s: float, notice_s: float,
+        namespace: str = "", relay: RelayConfig | None = None,
     ) -> Pod: ...
+
+    def outbound(self, version: str, *, name: str, upstreams: Sequence[str],
+                 slots: int) -> OutboundProxy: ...
 
 
 def _every_route(profile: VersionProfile, worse: Callable[[Faults], Faults]) -> VersionProfile:
@@ -181,6 +201,16 @@ class Fleet:
     `service`'s list, so a caller whose version falls outside the control plane's skew
     (`mesh.move_control_plane`) keeps routing by the last list it took: after a `scale`
     down, to addresses no pod holds.
+
+    With `relay` and a real sidecar, the outbound side is real as well: each caller version
+    gets one outbound proxy from `sidecar.outbound` (HAProxy with that version's retries),
+    started before its first pod, and the allowlist's destinations that name `service` name
+    that proxy's address on its pods. Its server list is the mesh's view for its version,
+    set (HAProxy's runtime API) after every change the fleet publishes and after
+    `move_control_plane`: so it follows the fleet while the version is within the control
+    plane's skew, and keeps its stale list outside it. One proxy per version, not per pod:
+    a mesh pushes one list to every sidecar of a version (the emulated side keeps one view
+    per version too), and a fleet of N pods needs two or three processes, not N more.
     """
 
     def __init__(
@@ -220,9 +250,17 @@ class Fleet:
             raise BadInput("a slow node's delay must not be negative")
         self._bad_nodes = dict(bad_nodes or {})
         if relay is not None and sidecar is not None:
-            raise BadInput("the fleet's relay has an emulated outbound side; a real one is "
-                           "targets.haproxy_outbound")
+            others = sorted({d.service for d in relay.destinations.values()
+                             if d.service and d.service != service})
+            if others:
+                raise BadInput(f"the relay's destinations name service(s) {', '.join(others)}; "
+                               f"the fleet's outbound HAProxy balances over {service} only")
+            if any(d.service and d.kind == "grpc" for d in relay.destinations.values()):
+                raise BadInput("the fleet's outbound HAProxy proxies HTTP destinations only; "
+                               "a gRPC destination cannot name the service")
         self._relay = relay
+        self._outbounds: dict[str, OutboundProxy] = {}
+        self._outbound_lock = asyncio.Lock()
         self.mesh = mesh if mesh is not None or relay is None else EmulatedMesh(version)
         self._slow_nodes = dict(slow_nodes or {})
         self.namespace = namespace
@@ -309,6 +347,7 @@ class Fleet:
         self._started = True
         http_port, grpc_port = self._http_port, self._grpc_port
         try:
+            await self._outbound_for(self._initial.version)
             for i, host in zip(self._ordinals, self._hosts, strict=True):
                 server = self._new_server(i, host, self._initial, http_port, grpc_port)
                 await server.start()
@@ -316,20 +355,27 @@ class Fleet:
                 self._start_times.append(self._started_now())
                 self._published.append(True)
                 http_port, grpc_port = server.http_port, server.grpc_port
+            self._publish()
+            await self.sync_outbounds()
         except BaseException:
             await asyncio.gather(*(s.stop(0.0) for s in self._servers))
+            await self._stop_outbounds()
             raise
-        self._publish()
 
     def _new_server(
         self, i: int, host: str, profile: VersionProfile, http_port: int, grpc_port: int | None
     ) -> Pod:
         if self._sidecar is not None:
+            relay = None
+            if self._relay is not None:
+                relay = _through(self._relay, self.service,
+                                 self._outbounds[profile.version].address)
             return self._sidecar.pod(
                 profile, host=host, http_port=http_port, grpc_port=grpc_port,
                 pod=f"{self.service}-{i}",
                 seed=None if self._seed is None else self._seed * 1_000_003 + i,
                 keep_alive_s=self._keep_alive_s, drain_s=self.drain_s, notice_s=self.notice_s,
+                namespace=self.namespace if relay is not None else "", relay=relay,
             )
         if i in self._bad_nodes:
             profile = on_bad_node(profile, self._bad_nodes[i])
@@ -350,7 +396,10 @@ class Fleet:
         self._closing.set()
         async with self._changed:
             await self._changed.wait_for(lambda: not self._restarting)
-        await asyncio.gather(*(s.stop(drain_s) for s in self._servers))
+        try:
+            await asyncio.gather(*(s.stop(drain_s) for s in self._servers))
+        finally:
+            await self._stop_outbounds()
         self._published = [False] * len(self._servers)
         if self._started:
             self._publish()
@@ -377,7 +426,9 @@ class Fleet:
             await self._emit(EventKind.RESTART_STARTED, old.pod, old.version, version)
             self._published[index] = False
             self._publish()
+            await self.sync_outbounds()
             await old.stop(self.drain_s, notice_s=self.notice_s)
+            await self._outbound_for(version)
             new = self._new_server(self._ordinals[index], old.host, profile, old.http_port,
                                    old.grpc_port)
             await new.start()
@@ -385,6 +436,7 @@ class Fleet:
             self._start_times[index] = self._started_now()
             self._published[index] = True
             self._publish()
+            await self.sync_outbounds()
             await self._emit(EventKind.RESTART_FINISHED, new.pod, old.version, version)
         finally:
             async with self._changed:
@@ -447,6 +499,7 @@ class Fleet:
             server = self._servers[-1]
             self._published[-1] = False
             self._publish()
+            await self.sync_outbounds()
             await server.stop(self.drain_s, notice_s=self.notice_s)
             for column in (self._servers, self._published, self._start_times, self._ordinals,
                            self._hosts):
@@ -454,6 +507,7 @@ class Fleet:
             await self._emit(EventKind.POD_REMOVED, server.pod, server.version, None)
         if len(self._servers) < pods:
             profile = self.profile(version or self._template)
+            await self._outbound_for(profile.version)
             first = self._servers[0]
             ordinal = max(self._ordinals, default=-1) + 1
             used = pod_hosts(self._base_host, ordinal)  # every address a pod ever held
@@ -468,8 +522,52 @@ class Fleet:
                 self._ordinals.append(ordinal)
                 self._hosts.append(host)
                 self._publish()
+                await self.sync_outbounds()
                 await self._emit(EventKind.POD_ADDED, server.pod, None, server.version)
                 ordinal += 1
+
+    # --- the relay's real outbound side ---
+
+    @property
+    def outbounds(self) -> Mapping[str, OutboundProxy]:
+        """The outbound proxy of each caller version (with a relay and a real sidecar)."""
+        return MappingProxyType(self._outbounds)
+
+    async def move_control_plane(self, version: str) -> None:
+        """Move the emulated control plane (`mesh.move_control_plane`) and bring the real
+        outbound proxies to what it now gives each caller version."""
+        if self.mesh is None:
+            raise RuntimeError("the fleet has no relay, so no emulated control plane")
+        self.mesh.move_control_plane(version)
+        await self.sync_outbounds()
+
+    async def sync_outbounds(self) -> None:
+        """Give each real outbound proxy its version's list from the mesh's view (which the
+        mesh changes only while that version is within the control plane's skew)."""
+        if self.mesh is None:
+            return
+        async with self._outbound_lock:
+            for version, proxy in self._outbounds.items():
+                await proxy.set_upstreams(self.mesh.view(version).addresses(self.service))
+
+    async def _outbound_for(self, version: str) -> None:
+        """Start `version`'s outbound proxy if the fleet needs one and has none yet."""
+        if self._sidecar is None or self._relay is None or self.mesh is None:
+            return
+        async with self._outbound_lock:
+            if version in self._outbounds:
+                return
+            view = self.mesh.view(version)  # a new version's view starts from the lists now
+            proxy = self._sidecar.outbound(
+                version, name=f"{self.service}-outbound-{version}",
+                upstreams=view.addresses(self.service),
+                slots=max(_MIN_SLOTS, _SLOTS_PER_POD * len(self._hosts)))
+            await proxy.start()
+            self._outbounds[version] = proxy
+
+    async def _stop_outbounds(self) -> None:
+        proxies, self._outbounds = list(self._outbounds.values()), {}
+        await asyncio.gather(*(p.stop() for p in proxies))
 
     # --- events ---
 
@@ -525,6 +623,21 @@ class Fleet:
                            f"{exc.strerror or exc}") from exc
 
 
+# Server slots of an outbound proxy: its list may grow to this many pods (scale-ups).
+_MIN_SLOTS, _SLOTS_PER_POD = 64, 4
+
+
+def _through(relay: RelayConfig, service: str, proxy: str) -> RelayConfig:
+    """`relay` with every destination of `service` sent to the outbound proxy at `proxy`
+    (host:port), as a mesh app names a service and its sidecar picks the pod."""
+    destinations = {
+        name: dataclasses.replace(
+            d, url=urlunsplit(urlsplit(d.url)._replace(netloc=proxy)), service="")
+        if d.service == service and d.kind == "http" else d
+        for name, d in relay.destinations.items()}
+    return dataclasses.replace(relay, destinations=destinations)
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Replace `path` with `text` so a reader sees the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -540,157 +653,7 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-# --- command line ------------------------------------------------------------------------------
-
-
-def _args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m targets.fleet",
-        description="Run N reference-target pods on loopback, optionally rolling them from "
-                    "one proxy version to another. Runs until SIGTERM/SIGINT.",
-    )
-    parser.add_argument("--pods", type=int, default=12, help="number of pods (default 12)")
-    parser.add_argument("--from", dest="from_version", required=True, help="initial version")
-    parser.add_argument("--to", dest="to_version", help="roll out to this version")
-    parser.add_argument("--rollout-after", default="10s", help="start the rollout after this")
-    parser.add_argument("--interval", default="4s", help="time between restart batches")
-    parser.add_argument("--batch", type=int, default=1, help="pods restarted at once")
-    parser.add_argument("--order", choices=ORDERS, default="ordinal", help="restart order")
-    parser.add_argument("--restarts", type=int, help="restart at most this many pods, then hold")
-    parser.add_argument("--endpoints-file", help="where to publish the endpoint list (JSON)")
-    parser.add_argument("--profiles", help="fault profile YAML (default: no faults)")
-    parser.add_argument("--base-host", default="127.0.0.2", help="address of pod 0")
-    parser.add_argument("--http-port", type=int, default=18080)
-    parser.add_argument("--grpc-port", type=int, default=19090)
-    parser.add_argument("--no-grpc", action="store_true", help="HTTP only (big fleets)")
-    parser.add_argument("--namespace", default="demo")
-    parser.add_argument("--service", default="checkout")
-    parser.add_argument("--drain", default="2s", help="drain time of a restarting pod")
-    parser.add_argument("--drain-notice", default="1.5s",
-                        help="a restarting pod serves this long, unpublished, before closing")
-    parser.add_argument("--seed", type=int, help="seed for fault decisions and random order")
-    parser.add_argument("--quiet", action="store_true", help="do not print rollout events")
-    parser.add_argument("--sidecar", choices=("emulated", "haproxy"), default="emulated",
-                        help="emulated (Python, --profiles) or a real HAProxy per pod")
-    parser.add_argument("--haproxy-profiles", help="HAProxy settings per version (default: "
-                        "targets/examples/haproxy-profiles.yaml)")
-    parser.add_argument("--haproxy-dir", help="keep HAProxy configs and logs here "
-                        "(default: a temporary directory, removed at exit)")
-    parser.add_argument("--relay", help="relay allowlist YAML: every pod is a relay pod whose "
-                        "outbound side is its version's (profile retries, an endpoint view of "
-                        "the emulated control plane)")
-    parser.add_argument("--control-plane", help="the emulated control plane's version, for "
-                        "--relay (default: --from)")
-    return parser.parse_args(argv)
-
-
-def _durations(args: argparse.Namespace) -> dict[str, float]:
-    out = {}
-    for name in ("rollout_after", "interval", "drain", "drain_notice"):
-        try:
-            out[name] = parse_duration(getattr(args, name))
-        except ValueError as exc:
-            raise BadInput(f"--{name.replace('_', '-')}: {exc}") from None
-    return out
-
-
-async def _run(args: argparse.Namespace) -> None:
-    durations = _durations(args)
-    profiles = load_profiles(args.profiles) if args.profiles else None
-    _raise_fd_limit()
-    async with contextlib.AsyncExitStack() as stack:
-        sidecar = None
-        if args.sidecar == "haproxy":
-            from targets.haproxy import HaproxySidecars  # this mode only
-
-            sidecar = await stack.enter_async_context(await HaproxySidecars.for_fleet(
-                args.haproxy_profiles, workdir=args.haproxy_dir,
-                versions=(args.from_version, args.to_version),
-                drain_s=durations["drain"], notice_s=durations["drain_notice"]))
-            print(f"fleet: HAProxy sidecars ({sidecar.binary}), configs and logs in "
-                  f"{sidecar.workdir}", flush=True)
-        await _run_fleet(args, durations, profiles, sidecar)
-
-
-async def _run_fleet(
-    args: argparse.Namespace, durations: dict[str, float], profiles: ProfileSet | None,
-    sidecar: SidecarFactory | None,
-) -> None:
-    relay = load_relay(args.relay) if args.relay else None
-    fleet = Fleet(
-        pods=args.pods, version=args.from_version, profiles=profiles,
-        base_host=args.base_host, http_port=args.http_port,
-        grpc_port=None if args.no_grpc else args.grpc_port,
-        namespace=args.namespace, service=args.service, endpoints_file=args.endpoints_file,
-        seed=args.seed, drain_s=durations["drain"], notice_s=durations["drain_notice"],
-        sidecar=sidecar, relay=relay,
-        mesh=EmulatedMesh(args.control_plane) if relay and args.control_plane else None,
-    )
-    if args.to_version is not None:
-        fleet.profile(args.to_version)  # fail on an unknown version before starting anything
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        await fleet.start()
-        first = fleet.pods[0]
-        print(f"fleet: {args.pods} pods of {args.service} on {first.host}.. "
-              f"http={first.http_port} grpc={first.grpc_port or 'off'} "
-              f"version {args.from_version}", flush=True)
-        if not args.quiet:
-            tasks.append(asyncio.create_task(_print_events(fleet)))
-        if args.to_version is not None:
-            tasks.append(asyncio.create_task(_rollout_later(fleet, args, durations, stop)))
-        await stop.wait()
-        await fleet.stop(0.0)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-
-
-async def _rollout_later(
-    fleet: Fleet, args: argparse.Namespace, durations: dict[str, float], stop: asyncio.Event
-) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), durations["rollout_after"])
-        return
-    await fleet.rollout(args.to_version, interval_s=durations["interval"],
-                        batch_size=args.batch, order=args.order, seed=args.seed,
-                        limit=args.restarts)
-
-
-async def _print_events(fleet: Fleet) -> None:
-    async for event in fleet.events():
-        stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
-        versions = fleet.version_counts()
-        counts = " ".join(f"{v}={n}" for v, n in sorted(versions.items()))
-        print(f"{stamp} {event.kind} {event.pod or '-'} "
-              f"{event.from_version or ''}->{event.to_version or ''}  [{counts}]", flush=True)
-
-
-def _raise_fd_limit() -> None:
-    """A fleet of thousands of pods needs a listener and connections per pod."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _args(argv)
-    try:
-        asyncio.run(_run(args))
-    except SkewprobeError as exc:
-        print(f"targets.fleet: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
-
-
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(main())
+    from targets._fleet_cli import run
+
+    run()

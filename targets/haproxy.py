@@ -38,8 +38,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from probes._exceptions import BadInput, SkewprobeError
 from targets.haproxy_config import (
@@ -50,7 +52,11 @@ from targets.haproxy_config import (
     render_config,
 )
 from targets.profile import VersionProfile
-from targets.server import LISTEN_BACKLOG, TargetServer, hostport
+from targets.relay_config import RelayConfig
+from targets.server import LISTEN_BACKLOG, TargetServer, hostport, parse_hostport
+
+if TYPE_CHECKING:
+    from targets.haproxy_outbound import HaproxyOutbound
 
 DEFAULT_READY_TIMEOUT_S = 10.0
 # After hard-stop-after HAProxy itself may take up to a second to exit ("Some tasks resisted
@@ -225,15 +231,20 @@ class HaproxyPod:
         notice_s: float = 0.0,
         keep_alive_s: float = 30.0,
         ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        namespace: str = "",
+        relay: RelayConfig | None = None,
     ):
         if app_profile.version != settings.version:
             raise ValueError("app profile and HAProxy settings name different versions")
         self.settings = settings
         self.host = host
         self.pod = pod
+        # With `relay` the app is a relay pod; its allowlist names the outbound proxy of its
+        # version (`targets.haproxy_outbound`), which makes the retries: the app makes none.
         self.app = TargetServer(app_profile, host=host, http_port=0,
                                 grpc_port=None if grpc_port is None else 0, pod=pod, seed=seed,
-                                keep_alive_s=_APP_KEEP_ALIVE_S)
+                                keep_alive_s=_APP_KEEP_ALIVE_S, namespace=namespace,
+                                relay=relay)
         self._binary = binary
         self._workdir = workdir
         self._want = (http_port, grpc_port)
@@ -409,12 +420,25 @@ class HaproxySidecars:
     def pod(
         self, profile: VersionProfile, *, host: str, http_port: int, grpc_port: int | None,
         pod: str, seed: int | None, keep_alive_s: float, drain_s: float, notice_s: float,
+        namespace: str = "", relay: RelayConfig | None = None,
     ) -> HaproxyPod:
         return HaproxyPod(
             self.versions.version(profile.version), profile, binary=self.binary,
             workdir=self.workdir, host=host, http_port=http_port, grpc_port=grpc_port,
             pod=pod, seed=seed, drain_s=drain_s, notice_s=notice_s, keep_alive_s=keep_alive_s,
+            namespace=namespace, relay=relay,
         )
+
+    def outbound(self, version: str, *, name: str, upstreams: Sequence[str],
+                 slots: int) -> HaproxyOutbound:
+        """The outbound proxy of callers on `version` (not started): a real HAProxy with
+        that version's retries, balancing over `upstreams` (host:port) in `slots` server
+        slots, its list changed at run time (`HaproxyOutbound.set_upstreams`)."""
+        from targets.haproxy_outbound import HaproxyOutbound  # imports this module
+
+        return HaproxyOutbound(self.binary, self.versions.version(version),
+                               [parse_hostport(a) for a in upstreams], self.workdir,
+                               name=name, slots=slots)
 
     async def check(self, version: str, *, drain_s: float = 1.0, notice_s: float = 0.0) -> str:
         """Render `version`'s configuration as a pod would run it and validate it with

@@ -34,6 +34,13 @@ from typing import Any
 from probes._exceptions import ConfigError
 from targets._yaml import LineMap, LineParser, load_yaml, read_yaml_file
 from targets.profile import Faults, Latency, VersionProfile
+from targets.sidecar import (
+    ATTEMPT_COUNT_HEADER,
+    NO_HEALTHY_UPSTREAM,
+    RESPONSE_FLAGS_HEADER,
+    UPSTREAM_CONNECT_FAILURE,
+    UPSTREAM_HOST_HEADER,
+)
 
 # HAProxy 2.6's `retry-on` keywords (configuration.txt, "retry-on") and statuses.
 RETRY_ON_KEYWORDS = frozenset({
@@ -118,8 +125,16 @@ class PodWiring:
     default_hard_stop_after_s: float = 1.0
     maxconn: int = 4096
     # An outbound proxy (the relay's): the servers its HTTP backend balances over round robin
-    # instead of the one app (`app_host`/`app_http_port` then unused).
+    # instead of the one app (`app_host`/`app_http_port` then unused), in `slots` server
+    # slots (`up0`, `up1`, ...; at least one per upstream, the rest disabled until the
+    # runtime API gives them an address), and the admin socket that runtime API listens on.
     upstreams: tuple[tuple[str, int], ...] = ()
+    slots: int = 0
+    admin_socket: str = ""
+
+    @property
+    def outbound(self) -> bool:
+        return bool(self.upstreams) or self.slots > 0
 
 
 def render_config(version: HaproxyVersion, wiring: PodWiring) -> str:
@@ -143,6 +158,9 @@ def render_config(version: HaproxyVersion, wiring: PodWiring) -> str:
     ]
     if wiring.grace_s > 0:
         lines.append(f"    grace {_ms(wiring.grace_s)}")
+    if wiring.admin_socket:
+        # The runtime API (`set server ... addr`, `... state`): the outbound's endpoint list.
+        lines.append(f"    stats socket {wiring.admin_socket} mode 600 level admin")
     if version.close_spread_time_s is not None:
         lines.append(f"    close-spread-time {_ms(version.close_spread_time_s)}")
     lines += ["", "defaults", "    mode http", "    log global", "    option httplog",
@@ -161,6 +179,12 @@ def render_config(version: HaproxyVersion, wiring: PodWiring) -> str:
         marks += ['    http-response set-var-fmt(txn.retries) "%rc"',
                   '    http-response set-header x-envoy-attempt-count '
                   '"%[var(txn.retries),add(1)]"']
+    elif wiring.outbound:
+        # The callee's inbound sidecar may count its own attempts: never pass that off as
+        # this caller's.
+        marks.append(f"    http-response del-header {ATTEMPT_COUNT_HEADER}")
+    if wiring.outbound:
+        marks += _OUTBOUND_MARKS
     lines += [
         "", "frontend http",
         f"    bind fd@{wiring.http_fd}",
@@ -170,9 +194,12 @@ def render_config(version: HaproxyVersion, wiring: PodWiring) -> str:
         "    default_backend app_http",
         "", "backend app_http",
     ]
-    if wiring.upstreams:
+    if wiring.outbound:
+        # No health checks: a caller's proxy routes by the list it was given, stale or not.
         lines.append("    balance roundrobin")
         lines += [f"    server up{i} {_addr(h, p)}" for i, (h, p) in enumerate(wiring.upstreams)]
+        lines += [f"    server up{i} {_SPARE} disabled"
+                  for i in range(len(wiring.upstreams), wiring.slots)]
     else:
         lines.append(f"    server app {_addr(wiring.app_host, wiring.app_http_port)}")
     if wiring.grpc_fd is not None and wiring.app_grpc_port is not None:
@@ -187,6 +214,24 @@ def render_config(version: HaproxyVersion, wiring: PodWiring) -> str:
                       "", "backend app_grpc", f"    server app {app_grpc} proto h2"]
     return "\n".join(lines) + "\n"
 
+
+# An outbound proxy's own answers say why (`targets.sidecar`, as Envoy's response flags):
+# UF when the connection to the server it picked never got established (%Tc is -1; that
+# server's address in the upstream host header), UH when it had no server to pick. Every
+# answer that reached a server names it in the upstream host header.
+_OUTBOUND_MARKS = [
+    "    http-response set-var(txn.from_server) bool(true)",
+    '    http-after-response set-var-fmt(txn.connect_ms) "%Tc"',
+    f"    http-after-response set-header {RESPONSE_FLAGS_HEADER} {UPSTREAM_CONNECT_FAILURE} "
+    "if !{ var(txn.from_server) -m bool } { bc_dst -m found } "
+    "{ var(txn.connect_ms) -m str -- -1 }",
+    f"    http-after-response set-header {RESPONSE_FLAGS_HEADER} {NO_HEALTHY_UPSTREAM} "
+    "if !{ var(txn.from_server) -m bool } !{ bc_dst -m found }",
+    f'    http-after-response set-header {UPSTREAM_HOST_HEADER} "%[bc_dst]:%[bc_dst_port]" '
+    "if { bc_dst -m found }",
+]
+# A server slot without an address yet (disabled: never picked).
+_SPARE = "127.0.0.1:1"
 
 # Written when a version does not say: without client/server timeouts HAProxy warns and
 # keeps dead sessions forever.

@@ -17,6 +17,14 @@ destination *received*: Envoy puts it on each upstream request when the caller's
 In the local fleet there is no real outbound sidecar: a version profile's `outbound` policy
 (`targets.profile.OutboundPolicy`) is applied here instead, retries and request attempt count
 as Envoy's outbound route would. With a real mesh, leave it out: the sidecar does it.
+
+Behind a real outbound proxy (the fleet's HAProxy mode, `targets.haproxy_outbound`) the relay
+connects to the proxy, not to the pod; the proxy's own answers say what it did, as Envoy's
+response flags (`x-response-flags`): `UF`, its connection to the endpoint it picked
+(`x-upstream-host`) failed, is reported as the relay's own refused connection to that
+address would be (`connect_refused`, `address` the endpoint's), so the probe judges stale
+routing alike; `UH`, no endpoint to pick, stays the proxy's 503. An answer that reached a pod
+names that pod's address from `x-upstream-host`.
 """
 
 from __future__ import annotations
@@ -40,8 +48,12 @@ from targets.relay_config import RelayConfig, RelayDestination
 from targets.sidecar import (
     ATTEMPT_COUNT_HEADER,
     NAMESPACE_HEADER,
+    NO_HEALTHY_UPSTREAM,
     POD_HEADER,
+    RESPONSE_FLAGS_HEADER,
     SEEN_ATTEMPTS_HEADER,
+    UPSTREAM_CONNECT_FAILURE,
+    UPSTREAM_HOST_HEADER,
     VERSION_HEADER,
     grpc_code_for_http,
 )
@@ -243,6 +255,17 @@ class Relay:
         if outcome is not None or last is None:
             return RelayAnswer(name, outcome or Outcome.PROBE_ERROR, latency, self.caller,
                                address=dest.address, detail=detail)
+        flags = last.headers.get(RESPONSE_FLAGS_HEADER, "").split(",")
+        if UPSTREAM_CONNECT_FAILURE in flags:
+            # The outbound proxy could not connect to the endpoint it picked: as if the relay
+            # had been refused there itself.
+            return RelayAnswer(
+                name, Outcome.CONNECT_REFUSED, latency, self.caller, address=last.address,
+                detail=f"outbound proxy: connection to {last.address} failed "
+                       f"({UPSTREAM_CONNECT_FAILURE})")
+        if NO_HEALTHY_UPSTREAM in flags and not last.detail:
+            last = replace(last, detail=f"outbound proxy: no endpoint for "
+                                        f"{dest.service or dest.address} ({NO_HEALTHY_UPSTREAM})")
         counted, source = _attempts(last.headers)
         if counted is None and self._outbound is not None and self._outbound.attempt_count_header:
             # The emulated outbound side counted them itself, as the proxy's response header.
@@ -269,10 +292,11 @@ class Relay:
                 if read > self.config.max_body:
                     truncated = True
                     break
-            address = _peer(response.extensions.get("network_stream")) or dest.address
+            seen = {k.lower(): v for k, v in response.headers.items()}
+            address = (seen.get(UPSTREAM_HOST_HEADER)  # the pod behind an outbound proxy
+                       or _peer(response.extensions.get("network_stream")) or dest.address)
             return _Attempt(
-                response.status_code, "", {k.lower(): v for k, v in response.headers.items()},
-                address,
+                response.status_code, "", seen, address,
                 f"body cut at {self.config.max_body} bytes" if truncated else "",
             )
 

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -32,8 +30,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from probes._exceptions import BadInput, SkewprobeError
+from probes._exceptions import BadInput
 from probes._timeparse import parse_duration
+from targets._cli import exit_with, run_command
 from targets._grpc import SERVICE, TargetService
 from targets._http import HttpApp
 from targets._listener import HttpListener
@@ -303,15 +302,8 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _args(argv)
-    try:
-        asyncio.run(_serve(args))
-    except SkewprobeError as exc:
-        print(f"targets.server: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    return run_command("targets.server", _serve(_args(argv)))
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(main())
+    exit_with(main)

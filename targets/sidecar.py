@@ -37,6 +37,13 @@ ATTEMPT_COUNT_HEADER = "x-envoy-attempt-count"
 POD_HEADER = "x-pod-name"
 NAMESPACE_HEADER = "x-pod-namespace"
 SEEN_ATTEMPTS_HEADER = "x-seen-attempt-count"
+# What a caller's outbound proxy says about its own answers, as Envoy can add its
+# %RESPONSE_FLAGS% and %UPSTREAM_HOST% to a response: `UF` when its connection to the endpoint
+# it picked failed (that endpoint in the host header), `UH` when it had no endpoint to pick.
+RESPONSE_FLAGS_HEADER = "x-response-flags"
+UPSTREAM_HOST_HEADER = "x-upstream-host"
+UPSTREAM_CONNECT_FAILURE = "UF"
+NO_HEALTHY_UPSTREAM = "UH"
 _TWO_64 = float(2**64)
 
 # The standard HTTP-to-gRPC status mapping (grpc/doc/http-grpc-status-mapping.md); Envoy

@@ -41,6 +41,7 @@ __all__ = [
     "PUSH_PROMISE",
     "RST_STREAM",
     "SETTINGS",
+    "S_HEADER_TABLE",
     "S_MAX_FRAME",
     "S_MAX_LIST",
     "S_MAX_STREAMS",
@@ -68,7 +69,7 @@ DEFAULT_WINDOW = 65535
 PROTOCOL_ERROR = 0x1
 CANCEL = 0x8
 # SETTINGS identifiers (RFC 9113 §6.5.2)
-_S_HEADER_TABLE, S_PUSH, S_MAX_STREAMS, S_WINDOW, S_MAX_FRAME, S_MAX_LIST = range(1, 7)
+S_HEADER_TABLE, S_PUSH, S_MAX_STREAMS, S_WINDOW, S_MAX_FRAME, S_MAX_LIST = range(1, 7)
 
 _STATIC = {pair: i for i, pair in reversed(list(enumerate(HeaderTable.STATIC_TABLE, 1)))}
 _STATIC_NAMES = {name: i for (name, _), i in reversed(list(_STATIC.items()))}

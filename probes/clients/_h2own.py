@@ -72,6 +72,7 @@ from probes.clients._h2frames import (
     PROTOCOL_ERROR,
     PUSH_PROMISE,
     RST_STREAM,
+    S_HEADER_TABLE,
     S_MAX_FRAME,
     S_MAX_LIST,
     S_MAX_STREAMS,
@@ -246,7 +247,11 @@ class OwnConnection(asyncio.Protocol):
         self._transport = transport
         settings = b"".join(
             key.to_bytes(2, "big") + value.to_bytes(4, "big")
-            for key, value in ((S_PUSH, 0), (S_MAX_STREAMS, 100), (S_MAX_LIST, 65536),
+            # A dynamic table of 0: a server that indexes its answer headers anew in every
+            # answer (HAProxy does) would otherwise change the table, and so defeat the
+            # decoded-block cache, on every call; answers to a probe gain nothing from it.
+            for key, value in ((S_HEADER_TABLE, 0), (S_PUSH, 0), (S_MAX_STREAMS, 100),
+                               (S_MAX_LIST, 65536),
                                (S_WINDOW, self._stream_window))
         )
         transport.write(PREFACE + frame(SETTINGS, 0, 0, settings)

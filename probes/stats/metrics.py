@@ -38,9 +38,11 @@ __all__ = [
     "MetricVerdict",
     "attempts_per_request",
     "concentration_finding",
+    "duration",
     "json_number",
     "latency_p99",
     "missing",
+    "needs_more",
     "pod_bounded_verdict",
     "pod_reason",
     "pod_success_rate",
@@ -294,6 +296,19 @@ def _needs_factors(evidence: Sequence[_PodEvidence], alpha: float
         [float(p.track.v_pods[-1]) for p in undecided], log_thr), strict=True))
 
 
+def needs_more(grid: pods.PodGrid, both: npt.NDArray[np.bool_], window_s: float,
+               factor: float, canary_calls: float) -> dict[str, Any]:
+    """`needs` of an undecided pod-level metric: the canary calls for the evidence to grow by
+    `factor`, and the seconds they take at the rate they came so far, over the grid's
+    columns `both` cohorts have calls in (a column may merge adjacent windows: from its
+    first window's start to its last's end)."""
+    seconds = None
+    if both.any():
+        elapsed = float(grid.last_starts[both][-1] - grid.starts[both][0]) + window_s
+        seconds = _num((factor - 1.0) * elapsed, 3)
+    return {"calls": math.ceil((factor - 1.0) * canary_calls), "seconds": seconds}
+
+
 def pod_bounded_verdict(
     pooled: MetricVerdict, grid: pods.PodGrid, rows: npt.NDArray[np.bool_],
     is_canary: npt.NDArray[np.bool_], n: F64, s: F64, ratio: float, margin: float,
@@ -333,13 +348,9 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     spread_shown = scale * float(track.tau[-1])
 
     verdict = str(pods.pod_states(track, log_thr)[-1])
-    # The canary's calls so far came in this much time: the rate a `needs` estimate assumes.
-    compared = grid.starts[both]
-    elapsed = float(compared[-1] - compared[0]) + window_s
     needs: dict[str, Any] = {"calls": None, "seconds": None}
     if verdict == INCONCLUSIVE and factor is not None:
-        needs = {"calls": math.ceil((factor - 1.0) * float(req_c)),
-                 "seconds": _num((factor - 1.0) * elapsed, 3)}
+        needs = needs_more(grid, both, window_s, factor, float(req_c))
 
     pod_word = "pod" if pods_c == 1 else "pods"
     head = (pooled.reason.split(")")[0]
@@ -352,7 +363,7 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
         reason = decided
     elif factor is not None:
         reason = (head + f": not enough evidence yet; a pass needs about {needs['calls']} more "
-                  f"canary calls (~{_duration(needs['seconds'])} at the current rate)" + found)
+                  f"canary calls (~{duration(needs['seconds'])} at the current rate)" + found)
     elif float(track.d[-1]) >= 0:
         reason = head + ": not enough evidence yet to pass or fail" + found
     else:
@@ -398,7 +409,8 @@ def pod_reason(head: str, verdict: str, fails_with_every_pod: bool, pods_canary:
     return None
 
 
-def _duration(seconds: float | None) -> str:
+def duration(seconds: float | None) -> str:
+    """A wait for a reason: seconds under two minutes, else minutes."""
     if seconds is None:
         return "?"
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"

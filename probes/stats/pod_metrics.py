@@ -7,8 +7,11 @@ siblings here, each fed from the pods × windows grid's per-pod attempts and lat
 - attempts per request: the scaled retry volume (A − 1)/(A_max − 1) of each call, a
   [0, 1]-bounded value, through the same pod-clustered, time-stratified test and decision
   rule as the success rate (`metrics.pod_bounded_verdict`, `probes.stats.pods`);
-- p99 latency: the pooled quantile test with the worst pod of each cohort left out for a
-  fail (`probes.stats.pod_quantile`).
+- p99 latency: each call an exceedance of a cut at the baseline's p99, per pod, through the
+  same test, so the spread between pods is noise on both sides: a fail with each cohort's
+  worst pod left out, a pass that holds across the canary's pods
+  (`probes.stats.pod_exceed`); the worst pod's finding from the pods' histograms
+  (`probes.stats.pod_quantile`).
 
 A grid without per-pod attempts and latency for its whole span (a store written before
 schema v2) keeps the pooled verdict, and its reason says so; `rule` tells which was used.
@@ -17,21 +20,37 @@ schema v2) keeps the pooled verdict, and its reason says so; `rule` tells which 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from probes._spec import Tolerances
 from probes.measure.histogram import LOWER, UPPER
 from probes.stats import metrics as M
 from probes.stats._num import log_clip
 from probes.stats.metrics import MetricVerdict, json_number
+from probes.stats.pod_exceed import ExceedanceCuts, exceedance_cuts, exceedance_track
 from probes.stats.pod_quantile import pod_quantile_track
-from probes.stats.pods import PodGrid
+from probes.stats.pods import PodGrid, PodTrack, needs_factor
 from probes.stats.quantile import Layout
 
-__all__ = ["P99_SLOW", "pod_attempts", "pod_latency_p99"]
+__all__ = [
+    "P99_SLOW",
+    "attempts_recorded",
+    "latency_recorded",
+    "pod_attempts",
+    "pod_attempts_many",
+    "pod_latency_p99",
+    "pod_latency_p99s",
+]
 
+F64 = npt.NDArray[np.float64]
+Bool = npt.NDArray[np.bool_]
+
+_LOG2 = math.log(2.0)
 _LAYOUT = Layout.from_edges(LOWER, UPPER)
 # What the p99 finding counts, in the words of the reason and the report.
 P99_SLOW = "calls above the baseline's p99"
@@ -48,70 +67,187 @@ def _rows(grid: PodGrid, baseline: str, canary: str) -> tuple[np.ndarray, np.nda
     return rows, grid.of(canary)[rows]
 
 
+def attempts_recorded(grid: PodGrid) -> bool:
+    """Whether `grid` carries per-pod attempts for its whole span (store schema v2)."""
+    return (grid.per_pod_metrics and grid.attempts_calls is not None
+            and grid.attempts_sum is not None)
+
+
+def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol: Tolerances,
+                      alpha: float, window_s: float, attempts_max: int) -> list[MetricVerdict]:
+    """Attempts per request with the pod as the unit (module docstring), one per grid (each
+    `attempts_recorded`); the pooled figures that head each reason computed at once."""
+    span = float(attempts_max - 1)
+    parts, sums = [], []
+    for g in grids:
+        rows, is_canary = _rows(g, baseline, canary)
+        n = np.asarray(g.attempts_calls, dtype=np.float64)[rows]
+        total = np.asarray(g.attempts_sum, dtype=np.float64)[rows]
+        both = (n[~is_canary].sum(axis=0) > 0) & (n[is_canary].sum(axis=0) > 0)
+        parts.append((g, rows, is_canary, n, total, both))
+        if both.any():
+            sums.append([float(x[:, both].sum()) for x in (
+                total[~is_canary], n[~is_canary], total[is_canary], n[is_canary])])
+    cols = np.array(sums).T
+    heads = iter(M.attempts_per_request(cols[0], cols[1], cols[2], cols[3], tol, alpha,
+                                        attempts_max) if sums else [])
+    r = tol.attempts_ratio
+    tolerance = {"max_ratio": r, "attempts_max": attempts_max}
+    out = []
+    for g, rows, is_canary, n, total, both in parts:
+        if not both.any():
+            out.append(M.missing(M.ATTEMPTS, "attempts", tolerance, alpha,
+                                 "attempts per request: the cohorts have no warm window with "
+                                 "attempts in common yet (each pod's warm-up is left out)"))
+            continue
+        out.append(M.pod_bounded_verdict(
+            next(heads), g, rows, is_canary, n, (total - n) / span, r,
+            min((r - 1.0) / span, 1 - 1e-12), window_s, what="retries",
+            spread=("spread_attempts", span, "attempts per request")))
+    return out
+
+
 def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
                  window_s: float, attempts_max: int, pooled: MetricVerdict) -> MetricVerdict:
-    """Attempts per request with the pod as the unit (module docstring); `pooled` is the
-    verdict on cohort totals, kept when the grid has no per-pod attempts."""
-    if not grid.per_pod_metrics or grid.attempts_calls is None or grid.attempts_sum is None:
+    """`pod_attempts_many` for one grid; `pooled` (the verdict on cohort totals) is kept
+    when the grid has no per-pod attempts."""
+    if not attempts_recorded(grid):
         return _unrecorded(pooled, "attempts")
-    rows, is_canary = _rows(grid, baseline, canary)
-    n, total = grid.attempts_calls[rows], grid.attempts_sum[rows]
-    both = (n[~is_canary].sum(axis=0) > 0) & (n[is_canary].sum(axis=0) > 0)
-    if not both.any():
-        return M.missing(M.ATTEMPTS, "attempts", pooled.tolerance, alpha,
-                         "attempts per request: the cohorts have no warm window with attempts "
-                         "in common yet (each pod's warm-up is left out)")
-    span = float(attempts_max - 1)
-    sum_b, cnt_b, sum_c, cnt_c = (np.array([x[:, both].sum()]) for x in (
-        total[~is_canary], n[~is_canary], total[is_canary], n[is_canary]))
-    warm = M.attempts_per_request(sum_b, cnt_b, sum_c, cnt_c, tol, alpha, attempts_max)[0]
-    r = tol.attempts_ratio
-    return M.pod_bounded_verdict(
-        warm, grid, rows, is_canary, n, (total - n) / span, r, min((r - 1.0) / span, 1 - 1e-12),
-        window_s, what="retries", spread=("spread_attempts", span, "attempts per request"))
+    return pod_attempts_many([grid], baseline, canary, tol, alpha, window_s, attempts_max)[0]
+
+
+def _exceed_tracks(hist: F64, is_canary: Bool, cuts: ExceedanceCuts, row: int
+                   ) -> tuple[PodTrack, PodTrack]:
+    """The fail side's and the pass side's exceedance tracks at the last look, each pod's
+    warm calls pooled over time, at row `row` of `cuts` (`probes.stats.pod_exceed`)."""
+    above = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]  # (pods, buckets): calls from a bucket
+
+    def from_(cut: np.ndarray) -> F64:
+        at = int(cut[row])
+        return above[:, at] if at < hist.shape[1] else np.zeros(hist.shape[0])
+
+    calls = above[:, :1]
+    fail = exceedance_track(calls, from_(cuts.baseline_fail)[:, None],
+                            from_(cuts.canary_fail)[:, None], is_canary, last_only=True)
+    ok = exceedance_track(calls, from_(cuts.baseline_pass)[:, None],
+                          from_(cuts.canary_pass)[:, None], is_canary, last_only=True)
+    return fail, ok
+
+
+def latency_recorded(grid: PodGrid) -> bool:
+    """Whether `grid` carries per-pod latency for its whole span (store schema v2)."""
+    return grid.per_pod_metrics and grid.latency is not None
+
+
+def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: Tolerances,
+                     alpha: float, window_s: float) -> list[MetricVerdict]:
+    """p99 latency with the pod as the unit (module docstring), one per grid (each
+    `latency_recorded`): fail and pass on exceedances per pod, the spread between pods as
+    noise, a fail with each cohort's worst pod left out. The pooled figures that head each
+    reason are computed for every grid at once."""
+    parts = []
+    for g in grids:
+        rows, is_canary = _rows(g, baseline, canary)
+        hist = np.asarray(g.latency, dtype=np.float64)[rows]
+        parts.append(_P99Part(g, rows, is_canary, hist, hist[~is_canary].sum(axis=0),
+                              hist[is_canary].sum(axis=0)))
+    judged = [p for p in parts if p.tot_b.sum() > 0 and p.tot_c.sum() > 0]
+    heads: dict[int, tuple[MetricVerdict, int]] = {}
+    if judged:
+        cum_b = np.cumsum(np.stack([p.tot_b for p in judged]), axis=1)
+        cum_c = np.cumsum(np.stack([p.tot_c for p in judged]), axis=1)
+        warm = M.latency_p99(cum_b, cum_c, _LAYOUT, tol, alpha)
+        heads = {id(p): (h, i) for i, (p, h) in enumerate(zip(judged, warm, strict=True))}
+        # α split in two: the baseline p99's confidence sequence that places the cuts, and
+        # the exceedance tracks (a decision needs both to hold).
+        cuts = exceedance_cuts(cum_b, _LAYOUT, 0.99, tol.latency_p99_ratio,
+                               tol.latency_p99_margin_ms / 1000.0, math.log(2.0 / alpha))
+    tolerance = {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms}
+    return [
+        _pod_p99(p, canary, tol, alpha, window_s, *heads[id(p)], cuts) if id(p) in heads
+        else M.missing(M.LATENCY_P99, "ms", tolerance, alpha,
+                       "p99 latency: the cohorts have no warm calls yet (each pod's warm-up "
+                       "is left out)")
+        for p in parts
+    ]
 
 
 def pod_latency_p99(grid: PodGrid, baseline: str, canary: str, tol: Tolerances,
-                    alpha: float, pooled: MetricVerdict) -> MetricVerdict:
-    """p99 latency with the pod as the unit (module docstring): a fail only with each
-    cohort's worst pod left out; `pooled` is kept when the grid has no per-pod latency."""
-    if not grid.per_pod_metrics or grid.latency is None:
+                    alpha: float, window_s: float, pooled: MetricVerdict) -> MetricVerdict:
+    """`pod_latency_p99s` for one grid; `pooled` (the verdict on cohort totals) is kept when
+    the grid has no per-pod latency."""
+    if not latency_recorded(grid):
         return _unrecorded(pooled, "latency")
-    rows, is_canary = _rows(grid, baseline, canary)
-    hist = grid.latency[rows]
-    tot_b, tot_c = hist[~is_canary].sum(axis=0), hist[is_canary].sum(axis=0)
-    if not (tot_b.sum() > 0 and tot_c.sum() > 0):
-        return M.missing(M.LATENCY_P99, "ms", pooled.tolerance, alpha,
-                         "p99 latency: the cohorts have no warm calls yet (each pod's warm-up "
-                         "is left out)")
-    warm = M.latency_p99(np.cumsum(tot_b)[None, :], np.cumsum(tot_c)[None, :], _LAYOUT, tol,
-                         alpha)[0]
+    return pod_latency_p99s([grid], baseline, canary, tol, alpha, window_s)[0]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _P99Part:
+    grid: PodGrid
+    rows: Bool
+    is_canary: Bool
+    hist: F64
+    tot_b: F64
+    tot_c: F64
+
+
+def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_s: float,
+             warm: MetricVerdict, row: int, cuts: ExceedanceCuts) -> MetricVerdict:
+    """One grid's p99 verdict; `warm` is the pooled test on its warm calls (the estimates
+    that head the reason, and the evidence with every call counted as independent), and
+    row `row` of `cuts` its exceedance cuts (at α/2, the tracks judged at α/2)."""
+    grid, rows, is_canary, hist = part.grid, part.rows, part.is_canary, part.hist
+    tot_c = part.tot_c
     log_thr = math.log(1.0 / alpha)
+    log_half = math.log(2.0 / alpha)
+    fail, ok = _exceed_tracks(hist, is_canary, cuts, row)
+    # Which canary pod is the worst, and its share of the canary's slow calls.
     track = pod_quantile_track(hist[:, None, :], is_canary, _LAYOUT, 0.99,
                                tol.latency_p99_ratio, tol.latency_p99_margin_ms / 1000.0,
-                               log_thr)
-    lf, lfa, lp = (float(x[-1]) for x in (track.log_e_fail, track.log_e_fail_all,
-                                          track.log_e_pass))
+                               log_thr, tests=False)
+    # With every pod in, the evidence is the pooled test's (every call independent): what
+    # the reason quotes when only the worst pod makes the canary look slow.
+    lf, lp = float(fail.log_e_fail[-1]), float(ok.log_e_pass[-1])
+    lfa = math.log(warm.e_fail) if warm.e_fail else -math.inf
     canary_names = [p for p, keep, c in zip(grid.pods, rows, grid.of(canary), strict=True)
                     if keep and c]
     pods_c, pods_b = int(track.pods_canary[-1]), int(track.pods_baseline[-1])
     worst = canary_names[int(track.worst[-1])] if canary_names else None
     share, call_share = float(track.worst_share[-1]), float(track.worst_call_share[-1])
     concentrated = pods_c >= 2 and share >= 0.5 and share >= 2 * call_share
-    verdict = M.FAIL if lf >= log_thr else M.PASS if lp >= log_thr else M.INCONCLUSIVE
+    verdict = M.FAIL if lf >= log_half else M.PASS if lp >= log_half else M.INCONCLUSIVE
     pod_word = "pod" if pods_c == 1 else "pods"
     head = warm.reason.split(")")[0] + f"; {pods_c} canary {pod_word} vs {pods_b})"
     reason = M.pod_reason(head, verdict, lfa >= log_thr, pods_c, worst, share, concentrated,
                           P99_SLOW, ("slower", "slow"))
+    spread = 100.0 * float(ok.tau[-1])
+    needs: dict[str, Any] = {"calls": None, "seconds": None}
     if reason is None:
         found = ("; " + M.concentration_finding(str(worst), share, P99_SLOW)
                  if concentrated else "")
-        reason = head + ": not enough evidence yet to pass or fail" + found
+        factor = needs_factor(-float(ok.d[-1]), float(ok.v_sampling[-1]),
+                              float(ok.v_pods[-1]), log_half)
+        if factor is not None:
+            # The canary's warm calls came in the windows both cohorts have calls in.
+            n = grid.calls[rows]
+            both = (n[~is_canary].sum(axis=0) > 0) & (n[is_canary].sum(axis=0) > 0)
+            needs = M.needs_more(grid, both, window_s, factor, float(tot_c.sum()))
+            reason = (head + f": not enough evidence yet; a pass needs about {needs['calls']} "
+                      f"more canary calls (~{M.duration(needs['seconds'])} at the current "
+                      "rate)" + found)
+        elif float(ok.d[-1]) < 0 and spread > 0:
+            reason = (head + ": cannot pass at this spread between pods (their shares of "
+                      f"calls above the baseline's p99 differ by {spread:.2g} pp) with "
+                      f"{pods_c} canary {pod_word}; more pods would decide" + found)
+        else:
+            reason = head + ": not enough evidence yet to pass or fail" + found
     return replace(
         warm, verdict=verdict, reason=reason,
-        e_fail=float(log_clip(np.array(lf))), e_pass=float(log_clip(np.array(lp))),
-        pods={"baseline": pods_b, "canary": pods_c, "worst": worst,
-              "worst_share": json_number(share, 3), "concentrated": concentrated,
+        # Halved: what the JSON says is compared with 1/α, as every metric's is.
+        e_fail=float(log_clip(np.array(lf - _LOG2))), e_pass=float(log_clip(np.array(lp - _LOG2))),
+        pods={"baseline": pods_b, "canary": pods_c, "spread_pp": json_number(spread, 3),
+              "worst": worst, "worst_share": json_number(share, 3),
+              "concentrated": concentrated,
               "e_fail_all_pods": json_number(float(log_clip(np.array(lfa))))},
-        rule=M.PODS,
+        needs=needs, rule=M.PODS,
     )

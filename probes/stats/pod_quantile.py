@@ -1,32 +1,21 @@
-"""p99 with the pod as the unit: one pod does not fail a version's latency.
+"""p99 from the pods' pooled histograms: which canary pod is the worst, and the evidence with
+every call counted as independent.
 
-Why. The p99 test (`probes.stats.quantile.two_sample`) compares the cohorts' pooled
-histograms, as if every call were independent. A canary pod on a slow node, or the one pod
-the canary has early in a rollout, then carries the whole canary tail: on simulated estates
-(`benchmarks/p99_pods_sim.py`, BENCHMARKS.md D14) a one-pod canary with pods ±30 % apart
-false-failed p99 in 2.3 % of healthy rollouts, over the 1 % goal.
+The p99 verdict with the pod as the unit (`probes.stats.pod_metrics`) decides on
+exceedances per pod (`probes.stats.pod_exceed`: the spread between pods is noise on both
+sides). This module gives it the rest, from each cohort's pooled histogram over its pods:
 
-The rule, as for the success rate (`probes.stats.pods`): a fail must hold with the canary's
-worst pod's calls left out of the canary's histogram and the baseline's worst pod's calls
-left out of the baseline's (trimmed alike, equal cohorts stay alike; a slow baseline pod
-would otherwise mask a regression on every canary pod). A pod's badness is its excess of
-calls above the baseline's p99 estimate, `above_i − (1 − p)·n_i`: its calls slower than the
-estimate beyond the share a pod at the baseline's p99 would have. The baseline's worst pod
-is chosen against the whole baseline's estimate, the canary's against the estimate with that
-pod left out. The trimmed histograms go through the same two-sample e-value, at the same α
-share, so nothing else changes:
-
-- fail when E_fail ≥ 1/α with both worst pods left out; with one canary pod nothing fails
-  and the finding names the pod;
-- pass when E_pass ≥ 1/α with every pod in (the pass side is the pooled test's);
-- the canary's worst pod and its share of the canary's calls above the baseline's p99 are
-  reported: "concentrated on shop-0 (80 % of the canary's calls above the baseline's p99)".
-
-What it does not do: it does not count the spread between pods as noise (the success rate's
-τ² term). Latency spread is absorbed by the tolerance (×1.2 + 5 ms) as long as the baseline's
-pooled p99 already carries its own slowest pods; the simulation shows that holds the 1 %
-goal with pods ±30 % apart once the worst pod is out (BENCHMARKS.md D14). Calls are pooled
-over time within each cohort (no time strata for p99).
+- the canary's worst pod: its excess of calls above the baseline's p99 estimate,
+  `above_i − (1 − p)·n_i` (its calls slower than the estimate beyond the share a pod at the
+  baseline's p99 would have), and its share of the canary's calls above that estimate:
+  "concentrated on shop-0 (80 % of the canary's calls above the baseline's p99)";
+- `log_e_fail_all` / `log_e_pass`: the pooled quantile test (`probes.stats.quantile.
+  two_sample`) with every pod in, which the reason quotes when only the worst pod makes the
+  canary look slow (what a test that counts every call as independent would conclude);
+- `log_e_fail`: the same with each cohort's worst pod's calls left out (the baseline's chosen
+  against the whole baseline's estimate, the canary's against the estimate without it). It
+  still counts no spread between pods, so the verdict does not decide on it (BENCHMARKS.md
+  D18); `benchmarks/p99_pods_sim.py` measures it beside the live rule.
 
 Input: per-pod histograms (pods, looks, buckets), each look's counts cumulative over time,
 so the simulation replays every look and the live verdict asks for one.
@@ -96,10 +85,12 @@ def _drop(cum: F64, who: I64) -> F64:
 
 
 def pod_quantile_track(hist: F64, canary: Bool, layout: quantile.Layout, p: float,
-                       ratio: float, margin_s: float, log_threshold: float) -> PodQuantile:
+                       ratio: float, margin_s: float, log_threshold: float, *,
+                       tests: bool = True) -> PodQuantile:
     """The test of H0: q_c ≤ ratio·q_b + margin_s at every look, with the pod as the unit
     (module docstring). `hist`: (pods, looks, buckets of `layout`), each look cumulative
-    over time; `canary`: (pods,) cohort flags."""
+    over time; `canary`: (pods,) cohort flags. Without `tests`, only the pods and the worst
+    pod are found (the e-values are −inf): what the live verdict needs from here."""
     # Every count below is read from one cumulative sum over the buckets.
     cum = np.cumsum(np.asarray(hist, dtype=np.float64), axis=-1)
     canary = np.asarray(canary, dtype=bool)
@@ -110,7 +101,9 @@ def pod_quantile_track(hist: F64, canary: Bool, layout: quantile.Layout, p: floa
     def test(b: F64, c: F64) -> TwoSample:
         return quantile.two_sample(b, c, layout, p, ratio, margin_s, log_threshold)
 
-    every = test(tot_b, tot_c)
+    neg = np.full(looks, -np.inf)
+    no_test = TwoSample(neg, neg)
+    every = test(tot_b, tot_c) if tests else no_test
     n_b, _, ex_b = _excess(cb, _rank_bucket(tot_b, p), p)
     pods_b = (n_b > 0).sum(axis=0)
     drop_b = np.where(pods_b >= 2, np.argmax(np.where(n_b > 0, ex_b, -np.inf), axis=0)
@@ -120,7 +113,7 @@ def pod_quantile_track(hist: F64, canary: Bool, layout: quantile.Layout, p: floa
     pods_c = (n_c > 0).sum(axis=0)
     worst = (np.argmax(np.where(n_c > 0, ex_c, -np.inf), axis=0) if cc.shape[0]
              else np.zeros(looks, dtype=np.int64))
-    trimmed = test(base_wo, _drop(cc, np.where(pods_c >= 1, worst, -1)))
+    trimmed = test(base_wo, _drop(cc, np.where(pods_c >= 1, worst, -1))) if tests else no_test
     cols = np.arange(looks)
     with np.errstate(divide="ignore", invalid="ignore"):
         total_above, total_c = above_c.sum(axis=0), n_c.sum(axis=0)
@@ -129,7 +122,6 @@ def pod_quantile_track(hist: F64, canary: Bool, layout: quantile.Layout, p: floa
         call_share = (np.where(total_c > 0, n_c[worst, cols] / total_c, 0.0)
                       if cc.shape[0] else np.zeros(looks))
     empty = (tot_b[:, -1] <= 0) | (tot_c[:, -1] <= 0)
-    neg = np.full(looks, -np.inf)
     return PodQuantile(
         log_e_fail=np.where(empty | (pods_c < 2), neg, trimmed.log_e_fail),
         log_e_fail_all=np.where(empty, neg, every.log_e_fail),

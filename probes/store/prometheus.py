@@ -55,6 +55,7 @@ import httpx
 import numpy as np
 
 from probes._exceptions import BadInput, SourceUnavailable
+from probes._types import PAIR_SEPARATOR
 from probes.store._prom_table import (
     I64,
     LatencySpan,
@@ -215,9 +216,18 @@ class PrometheusSource:
 
     def paths(self) -> list[str]:
         """Every path with request or stream series within the lookback, sorted."""
+        return self._path_values([self._sel(_REQUESTS), self._sel(_STREAM_SECONDS)])
+
+    def pair_paths(self) -> list[str]:
+        """The relay paths: those whose request series carry pair cohorts
+        (`probes._types.pair_cohort`) within the lookback, sorted."""
+        pairs = f"cohort=~{_quote('.+' + PAIR_SEPARATOR + '.+')}"
+        return self._path_values([self._sel(_REQUESTS, [pairs])])
+
+    def _path_values(self, selectors: Sequence[str]) -> list[str]:
         now = self._clock()
         data = self._call("GET", "/api/v1/label/path/values", [
-            ("match[]", self._sel(_REQUESTS)), ("match[]", self._sel(_STREAM_SECONDS)),
+            *(("match[]", s) for s in selectors),
             ("start", _ts(now - self.lookback_s)), ("end", _ts(now)),
         ])
         if not isinstance(data, list):

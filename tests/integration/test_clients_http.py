@@ -156,16 +156,15 @@ async def test_connect_timeout_when_syns_are_dropped(version):
     with full_backlog() as port:
         # 1 s leaves the prober's connect timeout 50 ms ahead of the engine's deadline, a
         # margin that holds on a loaded machine (0.4 s left only 20 ms).
-        outcome, took = await one_call(http_path(version=version, timeout_s=1.0), at(port))
+        outcome, _ = await one_call(http_path(version=version, timeout_s=1.0), at(port))
     assert outcome.outcome == Outcome.CONNECT_TIMEOUT
-    assert took < 1.0
 
 
 async def test_timeout_when_accepted_but_never_answered(version):
     async with accept_and_hang() as port:
-        outcome, took = await one_call(http_path(version=version, timeout_s=0.3), at(port))
+        outcome, _ = await one_call(http_path(version=version, timeout_s=0.3), at(port))
+    # The deadline's class: nothing else ends a call the server never answers.
     assert outcome.outcome == Outcome.TIMEOUT
-    assert took < 0.6
 
 
 async def test_timeout_after_the_request_was_read(hostile):
@@ -225,15 +224,16 @@ async def test_huge_or_endless_body_is_cut_with_bounded_memory(hostile, target):
     prober = HttpProber(http_path(target))
     tracemalloc.start()
     try:
-        outcome, took = await engine_call(prober, at(hostile.port), 5.0)
+        outcome, _ = await engine_call(prober, at(hostile.port), 5.0)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     try:
-        assert outcome.outcome == Outcome.OK
-        assert outcome.detail.startswith("body truncated")
+        assert outcome.outcome == Outcome.OK  # the 5 s deadline would have been a timeout
+        assert outcome.detail.startswith("body truncated at ")
+        read = int(outcome.detail.removeprefix("body truncated at ").removesuffix(" bytes"))
+        assert BODY_LIMIT <= read <= 2 * BODY_LIMIT  # it stopped reading at the limit
         assert peak < 8 * BODY_LIMIT  # 50 MB buffered would be 50x this
-        assert took < 3.0
         # The cut connection is not reused; the endpoint still answers.
         again, _ = await engine_call(prober, at(hostile.port), 2.0)
         assert again.outcome == Outcome.OK

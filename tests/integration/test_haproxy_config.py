@@ -3,12 +3,19 @@ haproxy.cfg, and `haproxy -c` on every example version."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from probes._exceptions import ConfigError
-from targets.haproxy import HaproxySidecars, default_versions_file, find_haproxy
+from targets.haproxy import (
+    HaproxySidecars,
+    check_config,
+    default_versions_file,
+    find_haproxy,
+    listen_socket,
+)
 from targets.haproxy_config import (
     HaproxyVersion,
     PodWiring,
@@ -105,3 +112,40 @@ async def test_haproxy_accepts_every_example_version(tmp_path: Path) -> None:
         for name in versions.versions:
             text = await sidecars.check(name, drain_s=1.0, notice_s=0.5)
             assert f"haproxy/{name}" in text
+
+
+async def test_outbound_config_has_slots_the_runtime_api_and_its_own_answers_marked(
+    tmp_path: Path,
+) -> None:
+    versions = load_haproxy_versions(EXAMPLE)
+    wiring = PodWiring(pod="out", http_fd=5, grpc_fd=None, app_host="127.0.0.1",
+                       app_http_port=0, app_grpc_port=None,
+                       upstreams=(("127.0.0.9", 4001),), slots=3,
+                       admin_socket=str(tmp_path / "admin.sock"))
+    old = render_config(versions.version("1.20.3"), wiring)
+    new = render_config(versions.version("1.21.0"), wiring)
+    for cfg in (old, new):
+        got = lines(cfg)
+        assert f"stats socket {tmp_path / 'admin.sock'} mode 600 level admin" in got
+        servers = [x for x in got if x.startswith("server")]
+        assert servers == ["server up0 127.0.0.9:4001", "server up1 127.0.0.1:1 disabled",
+                           "server up2 127.0.0.1:1 disabled"]
+        assert not any(" check" in x for x in got)  # a proxy routes by its list, stale or not
+        assert any("x-response-flags UF" in x for x in got)
+        assert any("x-response-flags UH" in x for x in got)
+        assert any("x-upstream-host" in x for x in got)
+    # A version that counts no attempts strips the callee's count; one that does, sets its own.
+    assert "http-response del-header x-envoy-attempt-count" in lines(old)
+    assert "http-response del-header x-envoy-attempt-count" not in lines(new)
+    # A pod's inbound sidecar has none of it.
+    assert "x-response-flags" not in render_config(versions.version("1.20.3"), WIRING)
+    binary = find_haproxy()
+    if binary is not None:
+        socks = [listen_socket("127.0.0.1", 0)]
+        try:
+            wiring = dataclasses.replace(wiring, http_fd=socks[0].fileno())
+            for version in ("1.20.3", "1.21.0"):
+                await check_config(binary, render_config(versions.version(version), wiring),
+                                   fds=(socks[0].fileno(),))
+        finally:
+            socks[0].close()

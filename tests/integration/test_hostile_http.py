@@ -9,7 +9,6 @@ of these at once next to a healthy target) is tests/integration/test_engine_host
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,9 @@ from tests.servers.tls import SERVER_NAME, Cert, make_cert
 
 # A name under the reserved .invalid TLD (RFC 6761) never resolves.
 UNRESOLVABLE = "nohost.invalid"
+# A deadline far from every answer here: a call that waited for it would be classed a timeout
+# and take 30 s, so half of it tells a reaction from the deadline however loaded the machine.
+FAR_DEADLINE_S = 30.0
 
 
 def path(
@@ -70,18 +72,18 @@ async def test_slowloris_headers_time_out_and_do_not_hold_up_other_calls(
     good = HttpProber(path("/status/200", version=version, timeout_s=timeout_s))
     (outcome, took), answers = await stuck_beside_healthy(
         prober, at(slow.port), good, at(healthy.port, name="pod-1"), timeout_s)
-    assert outcome.outcome == Outcome.TIMEOUT
-    assert timeout_s <= took < timeout_s + 0.3
-    assert len(answers) >= 5
+    assert (outcome.outcome, outcome.detail) == (Outcome.TIMEOUT, "engine deadline")
+    assert took >= timeout_s
+    # Held up until the stuck call ended, the loop would get one answer: more came meanwhile.
+    assert len(answers) >= 2
     assert {a.outcome for a, _ in answers} == {Outcome.OK}
-    assert max(t for _, t in answers) < timeout_s / 2
 
 
 # --- bodies ----------------------------------------------------------------------------------
 
 
 async def test_endless_and_huge_bodies_are_cut_with_bounded_memory(hostile):
-    # Ten calls at a time, for about a second, into bodies that never end or are 50 MB:
+    # Ten calls at a time, fifty times over, into bodies that never end or are 50 MB:
     # each is read and discarded in chunks up to BODY_LIMIT, so the process's peak RSS
     # (servers included) grows by a few MiB of buffers; one 50 MB body held whole would
     # break the bound.
@@ -90,20 +92,17 @@ async def test_endless_and_huge_bodies_are_cut_with_bounded_memory(hostile):
     outcomes = []
     try:
         with PeakRss() as rss:
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
+            for _ in range(50):
                 batch = [engine_call(prober, at(hostile.port), 2.0) for _ in range(5)]
                 batch += [engine_call(big, at(hostile.port, name="pod-1"), 2.0) for _ in range(5)]
                 outcomes += await asyncio.gather(*batch)
     finally:
         await prober.aclose()
         await big.aclose()
-    assert len(outcomes) >= 20
-    for outcome, took in outcomes:
-        assert outcome.outcome == Outcome.OK
+    for outcome, _ in outcomes:
+        assert outcome.outcome == Outcome.OK  # the 2 s deadline would have been a timeout
         read = int(outcome.detail.removeprefix("body truncated at ").removesuffix(" bytes"))
         assert BODY_LIMIT <= read <= 2 * BODY_LIMIT  # it stopped at the limit
-        assert took < 2.0
     assert rss.growth_mib < 32, rss.growth_mib
 
 
@@ -111,11 +110,12 @@ async def test_endless_and_huge_bodies_are_cut_with_bounded_memory(hostile):
 
 
 async def test_http1_reset_mid_body_is_a_reset_after_the_status(hostile):
-    outcome, took = await one_call(path("/resetbody/16384"), at(hostile.port))
+    outcome, took = await one_call(
+        path("/resetbody/16384", timeout_s=FAR_DEADLINE_S), at(hostile.port))
     assert (outcome.outcome, outcome.status) == (Outcome.RESET, 200)
     assert outcome.detail.startswith("body: ")
     assert "reset" in outcome.detail.lower()
-    assert took < 0.5
+    assert took < FAR_DEADLINE_S / 2  # the reset ended it, not the deadline
 
 
 async def test_http2_reset_mid_body_is_a_reset_after_the_status(raw, h2_client):
@@ -137,10 +137,11 @@ async def test_http2_reset_mid_body_is_a_reset_after_the_status(raw, h2_client):
     ],
 )
 async def test_malformed_http2_after_the_headers_is_a_protocol_error(raw, mode, says, h2_client):
-    outcome, took = await one_call(path(f"/x.Y/{mode}", version="2"), at(raw.port))
+    outcome, took = await one_call(
+        path(f"/x.Y/{mode}", version="2", timeout_s=FAR_DEADLINE_S), at(raw.port))
     assert (outcome.outcome, outcome.status) == (Outcome.PROTOCOL_ERROR, 200)
     assert says in outcome.detail
-    assert took < 0.6  # the answer's frames arrive after 0.2 s; never the 1 s timeout
+    assert took < FAR_DEADLINE_S / 2  # the answer's frames (after 0.2 s), not the deadline
 
 
 async def test_idle_http2_connection_closed_without_goaway_is_never_a_failure(raw, h2_client):
@@ -190,6 +191,7 @@ async def test_plaintext_on_a_tls_port_is_a_reset(version, cert):
 
 
 async def test_a_name_that_does_not_resolve_is_a_dns_error_at_once(version):
-    outcome, took = await one_call(path(version=version, timeout_s=3.0), at(80, UNRESOLVABLE))
+    outcome, took = await one_call(
+        path(version=version, timeout_s=FAR_DEADLINE_S), at(80, UNRESOLVABLE))
     assert outcome.outcome == Outcome.DNS_ERROR, outcome
-    assert took < 3.0  # the lookup failed; it was not the deadline
+    assert took < FAR_DEADLINE_S / 2  # the lookup failed; it was not the deadline

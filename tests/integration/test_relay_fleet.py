@@ -20,17 +20,18 @@ from probes.store import Store
 from targets.fleet import EventKind, Fleet
 from targets.profile import parse_profiles
 from targets.relay_config import parse_relay
-from tests.integration import test_relay_pairs as relay_pairs
 from tests.integration import test_relay_stale as relay_stale
 from tests.servers.probe_run import Windows, probe_runner, running
+from tests.servers.relay_estate import PROFILES
 
 OLD, NEW = "1.20.3", "1.21.0"
 PATH = "relay-catalog"
 MIN_SAMPLES = 100
 MAX_SAMPLES = 40 * MIN_SAMPLES  # the hang guard, in calls per caller (never seconds)
 # The destination fails 20 % of request ids on every attempt; 1.21.0's outbound side
-# retries 503 twice (test_relay_pairs); the allowlist names the service (test_relay_stale).
-PROFILES, RELAY = relay_pairs.PROFILES, relay_stale.RELAY
+# retries 503 twice (tests/servers/relay_estate); the allowlist names the service
+# (test_relay_stale).
+RELAY = relay_stale.RELAY
 
 
 def config(endpoints: Path) -> str:

@@ -82,6 +82,10 @@ async def test_verdict_and_gate_carry_the_pair_matrix_and_fail_on_a_failing_pair
         gate = await client.post("/gate", json={"name": "catalog", "metadata": {}})
         rollback = await client.post("/gate/rollback")
         only = await client.get("/verdict", params={"path": RELAY_PATH})
+        # One instant for the API and the CLI to compare at: a live ask and a later
+        # command count the windows ended by their own clocks, which may straddle a window.
+        at = str(int(time.time()))
+        then = await client.get("/verdict", params={"at": at})
 
     assert verdict.status_code == 200, verdict.text
     body = verdict.json()
@@ -110,14 +114,17 @@ async def test_verdict_and_gate_carry_the_pair_matrix_and_fail_on_a_failing_pair
     assert rollback.status_code == 200 and rollback.json()["verdict"] == "fail"
     assert only.status_code == 200 and _states(only.json()["pairs"][0]) == states
 
-    # `skewprobe verdict --store` judges with the same code: the same matrix, exit 1.
+    # `skewprobe verdict --store` judges with the same code: the same matrix, exit 1, and
+    # at the same instant the same reasons, word for word.
     out = io.StringIO()
     with redirect_stdout(out):
-        code = main(["verdict", "--store", store, "--json"])
+        code = main(["verdict", "--store", store, "--json", "--at", at])
     assert code == 1
     cli = json.loads(out.getvalue())
-    assert _states(cli["pairs"][0]) == states
-    assert cli["reasons"] == body["reasons"]
+    assert then.status_code == 200, then.text
+    assert _states(cli["pairs"][0]) == _states(then.json()["pairs"][0]) == states
+    assert cli["reasons"] == then.json()["reasons"]
+    assert len(cli["reasons"]) == len(body["reasons"])
 
     # The skewprobe_verdict gauges a MetricTemplate reads carry the relay path too.
     registry = runner.registry

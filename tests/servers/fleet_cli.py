@@ -71,9 +71,21 @@ async def fleet_process(
         try:
             await asyncio.wait_for(proc.wait(), stop_within_s)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+            await reap(proc)
+
+
+async def terminate(proc: asyncio.subprocess.Process, within_s: float = 15.0) -> bytes:
+    """SIGTERM the fleet (it stops its pods in order) and wait for it: its stderr."""
+    proc.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(proc.communicate(), within_s)
+    return err or b""
+
+
+async def reap(proc: asyncio.subprocess.Process) -> None:
+    """End the fleet whatever state a failed test left it in (for a `finally`)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    await proc.wait()
 
 
 def _tail(path: Path, chars: int = 2000) -> str:

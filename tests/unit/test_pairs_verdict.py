@@ -8,7 +8,7 @@ from typing import Any
 import jsonschema
 
 from probes.api import openapi_spec
-from probes.pairs import CallerStale, PairCell, PairedVerdict, PairMatrix, prometheus_without_pairs
+from probes.pairs import CallerStale, PairCell, PairedVerdict, PairMatrix
 
 FIGURES = {"success": 0.999, "p99_ms": 12.0, "attempts": 1.0}
 
@@ -64,17 +64,3 @@ def test_a_pass_needs_every_path_and_every_pair() -> None:
     alone = PairedVerdict(None, (_matrix("pass"),)).to_json()
     _valid(alone)
     assert alone["verdict"] == "pass" and alone["paths"] == [] and alone["baseline"] is None
-
-
-def test_prometheus_says_it_did_not_judge_the_pairs() -> None:
-    passing = _direct("pass")
-    assert prometheus_without_pairs(passing, []) is passing
-    doc = dict(prometheus_without_pairs(passing, ["relay-catalog"]))
-    _valid(doc)
-    assert doc["verdict"] == "inconclusive"
-    assert doc["reasons"][0].startswith("relay path(s) relay-catalog not judged")
-    [entry] = doc["pairs"]
-    assert entry["path"] == "relay-catalog" and entry["verdict"] == "inconclusive"
-    assert "not from Prometheus" in entry["reason"]
-    # A fail stays a fail.
-    assert prometheus_without_pairs(_direct("fail"), ["relay-catalog"])["verdict"] == "fail"
