@@ -29,6 +29,7 @@ from tests.integration.test_streams_prober import FAST
 from tests.integration.test_streams_prober import ListSink as StreamListSink
 from tests.servers.h2raw import RawH2Server
 from tests.servers.hostile import HostileServer, closed_port, flapping
+from tests.servers.lateness import LoopLateness
 from tests.servers.memory import PeakRss
 from tests.servers.tls import SERVER_NAME, make_cert
 from tests.unit.test_engine import ListSink
@@ -154,34 +155,6 @@ def assert_flapping(sink: Sink, path: str, refusal: str, downs: int) -> None:
     assert counts[Outcome.OK] >= 5 and counts[refusal] >= 5, (downs, timeline)
     assert set(counts) <= {Outcome.OK, refusal, Outcome.RESET}, timeline
     assert counts[Outcome.RESET] <= downs, timeline
-
-
-class LoopLateness:
-    """The most this event loop woke up late while the block ran: what a timer-bound check
-    must allow on a loaded machine, measured rather than guessed (a stalled loop fires the
-    engine's timeouts late by as much)."""
-
-    TICK_S = 0.01
-
-    def __init__(self) -> None:
-        self.max_s = 0.0
-        self._task: asyncio.Task[None] | None = None
-
-    async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due = loop.time() + self.TICK_S
-            await asyncio.sleep(self.TICK_S)
-            self.max_s = max(self.max_s, loop.time() - due)
-
-    async def __aenter__(self) -> LoopLateness:
-        self._task = asyncio.create_task(self._tick())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
 
 
 async def drain(engine: Engine) -> float:
