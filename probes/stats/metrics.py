@@ -36,6 +36,7 @@ __all__ = [
     "SUCCESS_RATE",
     "CohortEvidence",
     "MetricVerdict",
+    "PodSums",
     "attempts_per_request",
     "concentration_finding",
     "duration",
@@ -43,7 +44,7 @@ __all__ = [
     "latency_p99",
     "missing",
     "needs_more",
-    "pod_bounded_verdict",
+    "pod_bounded_verdicts",
     "pod_reason",
     "pod_success_rate",
     "pod_success_rates",
@@ -229,12 +230,24 @@ class _PodEvidence:
     totals: tuple[float, float, float, float]  # calls and sums, baseline then canary
 
 
+# What a pod-level test reads of one grid: the grid, its `rows` of the two cohorts,
+# `is_canary` among them, and the calls `n` and sums `s` of those rows (pods × windows).
+PodSums = tuple[pods.PodGrid, npt.NDArray[np.bool_], npt.NDArray[np.bool_], F64, F64]
+
+
+def _pod_evidences(items: Sequence[PodSums], ratio: float, margin: float
+                   ) -> list[_PodEvidence]:
+    """Every grid's pod-level test at its last look, in one batch (`pods.pod_tracks`)."""
+    tracks = pods.pod_tracks([(n, s, c) for _g, _r, c, n, s in items], ratio, margin,
+                             last_only=True)
+    return [_pod_evidence(*item, track) for item, track in zip(items, tracks, strict=True)]
+
+
 def _pod_evidence(grid: pods.PodGrid, rows: npt.NDArray[np.bool_],
-                  is_canary: npt.NDArray[np.bool_], n: F64, s: F64, ratio: float,
-                  margin: float) -> _PodEvidence:
+                  is_canary: npt.NDArray[np.bool_], n: F64, s: F64,
+                  track: pods.PodTrack) -> _PodEvidence:
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
-    track = pods.pod_track(n, s, is_canary, ratio, margin, last_only=True)
     # Per window first, then the windows both cohorts have (sums of counts: exact).
     n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
     both = (n_b > 0) & (n_c > 0)
@@ -252,11 +265,11 @@ def pod_success_rates(
     pods counted, and a fail only if it holds with the canary's worst pod left out. The
     pooled figures that head each reason are computed for every grid at once."""
     drop = tol.success_rate_drop_pp / 100.0
-    parts = []
+    items = []
     for g in grids:
         rows = np.array([c in (baseline, canary) for c in g.cohorts], dtype=bool)
-        parts.append(_pod_evidence(g, rows, g.of(canary)[rows], g.calls[rows], g.errors[rows],
-                                   1.0, drop))
+        items.append((g, rows, g.of(canary)[rows], g.calls[rows], g.errors[rows]))
+    parts = _pod_evidences(items, 1.0, drop)
     judged = [p for p in parts if p.totals[0] > 0 and p.totals[2] > 0]
     if judged:
         req_b, err_b, req_c, err_c = (np.array(x) for x in zip(*(p.totals for p in judged),
@@ -309,21 +322,22 @@ def needs_more(grid: pods.PodGrid, both: npt.NDArray[np.bool_], window_s: float,
     return {"calls": math.ceil((factor - 1.0) * canary_calls), "seconds": seconds}
 
 
-def pod_bounded_verdict(
-    pooled: MetricVerdict, grid: pods.PodGrid, rows: npt.NDArray[np.bool_],
-    is_canary: npt.NDArray[np.bool_], n: F64, s: F64, ratio: float, margin: float,
+def pod_bounded_verdicts(
+    pooled: Sequence[MetricVerdict], items: Sequence[PodSums], ratio: float, margin: float,
     window_s: float, *, what: str, spread: tuple[str, float, str],
-    warmup: Mapping[str, int] | None = None,
-) -> MetricVerdict:
-    """`pooled` (the metric's verdict on cohort totals) judged again with the pod as the
-    unit: `probes.stats.pods.pod_track` on the per-call values' sums `s` over calls `n`
-    (the grid's `rows` of the two cohorts, `is_canary` among them), H0 μ_c ≤ ratio·μ_b +
-    margin. Returns its state, reason, e-values, pod evidence and `needs`. `what` names
-    what `s` counts ("errors"); `spread` = (JSON key, scale, unit) shows the spread between
-    pods τ in the metric's units."""
-    ev = _pod_evidence(grid, rows, is_canary, n, s, ratio, margin)
-    factor = _needs_factors([ev], pooled.alpha).get(ev)
-    return _pod_verdict(ev, pooled, factor, window_s, what=what, spread=spread, warmup=warmup)
+) -> list[MetricVerdict]:
+    """Each of `pooled` (a metric's verdicts on cohort totals, one per grid, at one α)
+    judged again with the pod as the unit: `probes.stats.pods.pod_track` on the per-call
+    values' sums `s` over calls `n` of its item (`PodSums`), H0 μ_c ≤ ratio·μ_b + margin,
+    all grids in one batch. Each gets its state, reason, e-values, pod evidence and `needs`.
+    `what` names what `s` counts ("retries"); `spread` = (JSON key, scale, unit) shows the
+    spread between pods τ in the metric's units."""
+    if not pooled:
+        return []
+    evidence = _pod_evidences(items, ratio, margin)
+    factors = _needs_factors(evidence, pooled[0].alpha)
+    return [_pod_verdict(ev, p, factors.get(ev), window_s, what=what, spread=spread,
+                         warmup=None) for ev, p in zip(evidence, pooled, strict=True)]
 
 
 def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,

@@ -47,15 +47,17 @@ far it is) instead of passing a slow version on its fastest pods.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from probes.stats.pods import PodTrack, pod_track
+from probes.stats.pods import PodTrack, pod_tracks
 from probes.stats.quantile import Layout, quantile_cs
 
-__all__ = ["ExceedanceCuts", "exceedance_cuts", "exceedance_track"]
+__all__ = ["ExceedanceCuts", "Exceedances", "exceedance_cuts", "exceedance_track",
+           "exceedance_tracks"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -105,6 +107,10 @@ def exceedance_cuts(cum_b: F64, layout: Layout, p: float, ratio: float, margin_s
                           np.minimum(np.asarray(kp, dtype=np.int64), size - 1))
 
 
+# One grid's exceedances: (calls, above_b, above_c, canary), as `exceedance_track` takes them.
+Exceedances = tuple[F64, F64, F64, Bool]
+
+
 def exceedance_track(calls: F64, above_b: F64, above_c: F64, canary: Bool, *,
                      last_only: bool = False) -> PodTrack:
     """`pod_track` on exceedances (module docstring): `calls` (pods, windows) the cells'
@@ -112,8 +118,16 @@ def exceedance_track(calls: F64, above_b: F64, above_c: F64, canary: Bool, *,
     canary's cut of one side; each pod's row is read from its own cohort's. Its
     `log_e_fail` is the fail side's evidence (with the fail side's cuts), its `log_e_pass`
     the pass side's (with the pass side's)."""
-    canary = np.asarray(canary, dtype=bool)
-    s = np.where(canary[:, None], np.asarray(above_c, dtype=np.float64),
-                 np.asarray(above_b, dtype=np.float64))
-    return pod_track(np.asarray(calls, dtype=np.float64), s, canary, 1.0, 0.0,
-                     last_only=last_only)
+    return exceedance_tracks([(calls, above_b, above_c, canary)], last_only=last_only)[0]
+
+
+def exceedance_tracks(grids: Sequence[Exceedances], *, last_only: bool = False
+                      ) -> list[PodTrack]:
+    """`exceedance_track` for many grids in one batch (`pods.pod_tracks`)."""
+    items = []
+    for calls, above_b, above_c, canary in grids:
+        is_canary = np.asarray(canary, dtype=bool)
+        s = np.where(is_canary[:, None], np.asarray(above_c, dtype=np.float64),
+                     np.asarray(above_b, dtype=np.float64))
+        items.append((np.asarray(calls, dtype=np.float64), s, is_canary))
+    return pod_tracks(items, 1.0, 0.0, last_only=last_only)

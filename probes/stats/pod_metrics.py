@@ -32,7 +32,12 @@ from probes.measure.histogram import LOWER, UPPER
 from probes.stats import metrics as M
 from probes.stats._num import log_clip
 from probes.stats.metrics import MetricVerdict, json_number
-from probes.stats.pod_exceed import ExceedanceCuts, exceedance_cuts, exceedance_track
+from probes.stats.pod_exceed import (
+    ExceedanceCuts,
+    Exceedances,
+    exceedance_cuts,
+    exceedance_tracks,
+)
 from probes.stats.pod_quantile import pod_quantile_track
 from probes.stats.pods import PodGrid, PodTrack, needs_factor
 from probes.stats.quantile import Layout
@@ -93,18 +98,18 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
                                         attempts_max) if sums else [])
     r = tol.attempts_ratio
     tolerance = {"max_ratio": r, "attempts_max": attempts_max}
-    out = []
-    for g, rows, is_canary, n, total, both in parts:
-        if not both.any():
-            out.append(M.missing(M.ATTEMPTS, "attempts", tolerance, alpha,
-                                 "attempts per request: the cohorts have no warm window with "
-                                 "attempts in common yet (each pod's warm-up is left out)"))
-            continue
-        out.append(M.pod_bounded_verdict(
-            next(heads), g, rows, is_canary, n, (total - n) / span, r,
-            min((r - 1.0) / span, 1 - 1e-12), window_s, what="retries",
-            spread=("spread_attempts", span, "attempts per request")))
-    return out
+    judged = [(g, rows, is_canary, n, (total - n) / span)
+              for g, rows, is_canary, n, total, both in parts if both.any()]
+    verdicts = iter(M.pod_bounded_verdicts(
+        [next(heads) for _ in judged], judged, r, min((r - 1.0) / span, 1 - 1e-12), window_s,
+        what="retries", spread=("spread_attempts", span, "attempts per request")))
+    return [
+        next(verdicts) if both.any()
+        else M.missing(M.ATTEMPTS, "attempts", tolerance, alpha,
+                       "attempts per request: the cohorts have no warm window with "
+                       "attempts in common yet (each pod's warm-up is left out)")
+        for *_, both in parts
+    ]
 
 
 def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
@@ -116,22 +121,23 @@ def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alp
     return pod_attempts_many([grid], baseline, canary, tol, alpha, window_s, attempts_max)[0]
 
 
-def _exceed_tracks(hist: F64, is_canary: Bool, cuts: ExceedanceCuts, row: int
-                   ) -> tuple[PodTrack, PodTrack]:
-    """The fail side's and the pass side's exceedance tracks at the last look, each pod's
-    warm calls pooled over time, at row `row` of `cuts` (`probes.stats.pod_exceed`)."""
-    above = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]  # (pods, buckets): calls from a bucket
-
-    def from_(cut: np.ndarray) -> F64:
-        at = int(cut[row])
-        return above[:, at] if at < hist.shape[1] else np.zeros(hist.shape[0])
-
-    calls = above[:, :1]
-    fail = exceedance_track(calls, from_(cuts.baseline_fail)[:, None],
-                            from_(cuts.canary_fail)[:, None], is_canary, last_only=True)
-    ok = exceedance_track(calls, from_(cuts.baseline_pass)[:, None],
-                          from_(cuts.canary_pass)[:, None], is_canary, last_only=True)
-    return fail, ok
+def _exceed_tracks(parts: Sequence[_P99Part], cuts: ExceedanceCuts
+                   ) -> list[tuple[PodTrack, PodTrack]]:
+    """Each part's fail side's and pass side's exceedance tracks at the last look, each
+    pod's warm calls pooled over time, part i at row i of `cuts` (`probes.stats.pod_exceed`);
+    all in one batch per side."""
+    sides: tuple[list[Exceedances], list[Exceedances]] = ([], [])
+    for row, part in enumerate(parts):
+        # (pods, buckets + 1): each pod's calls from a bucket on; none from past the last.
+        above = np.zeros((part.hist.shape[0], part.hist.shape[1] + 1))
+        above[:, :-1] = np.cumsum(part.hist[:, ::-1], axis=1)[:, ::-1]
+        b_fail, c_fail, b_pass, c_pass = (above[:, int(cut[row])][:, None] for cut in (
+            cuts.baseline_fail, cuts.canary_fail, cuts.baseline_pass, cuts.canary_pass))
+        calls = above[:, :1]
+        sides[0].append((calls, b_fail, c_fail, part.is_canary))
+        sides[1].append((calls, b_pass, c_pass, part.is_canary))
+    fails, oks = (exceedance_tracks(side, last_only=True) for side in sides)
+    return list(zip(fails, oks, strict=True))
 
 
 def latency_recorded(grid: PodGrid) -> bool:
@@ -152,19 +158,20 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
         parts.append(_P99Part(g, rows, is_canary, hist, hist[~is_canary].sum(axis=0),
                               hist[is_canary].sum(axis=0)))
     judged = [p for p in parts if p.tot_b.sum() > 0 and p.tot_c.sum() > 0]
-    heads: dict[int, tuple[MetricVerdict, int]] = {}
+    heads: dict[int, tuple[MetricVerdict, tuple[PodTrack, PodTrack]]] = {}
     if judged:
         cum_b = np.cumsum(np.stack([p.tot_b for p in judged]), axis=1)
         cum_c = np.cumsum(np.stack([p.tot_c for p in judged]), axis=1)
         warm = M.latency_p99(cum_b, cum_c, _LAYOUT, tol, alpha)
-        heads = {id(p): (h, i) for i, (p, h) in enumerate(zip(judged, warm, strict=True))}
         # α split in two: the baseline p99's confidence sequence that places the cuts, and
         # the exceedance tracks (a decision needs both to hold).
         cuts = exceedance_cuts(cum_b, _LAYOUT, 0.99, tol.latency_p99_ratio,
                                tol.latency_p99_margin_ms / 1000.0, math.log(2.0 / alpha))
+        heads = {id(p): (h, tracks) for p, h, tracks in zip(
+            judged, warm, _exceed_tracks(judged, cuts), strict=True)}
     tolerance = {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms}
     return [
-        _pod_p99(p, canary, tol, alpha, window_s, *heads[id(p)], cuts) if id(p) in heads
+        _pod_p99(p, canary, tol, alpha, window_s, *heads[id(p)]) if id(p) in heads
         else M.missing(M.LATENCY_P99, "ms", tolerance, alpha,
                        "p99 latency: the cohorts have no warm calls yet (each pod's warm-up "
                        "is left out)")
@@ -192,15 +199,15 @@ class _P99Part:
 
 
 def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_s: float,
-             warm: MetricVerdict, row: int, cuts: ExceedanceCuts) -> MetricVerdict:
+             warm: MetricVerdict, tracks: tuple[PodTrack, PodTrack]) -> MetricVerdict:
     """One grid's p99 verdict; `warm` is the pooled test on its warm calls (the estimates
     that head the reason, and the evidence with every call counted as independent), and
-    row `row` of `cuts` its exceedance cuts (at α/2, the tracks judged at α/2)."""
+    `tracks` its fail and pass sides' exceedance tracks (`_exceed_tracks`, judged at α/2)."""
     grid, rows, is_canary, hist = part.grid, part.rows, part.is_canary, part.hist
     tot_c = part.tot_c
     log_thr = math.log(1.0 / alpha)
     log_half = math.log(2.0 / alpha)
-    fail, ok = _exceed_tracks(hist, is_canary, cuts, row)
+    fail, ok = tracks
     # Which canary pod is the worst, and its share of the canary's slow calls.
     track = pod_quantile_track(hist[:, None, :], is_canary, _LAYOUT, 0.99,
                                tol.latency_p99_ratio, tol.latency_p99_margin_ms / 1000.0,

@@ -74,6 +74,7 @@ __all__ = [
     "pod_grids",
     "pod_states",
     "pod_track",
+    "pod_tracks",
     "read_pod_grids",
 ]
 
@@ -160,18 +161,45 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     `last_only`: the last look alone (the live verdict), the same numbers as the last
     entry of the full track (the report's replay) at a fraction of its cost.
     """
+    return pod_tracks([(n, s, canary)], ratio, margin, scales, last_only=last_only)[0]
+
+
+def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
+               scales: tuple[float, ...] = MIXING_SCALES, *, last_only: bool = False
+               ) -> list[PodTrack]:
+    """`pod_track` for many (n, s, canary) grids at once (one per path), in one pass of
+    array operations over all of them: a verdict judges every path, and one call per path
+    cost more in numpy's per-call overhead than in arithmetic. Grids are padded with pods
+    and windows without calls, which change nothing."""
     acc: _Acc = _last if last_only else _cum
-    n = np.asarray(n, dtype=np.float64)
-    s = np.asarray(s, dtype=np.float64)
-    canary = np.asarray(canary, dtype=bool)
-    base = ~canary
-    n_bt, n_ct = n[base].sum(axis=0), n[canary].sum(axis=0)
-    both = (n_bt > 0) & (n_ct > 0)
+    g_n = len(grids)
+    if not g_n:
+        return []
+    shapes = [np.shape(x[0]) for x in grids]
+    rows = np.array([sh[0] for sh in shapes], dtype=np.int64)
+    cols = np.array([sh[1] if len(sh) > 1 else 0 for sh in shapes], dtype=np.int64)
+    p_max, w_max = max(int(rows.max()), 1), max(int(cols.max()), 1)
+    n = np.zeros((g_n, p_max, w_max))
+    s = np.zeros((g_n, p_max, w_max))
+    canary = np.zeros((g_n, p_max), dtype=bool)
+    real = np.arange(p_max)[None, :] < rows[:, None]
+    for g, (n_g, s_g, c_g) in enumerate(grids):
+        r, w = int(rows[g]), int(cols[g])
+        n[g, :r, :w] = np.asarray(n_g, dtype=np.float64).reshape(r, w)
+        s[g, :r, :w] = np.asarray(s_g, dtype=np.float64).reshape(r, w)
+        canary[g, :r] = np.asarray(c_g, dtype=bool)
+    base = real & ~canary
+    mask_c, mask_b = canary[..., None], base[..., None]
+
+    n_bt, n_ct = (n * mask_b).sum(axis=1), (n * mask_c).sum(axis=1)
+    both = ((n_bt > 0) & (n_ct > 0))[:, None, :]
     n = np.where(both, n, 0.0)
     s = np.where(both, s, 0.0)
-    n_bt, n_ct = n[base].sum(axis=0), n[canary].sum(axis=0)
-    s_bt, s_ct = s[base].sum(axis=0), s[canary].sum(axis=0)
-    calls_b, calls_c = acc(n_bt), acc(n_ct)
+    nc, sc = n * mask_c, s * mask_c
+    nb, sb = n * mask_b, s * mask_b
+    n_bt, n_ct = nb.sum(axis=1), nc.sum(axis=1)  # (groups, windows)
+    s_bt, s_ct = sb.sum(axis=1), sc.sum(axis=1)
+    calls_b, calls_c = acc(n_bt), acc(n_ct)  # (groups, looks)
     sum_b, sum_c = acc(s_bt), acc(s_ct)
 
     def running_mean(calls: F64, sums: F64) -> F64:
@@ -197,32 +225,33 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     q_run = np.clip(ratio * p_run_b + margin, 0.0, 1.0)
     sd2 = np.maximum(np.maximum(p_run_b * (1 - p_run_b), q_run * (1 - q_run)), 1e-9)
 
-    nc, sc = n[canary], s[canary]
-    nb, sb = n[base], s[base]
-    excess = acc(sc - nc * q_t)
+    excess = acc(sc - nc * q_t[:, None, :])  # (groups, pods, looks); 0 off the canary
     pod_calls_c = acc(nc)
-    own = acc(nc * v_t * (1.0 + ratio * ratio * n_ct * inv_b))
-    w_b = acc(nb * (n_ct * inv_b))  # (baseline pods, looks): W_j
+    own = acc(nc * (v_t * (1.0 + ratio * ratio * n_ct * inv_b))[:, None, :])
+    w_b = acc(nb * (n_ct * inv_b)[:, None, :])  # W_j, 0 off the baseline
 
-    # τ²: each pod against its own cohort's window mean, DerSimonian–Laird per look.
+    # τ²: each pod against its own cohort's window means, DerSimonian–Laird per look.
     pod_calls_b = acc(nb)
-    resid_b = acc(sb - nb * p_t)  # also picks the baseline pod the fail side leaves out
+    resid_b = acc(sb - nb * p_t[:, None, :])  # also picks the baseline pod the fail side drops
     v_pool = np.maximum(p_run * (1.0 - p_run), 1e-12)
-    pods_c = (pod_calls_c > 0).sum(axis=0)
-    pods_b = (pod_calls_b > 0).sum(axis=0)
-    none = np.full(excess.shape[1], -1, dtype=np.int64)
-    tau2 = _tau2([(nc, sc, none), (nb, sb, none)], v_pool, acc)
+    pods_c = (pod_calls_c > 0).sum(axis=1)
+    pods_b = (pod_calls_b > 0).sum(axis=1)
+    looks = excess.shape[2]
+    none = np.full((g_n, looks), -1, dtype=np.int64)
+    everyone = np.ones(g_n, dtype=bool)
+    tau2 = _tau2([(nc, sc, none, everyone), (nb, sb, none, everyone)], v_pool, acc)
 
-    d_all = excess.sum(axis=0)
-    vs_all = own.sum(axis=0)
-    sq_calls = (pod_calls_c ** 2).sum(axis=0)
-    sq_w = (w_b ** 2).sum(axis=0)
+    d_all = excess.sum(axis=1)
+    vs_all = own.sum(axis=1)
+    sq_calls = (pod_calls_c ** 2).sum(axis=1)
+    sq_w = (w_b ** 2).sum(axis=1)
     vp_all = tau2 * (sq_calls + ratio * ratio * sq_w)
 
-    # The worst canary pod at each look (the one an operator is told about).
+    # The worst canary pod at each look (the one an operator is told about); the first
+    # canary pod while none has calls.
     masked = np.where(pod_calls_c > 0, excess, -np.inf)
-    worst = (np.argmax(masked, axis=0) if masked.shape[0]
-             else np.zeros(excess.shape[1], dtype=np.int64))
+    worst = np.argmax(masked, axis=1)
+    some = np.isfinite(masked).any(axis=1)
 
     # The fail direction trims one pod from each cohort: the canary's worst pod is left out
     # of D (one pod does not fail a version), and the baseline's worst pod out of the window
@@ -231,14 +260,12 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     with np.errstate(divide="ignore", invalid="ignore"):
         z_b = np.where(pod_calls_b > 0, resid_b / np.sqrt(np.where(pod_calls_b > 0,
                                                                    pod_calls_b, 1.0)), -np.inf)
-    drop_b = (np.argmax(z_b, axis=0) if nb.shape[0] > 1
-              else np.full(excess.shape[1], -1, dtype=np.int64))
-    d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, drop_b, ratio,
-                                                             margin, v_t, acc)
-    tau2_fail = _tau2(
-        [(nc, sc, worst_wo if nc.shape[0] else None),
-         (nb, sb, drop_b if nb.shape[0] > 1 else None)],
-        v_pool, acc)
+    several_b = base.sum(axis=1) > 1
+    drop_b = np.where(several_b[:, None], np.argmax(z_b, axis=1), -1)
+    d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, base, drop_b,
+                                                             ratio, margin, v_t, acc)
+    tau2_fail = _tau2([(nc, sc, worst_wo, np.asarray(canary.any(axis=1))),
+                       (nb, sb, drop_b, several_b)], v_pool, acc)
     vp_wo = tau2_fail * (sq_calls_wo + ratio * ratio * sq_w_wo)
     sd = np.sqrt(sd2)
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
@@ -247,16 +274,29 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
                         -np.inf)
     empty = (calls_b <= 0) | (calls_c <= 0)
     neg = np.full_like(d_all, -np.inf)
-    return PodTrack(
-        calls_baseline=calls_b, calls_canary=calls_c, sum_baseline=sum_b, sum_canary=sum_c,
-        tau=np.sqrt(tau2), pods_baseline=pods_b.astype(np.int64),
-        pods_canary=pods_c.astype(np.int64), excess=excess, worst=worst.astype(np.int64),
-        log_e_fail=np.where(empty, neg, log_fail),
-        log_e_fail_all=np.where(empty, neg, log_fail_all),
-        log_e_pass=np.where(empty, neg, log_pass),
-        d=d_all / sd, v_sampling=vs_all / sd2, v_pods=vp_all / sd2,
-        d_wo=d_wo / sd, v_sampling_wo=vs_wo / sd2, v_pods_wo=vp_wo / sd2,
-    )
+    log_fail, log_fail_all, log_pass = (np.where(empty, neg, x)
+                                        for x in (log_fail, log_fail_all, log_pass))
+    # Back to each grid: its own looks, its canary pods in their order, `worst` among them.
+    rank = np.cumsum(canary, axis=1) - 1
+    worst_c = np.where(some, np.take_along_axis(rank, worst, axis=1), 0)
+    out = []
+    for g in range(g_n):
+        k = slice(None) if last_only else slice(0, max(int(cols[g]), 0))
+        mine = canary[g]
+        out.append(PodTrack(
+            calls_baseline=calls_b[g, k], calls_canary=calls_c[g, k],
+            sum_baseline=sum_b[g, k], sum_canary=sum_c[g, k], tau=np.sqrt(tau2[g, k]),
+            pods_baseline=pods_b[g, k].astype(np.int64),
+            pods_canary=pods_c[g, k].astype(np.int64), excess=excess[g][mine][:, k],
+            worst=worst_c[g, k].astype(np.int64),
+            log_e_fail=log_fail[g, k], log_e_fail_all=log_fail_all[g, k],
+            log_e_pass=log_pass[g, k],
+            d=d_all[g, k] / sd[g, k], v_sampling=vs_all[g, k] / sd2[g, k],
+            v_pods=vp_all[g, k] / sd2[g, k],
+            d_wo=d_wo[g, k] / sd[g, k], v_sampling_wo=vs_wo[g, k] / sd2[g, k],
+            v_pods_wo=vp_wo[g, k] / sd2[g, k],
+        ))
+    return out
 
 
 def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
@@ -271,80 +311,90 @@ def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
     return np.where(fail, "fail", np.where(ok, "pass", "inconclusive"))
 
 
-def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, drop_b: I64, ratio: float, margin: float,
-               v_t: F64, acc: _Acc) -> tuple[F64, F64, F64, F64, I64]:
-    """The fail direction's D, sampling variance and pods' weights (Σ N_i², Σ W_j²) per look,
-    with the baseline pod `drop_b[look]` (−1: none) out of the window means and the canary's
-    worst pod (returned) out of D. One pass per distinct dropped baseline pod."""
-    looks = drop_b.size
-    d, vs, sq_calls, sq_w = (np.zeros(looks) for _ in range(4))
-    worst = np.zeros(looks, dtype=np.int64)
-    if not nc.shape[0]:
-        return d, vs, sq_calls, sq_w, worst
-    n_ct = nc.sum(axis=0)
+def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, base: Bool, drop_b: I64, ratio: float,
+               margin: float, v_t: F64, acc: _Acc) -> tuple[F64, F64, F64, F64, I64]:
+    """The fail direction's D, sampling variance and pods' weights (Σ N_i², Σ W_j²) per
+    group and look, with the baseline pod `drop_b[group, look]` (−1: none) out of the window
+    means and the canary's worst pod (returned, a pod index) out of D. One pass per distinct
+    dropped pod, over the groups that drop it."""
+    g_n, looks = drop_b.shape
+    d, vs, sq_calls, sq_w = (np.zeros((g_n, looks)) for _ in range(4))
+    worst = np.zeros((g_n, looks), dtype=np.int64)
+    n_ct = nc.sum(axis=1)
     pod_calls_c = acc(nc)
-    calls_c = pod_calls_c.sum(axis=0)
-    cols = np.arange(looks)
+    calls_c = pod_calls_c.sum(axis=1)
     for k in np.unique(drop_b):
         at = drop_b == k
-        keep = np.ones(nb.shape[0], dtype=bool)
+        g = np.flatnonzero(at.any(axis=1))
+        at = at[g]
+        nb_g, sb_g, nc_g, sc_g = nb[g], sb[g], nc[g], sc[g]
+        n_ct_g, pc_g, cc_g = n_ct[g], pod_calls_c[g], calls_c[g]
+        keep = base[g].copy()
         if k >= 0:
-            keep[k] = False
-        n_bt, s_bt = nb[keep].sum(axis=0), sb[keep].sum(axis=0)
-        both = (n_bt > 0) & (n_ct > 0)
+            keep[:, k] = False
+        n_bt = nb_g.sum(axis=1) - (nb_g[:, k] if k >= 0 else 0.0)
+        s_bt = sb_g.sum(axis=1) - (sb_g[:, k] if k >= 0 else 0.0)
+        both = ((n_bt > 0) & (n_ct_g > 0))[:, None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
             inv_b = np.where(n_bt > 0, 1.0 / np.where(n_bt > 0, n_bt, 1.0), 0.0)
-        q_t = np.clip(ratio * s_bt * inv_b + margin, 0.0, 1.0)
-        excess = acc(np.where(both, sc - nc * q_t, 0.0))
-        own = acc(np.where(both, nc * v_t * (1.0 + ratio * ratio * n_ct * inv_b), 0.0))
-        w = acc(nb[keep] * (n_ct * inv_b))
-        wc = np.argmax(np.where(pod_calls_c > 0, excess, -np.inf), axis=0)
-        n_w = pod_calls_c[wc, cols]
+        q_t = np.clip(ratio * s_bt * inv_b + margin, 0.0, 1.0)[:, None, :]
+        excess = acc(np.where(both, sc_g - nc_g * q_t, 0.0))
+        own = acc(np.where(both, nc_g * (v_t[g] * (1.0 + ratio * ratio * n_ct_g * inv_b))
+                           [:, None, :], 0.0))
+        w = acc(nb_g * keep[..., None] * (n_ct_g * inv_b)[:, None, :])
+        wc = np.argmax(np.where(pc_g > 0, excess, -np.inf), axis=1)
+        n_w = np.take_along_axis(pc_g, wc[:, None, :], axis=1)[:, 0]
         with np.errstate(divide="ignore", invalid="ignore"):
-            keep_share = np.where(calls_c > 0, (calls_c - n_w)
-                                  / np.where(calls_c > 0, calls_c, 1.0), 0.0)
-        d[at] = (excess.sum(axis=0) - excess[wc, cols])[at]
-        vs[at] = (own.sum(axis=0) - own[wc, cols])[at]
-        sq_calls[at] = ((pod_calls_c ** 2).sum(axis=0) - n_w ** 2)[at]
-        sq_w[at] = ((w ** 2).sum(axis=0) * keep_share ** 2)[at]
-        worst[at] = wc[at]
+            keep_share = np.where(cc_g > 0, (cc_g - n_w) / np.where(cc_g > 0, cc_g, 1.0), 0.0)
+        ex_w = np.take_along_axis(excess, wc[:, None, :], axis=1)[:, 0]
+        own_w = np.take_along_axis(own, wc[:, None, :], axis=1)[:, 0]
+        for out, x in ((d, excess.sum(axis=1) - ex_w), (vs, own.sum(axis=1) - own_w),
+                       (sq_calls, (pc_g ** 2).sum(axis=1) - n_w ** 2),
+                       (sq_w, (w ** 2).sum(axis=1) * keep_share ** 2)):
+            out[g] = np.where(at, x, out[g])
+        worst[g] = np.where(at, wc, worst[g])
     return d, vs, sq_calls, sq_w, worst
 
 
-def _tau2(cohorts: list[tuple[F64, F64, I64 | None]], v_pool: F64, acc: _Acc) -> F64:
-    """DerSimonian–Laird τ² per look from each cohort's pods (calls `n`, sums `s`, pods ×
-    windows), each pod measured against its cohort's window means, leaving out the pod
-    `drop[look]` (−1: none; a cohort with `drop` None counts not at all): out of the sum of
-    squares and out of the window means, so one sick pod neither counts itself nor makes
-    every healthy pod look off. Each distinct dropped pod costs one pass over the cohort's
-    cells (the worst pod rarely changes once data accrues)."""
-    looks = v_pool.size
-    q, df, denom = np.zeros(looks), np.zeros(looks), np.zeros(looks)
-    for n, s, drop in cohorts:
-        if drop is None or not n.shape[0]:
-            continue
-        n_t, s_t = n.sum(axis=0), s.sum(axis=0)
+def _tau2(cohorts: list[tuple[F64, F64, I64, Bool]], v_pool: F64, acc: _Acc) -> F64:
+    """DerSimonian–Laird τ² per group and look from each cohort's pods (calls `n`, sums
+    `s`: groups × pods × windows, 0 off the cohort), each pod measured against its cohort's
+    window means, leaving out the pod `drop[group, look]` (−1: none), in the groups where
+    the cohort `counts`: out of the sum of squares and out of the window means, so one sick
+    pod neither counts itself nor makes every healthy pod look off. Each distinct dropped
+    pod costs one pass over the cells of the groups that drop it (the worst pod rarely
+    changes once data accrues)."""
+    q, df, denom = (np.zeros(v_pool.shape) for _ in range(3))
+    for n, s, drop, counts in cohorts:
+        n_t, s_t = n.sum(axis=1), s.sum(axis=1)
         calls = acc(n)
         for k in np.unique(drop):
-            at = drop == k
-            n_o, s_o = (n_t - n[k], s_t - s[k]) if k >= 0 else (n_t, s_t)
+            at = (drop == k) & counts[:, None]
+            g = np.flatnonzero(at.any(axis=1))
+            if not g.size:
+                continue
+            at = at[g]
+            n_g, s_g = n[g], s[g]
+            n_o = n_t[g] - (n_g[:, k] if k >= 0 else 0.0)
+            s_o = s_t[g] - (s_g[:, k] if k >= 0 else 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 mean = np.where(n_o > 0, s_o / np.where(n_o > 0, n_o, 1.0), 0.0)
-            resid = acc(s - n * mean)
-            keep = calls > 0
+            resid = acc(s_g - n_g * mean[:, None, :])
+            calls_g = calls[g]
+            keep = calls_g > 0
             if k >= 0:
-                keep[k] = False
-            c = np.where(keep, calls, 0.0)
+                keep[:, k] = False
+            c = np.where(keep, calls_g, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
-                q_k = np.where(keep, resid ** 2 / np.where(keep, calls, 1.0), 0.0).sum(axis=0)
-            kept = keep.sum(axis=0)
-            total = c.sum(axis=0)
+                q_k = np.where(keep, resid ** 2 / np.where(keep, calls_g, 1.0), 0.0).sum(axis=1)
+            kept = keep.sum(axis=1)
+            total = c.sum(axis=1)
             with np.errstate(divide="ignore", invalid="ignore"):
-                denom_k = np.where(kept > 1, total - (c ** 2).sum(axis=0)
+                denom_k = np.where(kept > 1, total - (c ** 2).sum(axis=1)
                                    / np.where(total > 0, total, 1.0), 0.0)
-            q[at] += q_k[at]
-            df[at] += np.maximum(kept - 1, 0)[at]
-            denom[at] += denom_k[at]
+            q[g] += np.where(at, q_k, 0.0)
+            df[g] += np.where(at, np.maximum(kept - 1, 0), 0)
+            denom[g] += np.where(at, denom_k, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where((df > 0) & (denom > 0),
                         np.maximum(0.0, (q / v_pool - df) * v_pool
@@ -477,6 +527,11 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
     order = np.argsort(path, kind="stable")
     by_path = path[order]
     cuts = np.flatnonzero(by_path[1:] != by_path[:-1]) + 1
+    if per_pod is not None:
+        from probes.stats.pod_cells import latency_by_path
+
+        latency_of = latency_by_path(per_pod)
+        no_latency = np.zeros(0, dtype=np.intp)
     for rows in np.split(order, cuts):
         p = path[rows[0]]
         t, e, c = start[rows], endpoint[rows], cohort[rows]
@@ -516,7 +571,8 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
         if per_pod is not None:
             from probes.stats.pod_cells import add_per_pod
 
-            grid = add_per_pod(grid, per_pod, rows, p, keys, pod, kept, warm, window,
+            grid = add_per_pod(grid, per_pod, rows, latency_of.get(int(p), no_latency), keys,
+                               pod, kept, warm, window,
                                n_cohorts=len(cohorts), since=since, warmup_s=warmup_s,
                                first=first)
         out[paths[int(p)]] = grid

@@ -8,7 +8,13 @@ import math
 import numpy as np
 
 from probes.stats import bounded
-from probes.stats.pods import log_e_one_sided, needs_factor, pod_states, pod_track
+from probes.stats.pods import (
+    log_e_one_sided,
+    needs_factor,
+    pod_states,
+    pod_track,
+    pod_tracks,
+)
 
 LOG_THR = math.log(4 / 0.01)  # α = 1 % over four metric slots, as the verdict shares it
 TOL = 0.001
@@ -110,6 +116,36 @@ def test_the_last_look_alone_is_the_last_column_of_the_full_track() -> None:
             np.testing.assert_allclose(b[..., 0], a[..., -1], rtol=1e-9, atol=1e-12,
                                        err_msg=f"case {case}: {name}")
         assert pod_states(last, LOG_THR)[0] == pod_states(full, LOG_THR)[-1]
+
+
+def test_a_batch_of_grids_is_judged_as_each_grid_alone() -> None:
+    """`pod_tracks` pads grids of different sizes into one batch: each grid's track, full
+    and last look, is what it gets alone, whatever else is in the batch (one canary pod,
+    none, one baseline pod, pods and windows without calls)."""
+    rng = np.random.default_rng(31)
+    for case in range(60):
+        grids = []
+        for _ in range(int(rng.integers(1, 6))):
+            pods, windows = int(rng.integers(1, 9)), int(rng.integers(1, 30))
+            canary = np.zeros(pods, dtype=bool)
+            canary[rng.choice(pods, int(rng.integers(0, pods + 1)), replace=False)] = True
+            n = rng.poisson(rng.uniform(0, 60), (pods, windows)).astype(float)
+            n *= rng.random((pods, windows)) > 0.2
+            if rng.random() < 0.3:
+                n[int(rng.integers(pods))] = 0.0
+            rates = rng.uniform(0.0, 0.05, pods)
+            s = rng.binomial(n.astype(int), rates[:, None]).astype(float)
+            grids.append((n, s, canary))
+        ratio, margin = (1.0, TOL) if case % 2 else (1.2, 0.01)
+        for last_only in (False, True):
+            batch = pod_tracks(grids, ratio, margin, last_only=last_only)
+            for i, (n, s, canary) in enumerate(grids):
+                alone = pod_track(n, s, canary, ratio, margin, last_only=last_only)
+                for name in alone.__slots__:
+                    a, b = getattr(alone, name), getattr(batch[i], name)
+                    assert a.shape == b.shape, (case, i, name)
+                    np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-12,
+                                               err_msg=f"case {case}, grid {i}: {name}")
 
 
 def test_logsumexp_is_scipys_for_real_input() -> None:
