@@ -53,7 +53,7 @@ Decisions (`pod_states`, the one rule the live verdict and the report's replay b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,16 +140,34 @@ class PodTrack:
     v_pods_wo: F64
 
 
-# How sums over windows are taken: at every look (running sums), or at the last only.
-_Acc = Callable[[F64], F64]
+def _first_max(a: F64, axis: int) -> I64:
+    """The pod with the largest value, the first of those tied: values are rounded first,
+    so that sums taken in another order (the last look alone, a full track, a batch) pick
+    the same pod."""
+    return np.argmax(np.round(a, 6), axis=axis)
 
 
 def _cum(a: F64) -> F64:
     return np.cumsum(a, axis=-1)
 
 
-def _last(a: F64) -> F64:
-    return np.sum(a, axis=-1, keepdims=True)
+class _Acc:
+    """How sums over windows are taken: at every look (running sums), or at the last only.
+    `dot` weighs each window by a per-group factor first: at the last look alone that is a
+    matrix product, one pass over the cells instead of a product and a sum."""
+
+    def __init__(self, last_only: bool) -> None:
+        self.last_only = last_only
+
+    def __call__(self, a: F64) -> F64:
+        return np.sum(a, axis=-1, keepdims=True) if self.last_only else _cum(a)
+
+    def dot(self, a: F64, w: F64) -> F64:
+        """Σ over windows of a[g, i, t]·w[g, t]: `a` (groups, pods, windows), `w` (groups,
+        windows); (groups, pods, looks)."""
+        if self.last_only:
+            return np.matmul(a, w[:, :, None])
+        return _cum(a * w[:, None, :])
 
 
 def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
@@ -171,7 +189,7 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     array operations over all of them: a verdict judges every path, and one call per path
     cost more in numpy's per-call overhead than in arithmetic. Grids are padded with pods
     and windows without calls, which change nothing."""
-    acc: _Acc = _last if last_only else _cum
+    acc = _Acc(last_only)
     g_n = len(grids)
     if not g_n:
         return []
@@ -225,14 +243,14 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     q_run = np.clip(ratio * p_run_b + margin, 0.0, 1.0)
     sd2 = np.maximum(np.maximum(p_run_b * (1 - p_run_b), q_run * (1 - q_run)), 1e-9)
 
-    excess = acc(sc - nc * q_t[:, None, :])  # (groups, pods, looks); 0 off the canary
+    excess = acc(sc) - acc.dot(nc, q_t)  # (groups, pods, looks); 0 off the canary
     pod_calls_c = acc(nc)
-    own = acc(nc * (v_t * (1.0 + ratio * ratio * n_ct * inv_b))[:, None, :])
-    w_b = acc(nb * (n_ct * inv_b)[:, None, :])  # W_j, 0 off the baseline
+    own = acc.dot(nc, v_t * (1.0 + ratio * ratio * n_ct * inv_b))
+    w_b = acc.dot(nb, n_ct * inv_b)  # W_j, 0 off the baseline
 
     # τ²: each pod against its own cohort's window means, DerSimonian–Laird per look.
     pod_calls_b = acc(nb)
-    resid_b = acc(sb - nb * p_t[:, None, :])  # also picks the baseline pod the fail side drops
+    resid_b = acc(sb) - acc.dot(nb, p_t)  # also picks the baseline pod the fail side drops
     v_pool = np.maximum(p_run * (1.0 - p_run), 1e-12)
     pods_c = (pod_calls_c > 0).sum(axis=1)
     pods_b = (pod_calls_b > 0).sum(axis=1)
@@ -250,7 +268,7 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     # The worst canary pod at each look (the one an operator is told about); the first
     # canary pod while none has calls.
     masked = np.where(pod_calls_c > 0, excess, -np.inf)
-    worst = np.argmax(masked, axis=1)
+    worst = _first_max(masked, axis=1)
     some = np.isfinite(masked).any(axis=1)
 
     # The fail direction trims one pod from each cohort: the canary's worst pod is left out
@@ -261,7 +279,7 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
         z_b = np.where(pod_calls_b > 0, resid_b / np.sqrt(np.where(pod_calls_b > 0,
                                                                    pod_calls_b, 1.0)), -np.inf)
     several_b = base.sum(axis=1) > 1
-    drop_b = np.where(several_b[:, None], np.argmax(z_b, axis=1), -1)
+    drop_b = np.where(several_b[:, None], _first_max(z_b, axis=1), -1)
     d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, base, drop_b,
                                                              ratio, margin, v_t, acc)
     tau2_fail = _tau2([(nc, sc, worst_wo, np.asarray(canary.any(axis=1))),
@@ -334,15 +352,14 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, base: Bool, drop_b: I64, rati
             keep[:, k] = False
         n_bt = nb_g.sum(axis=1) - (nb_g[:, k] if k >= 0 else 0.0)
         s_bt = sb_g.sum(axis=1) - (sb_g[:, k] if k >= 0 else 0.0)
-        both = ((n_bt > 0) & (n_ct_g > 0))[:, None, :]
+        both = ((n_bt > 0) & (n_ct_g > 0)).astype(np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             inv_b = np.where(n_bt > 0, 1.0 / np.where(n_bt > 0, n_bt, 1.0), 0.0)
-        q_t = np.clip(ratio * s_bt * inv_b + margin, 0.0, 1.0)[:, None, :]
-        excess = acc(np.where(both, sc_g - nc_g * q_t, 0.0))
-        own = acc(np.where(both, nc_g * (v_t[g] * (1.0 + ratio * ratio * n_ct_g * inv_b))
-                           [:, None, :], 0.0))
-        w = acc(nb_g * keep[..., None] * (n_ct_g * inv_b)[:, None, :])
-        wc = np.argmax(np.where(pc_g > 0, excess, -np.inf), axis=1)
+        q_t = np.clip(ratio * s_bt * inv_b + margin, 0.0, 1.0)
+        excess = acc.dot(sc_g, both) - acc.dot(nc_g, both * q_t)
+        own = acc.dot(nc_g, both * v_t[g] * (1.0 + ratio * ratio * n_ct_g * inv_b))
+        w = acc.dot(nb_g, n_ct_g * inv_b) * keep[..., None]
+        wc = _first_max(np.where(pc_g > 0, excess, -np.inf), axis=1)
         n_w = np.take_along_axis(pc_g, wc[:, None, :], axis=1)[:, 0]
         with np.errstate(divide="ignore", invalid="ignore"):
             keep_share = np.where(cc_g > 0, (cc_g - n_w) / np.where(cc_g > 0, cc_g, 1.0), 0.0)
@@ -367,7 +384,7 @@ def _tau2(cohorts: list[tuple[F64, F64, I64, Bool]], v_pool: F64, acc: _Acc) -> 
     q, df, denom = (np.zeros(v_pool.shape) for _ in range(3))
     for n, s, drop, counts in cohorts:
         n_t, s_t = n.sum(axis=1), s.sum(axis=1)
-        calls = acc(n)
+        calls, sums = acc(n), acc(s)
         for k in np.unique(drop):
             at = (drop == k) & counts[:, None]
             g = np.flatnonzero(at.any(axis=1))
@@ -379,7 +396,7 @@ def _tau2(cohorts: list[tuple[F64, F64, I64, Bool]], v_pool: F64, acc: _Acc) -> 
             s_o = s_t[g] - (s_g[:, k] if k >= 0 else 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 mean = np.where(n_o > 0, s_o / np.where(n_o > 0, n_o, 1.0), 0.0)
-            resid = acc(s_g - n_g * mean[:, None, :])
+            resid = sums[g] - acc.dot(n_g, mean)
             calls_g = calls[g]
             keep = calls_g > 0
             if k >= 0:

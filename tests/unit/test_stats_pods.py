@@ -148,6 +148,25 @@ def test_a_batch_of_grids_is_judged_as_each_grid_alone() -> None:
                                                err_msg=f"case {case}, grid {i}: {name}")
 
 
+def test_pods_tied_on_excess_are_picked_alike_by_the_live_verdict_and_the_replay() -> None:
+    """Two canary pods with the same calls and errors, in other windows, tie on their
+    excess (the baseline's rate varies by window, but each pod's calls are the same in
+    every window); summed in another order, their sums differ in the last bits. The pod
+    each way of summing (the last look alone, the full track) picks is the first."""
+    rng = np.random.default_rng(2)
+    windows = 40
+    n = np.full((5, windows), 50.0)
+    s = np.zeros((5, windows))
+    s[:3] = rng.binomial(50, 0.02, windows)
+    s[3] = rng.binomial(50, 0.03, windows)
+    s[4] = s[3][rng.permutation(windows)]
+    canary = np.array([False, False, False, True, True])
+    full = pod_track(n, s, canary, 1.2, TOL)
+    last = pod_track(n, s, canary, 1.2, TOL, last_only=True)
+    assert full.worst[-1] == last.worst[0] == 0
+    np.testing.assert_allclose(last.v_sampling_wo[0], full.v_sampling_wo[-1], rtol=1e-9)
+
+
 def test_logsumexp_is_scipys_for_real_input() -> None:
     """The statistics' own log-sum-exp (no per-call dispatch) against scipy's, with the
     −inf and +inf terms e-values produce."""
