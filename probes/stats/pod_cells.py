@@ -20,7 +20,7 @@ from probes.measure.histogram import BUCKET_COUNT
 from probes.stats.pods import PodGrid
 from probes.stats.series import overlapping
 
-__all__ = ["PerPod", "add_per_pod", "latency_by_path", "per_pod_of"]
+__all__ = ["PerPod", "add_per_pod", "per_pod_of"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -59,25 +59,14 @@ def per_pod_of(cols: Any, length_s: float,
                   lat.count[keep])
 
 
-def latency_by_path(per_pod: PerPod) -> dict[int, npt.NDArray[np.intp]]:
-    """The indices of each path's latency entries (by path code), grouped once for all
-    paths rather than searched for per path."""
-    order = np.argsort(per_pod.lat_path, kind="stable")
-    paths = per_pod.lat_path[order]
-    cuts = np.flatnonzero(paths[1:] != paths[:-1]) + 1
-    return {int(paths[g[0]]): order[g] for g in np.split(np.arange(len(order)), cuts)
-            if len(g)}
-
-
-def add_per_pod(grid: PodGrid, per_pod: PerPod, rows: npt.NDArray[np.intp],
-                on: npt.NDArray[np.intp], keys: I64,
+def add_per_pod(grid: PodGrid, per_pod: PerPod, rows: npt.NDArray[np.intp], path: int,
+                keys: I64,
                 pod: I64, kept: Bool, warm: Bool, window: I64, *, n_cohorts: int,
                 since: float | None, warmup_s: float, first: F64) -> PodGrid:
     """`grid` with its pods' attempts and latency (`pods.pod_grids`' inner state for one
-    path: `rows` the indices of the path's rows in order, `on` of its latency entries
-    (`latency_by_path`), `keys` its pod keys (endpoint × cohorts + cohort), `pod` each
-    row's pod, `kept` / `warm` the rows from `since` / out of warm-up, `window` each kept
-    row's column, `first` each pod's first row)."""
+    path: `rows` the indices of the path's rows in order, `keys` its pod keys (endpoint ×
+    cohorts + cohort), `pod` each row's pod, `kept` / `warm` the rows from `since` / out of
+    warm-up, `window` each kept row's column, `first` each pod's first row)."""
     shape = grid.calls.shape
     cold = ~warm[kept]
     cell = pod[kept][~cold] * shape[1] + window[~cold]
@@ -90,6 +79,7 @@ def add_per_pod(grid: PodGrid, per_pod: PerPod, rows: npt.NDArray[np.intp],
     a_n, a_s = summed(per_pod.attempts_count), summed(per_pod.attempts_sum)
     recorded = not bool(np.any(per_pod.unrecorded[rows][kept][~cold] > 0))
 
+    on = per_pod.lat_path == path  # a mask per path: no index array over every entry
     key = per_pod.lat_endpoint[on].astype(np.int64) * n_cohorts + per_pod.lat_cohort[on]
     at = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
     known = keys[at] == key if len(keys) else np.zeros(len(key), dtype=bool)

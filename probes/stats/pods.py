@@ -186,13 +186,35 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
                scales: tuple[float, ...] = MIXING_SCALES, *, last_only: bool = False
                ) -> list[PodTrack]:
     """`pod_track` for many (n, s, canary) grids at once (one per path), in one pass of
-    array operations over all of them: a verdict judges every path, and one call per path
-    cost more in numpy's per-call overhead than in arithmetic. Grids are padded with pods
-    and windows without calls, which change nothing."""
+    array operations over batches of them: a verdict judges every path, and one call per
+    path cost more in numpy's per-call overhead than in arithmetic. Grids are padded with
+    pods and windows without calls, which change nothing; a batch holds at most
+    `_BATCH_CELLS` padded cells, so memory stays what one large grid needs."""
+    out: list[PodTrack] = []
+    batch: list[tuple[F64, F64, Bool]] = []
+    rows = cols = 0
+    for grid in grids:
+        shape = np.shape(grid[0])
+        r, c = max(rows, shape[0]), max(cols, shape[1] if len(shape) > 1 else 0)
+        if batch and (len(batch) + 1) * r * c > _BATCH_CELLS:
+            out += _pod_batch(batch, ratio, margin, scales, last_only)
+            batch, r, c = [], shape[0], shape[1] if len(shape) > 1 else 0
+        batch.append(grid)
+        rows, cols = r, c
+    if batch:
+        out += _pod_batch(batch, ratio, margin, scales, last_only)
+    return out
+
+
+# The most padded cells (groups × pods × windows) one batch of `pod_tracks` holds: each of
+# its ~20 arrays is then 8 MB at most.
+_BATCH_CELLS = 1_000_000
+
+
+def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
+               scales: tuple[float, ...], last_only: bool) -> list[PodTrack]:
     acc = _Acc(last_only)
     g_n = len(grids)
-    if not g_n:
-        return []
     shapes = [np.shape(x[0]) for x in grids]
     rows = np.array([sh[0] for sh in shapes], dtype=np.int64)
     cols = np.array([sh[1] if len(sh) > 1 else 0 for sh in shapes], dtype=np.int64)
@@ -544,11 +566,6 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
     order = np.argsort(path, kind="stable")
     by_path = path[order]
     cuts = np.flatnonzero(by_path[1:] != by_path[:-1]) + 1
-    if per_pod is not None:
-        from probes.stats.pod_cells import latency_by_path
-
-        latency_of = latency_by_path(per_pod)
-        no_latency = np.zeros(0, dtype=np.intp)
     for rows in np.split(order, cuts):
         p = path[rows[0]]
         t, e, c = start[rows], endpoint[rows], cohort[rows]
@@ -588,8 +605,7 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
         if per_pod is not None:
             from probes.stats.pod_cells import add_per_pod
 
-            grid = add_per_pod(grid, per_pod, rows, latency_of.get(int(p), no_latency), keys,
-                               pod, kept, warm, window,
+            grid = add_per_pod(grid, per_pod, rows, p, keys, pod, kept, warm, window,
                                n_cohorts=len(cohorts), since=since, warmup_s=warmup_s,
                                first=first)
         out[paths[int(p)]] = grid

@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from probes.stats import bounded
+from probes.stats import pods as pods_module
 from probes.stats.pods import (
     log_e_one_sided,
     needs_factor,
@@ -118,10 +120,14 @@ def test_the_last_look_alone_is_the_last_column_of_the_full_track() -> None:
         assert pod_states(last, LOG_THR)[0] == pod_states(full, LOG_THR)[-1]
 
 
-def test_a_batch_of_grids_is_judged_as_each_grid_alone() -> None:
-    """`pod_tracks` pads grids of different sizes into one batch: each grid's track, full
-    and last look, is what it gets alone, whatever else is in the batch (one canary pod,
-    none, one baseline pod, pods and windows without calls)."""
+@pytest.mark.parametrize("batch_cells", [1_000_000, 200])
+def test_a_batch_of_grids_is_judged_as_each_grid_alone(batch_cells: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pod_tracks` pads grids of different sizes into batches (one, or several when the
+    cells exceed its bound): each grid's track, full and last look, is what it gets alone,
+    whatever else is in the batch (one canary pod, none, one baseline pod, pods and windows
+    without calls)."""
+    monkeypatch.setattr(pods_module, "_BATCH_CELLS", batch_cells)
     rng = np.random.default_rng(31)
     for case in range(60):
         grids = []
