@@ -207,8 +207,9 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
 
 
 # The most padded cells (groups × pods × windows) one batch of `pod_tracks` holds: each of
-# its ~20 arrays is then 8 MB at most.
-_BATCH_CELLS = 1_000_000
+# its ~20 arrays is then 2 MB at most: a warm verdict's peak allocation stays what it was
+# with one path at a time (BENCHMARKS.md D16).
+_BATCH_CELLS = 250_000
 
 
 def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
