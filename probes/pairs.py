@@ -408,13 +408,14 @@ def prometheus_verdict(
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     with PrometheusSource(prometheus, step_s=settings.window_s, clock=lambda: now) as source:
-        judge = prometheus_judge(source, now)
+        judge = prometheus_judge(source)
+        at = source.now()  # the instant it answers for, as `judge` judges
         relays = source.pair_paths()
         asked, direct = _split_asked(path, relays, source.paths)
-        since_t = parse_time(since, now=now) if since else None
+        since_t = parse_time(since, now=at) if since else None
         matrices = tuple(
-            _matrix(source.read_table(since=since_t, until=now, paths=[p]), settings, judge,
-                    path=p, since=since, now=now)
+            _matrix(source.read_table(since=since_t, until=at, paths=[p]), settings, judge,
+                    path=p, since=since, now=at)
             for p in relays if not asked or p in asked)
         result = None
         if direct is None or direct:

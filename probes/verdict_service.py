@@ -239,17 +239,19 @@ def compute_prometheus_verdict(
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     with PrometheusSource(prometheus, step_s=settings.window_s, clock=lambda: now) as source:
-        return prometheus_judge(source, now)(
+        return prometheus_judge(source)(
             settings, path=path, baseline=baseline, canary=canary, since=since)
 
 
 SourceJudge = Callable[..., Mapping[str, Any]]
 
 
-def prometheus_judge(source: PrometheusSource, now: float) -> SourceJudge:
-    """`verdict_from_source` over `source` at `now` (settings, then the query's keywords),
-    with the probes' health read once: an overloaded probe vetoes every verdict, and one
-    that stopped answering scrapes turns a pass into inconclusive."""
+def prometheus_judge(source: PrometheusSource) -> SourceJudge:
+    """`verdict_from_source` over `source` at the instant it answers for (`source.now()`,
+    a step before its clock: what every scrape before it has been stored by), settings then
+    the query's keywords, with the probes' health read once: an overloaded probe vetoes
+    every verdict, and one that stopped answering scrapes turns a pass into inconclusive."""
+    now = source.now()
     health = source.health(now)
     overload = health.overload_reason()
     doubts = [*health.doubts(), *([overload] if overload else [])]

@@ -167,7 +167,7 @@ class PrometheusSource:
     """The probes' windows from the Prometheus HTTP API (module docstring).
 
     Synchronous (httpx.Client), like the SQLite store: callers in an event loop run it in a
-    thread. `clock` gives "now" (the last window ends at the last step boundary before it).
+    thread. `clock` gives "now"; the source answers as of `now()`, one step before it.
     Close it (or use it as a context manager) to release the connection pool.
     """
 
@@ -206,6 +206,15 @@ class PrometheusSource:
     def close(self) -> None:
         self._client.close()
 
+    def now(self) -> float:
+        """The instant the source answers for: the clock's time less one step, so the last
+        window ends at the last step boundary at least a step before the clock. A step is
+        at least the scrape interval and Prometheus keeps a scrape's timeout within its
+        interval, so every scrape stamped before that boundary has been stored: asked again
+        later for the same instant, the source reads the same samples (the boundary just
+        before the clock could still wait for a scrape in flight)."""
+        return self._clock() - self.step_s
+
     def __enter__(self) -> PrometheusSource:
         return self
 
@@ -225,7 +234,7 @@ class PrometheusSource:
         return self._path_values([self._sel(_REQUESTS, [pairs])])
 
     def _path_values(self, selectors: Sequence[str]) -> list[str]:
-        now = self._clock()
+        now = self.now()
         data = self._call("GET", "/api/v1/label/path/values", [
             *(("match[]", s) for s in selectors),
             ("start", _ts(now - self.lookback_s)), ("end", _ts(now)),
@@ -251,7 +260,7 @@ class PrometheusSource:
         A restart of a probe inside one long row can make that row undercount, when its
         counters pass their old values before the row ends.
         """
-        now = self._clock()
+        now = self.now()
         w = self.step_s
         a = math.ceil((since if since is not None else now - self.lookback_s) / w) * w
         b = math.floor(now / w) * w
@@ -276,7 +285,7 @@ class PrometheusSource:
     def first_window(self, cohort: str, since: float | None = None) -> float | None:
         """Start of the first window at or after `since` (default: now − lookback) in which
         `cohort` has calls or stream time, or None. Coarse steps first, then windows."""
-        now = self._clock()
+        now = self.now()
         w = self.step_s
         lo = math.ceil((since if since is not None else now - self.lookback_s) / w) * w
         hi = math.floor(now / w) * w
@@ -303,7 +312,7 @@ class PrometheusSource:
     def health(self, now: float | None = None) -> PrometheusHealth:
         """Probes down (their `up` is 0 while they exported skewprobe series within the last
         hour) and probes overloaded within the last three steps."""
-        t = self._clock() if now is None else now
+        t = self.now() if now is None else now
         up = f"up{{{self._selector}}}" if self._selector else "up"
         lag = self._sel(_PROCESS_COUNTER)
         down = self._instant(

@@ -364,7 +364,9 @@ async def test_three_sharded_probes_from_the_chart_through_prometheus_agree_with
                 windows += store.read_windows()
         merged = _merge(windows)
         first = math.floor(t_begin) - 2
-        end = math.ceil(time.time())
+        # Where the source's newest window ends now and at every later read (it answers a
+        # step before its clock): every read below covers the same windows.
+        end = math.floor(time.time() / W) * W - W
         table = await asyncio.to_thread(source.read_table, since=first, until=end)
         _check_counts(table, merged, first, end, t_stop)
         await asyncio.to_thread(_check_long_rows, source, table, first, end)
@@ -388,7 +390,9 @@ async def test_three_sharded_probes_from_the_chart_through_prometheus_agree_with
         # The service path (origin found in Prometheus, probes' health) as a gate reads it.
         judging = JudgingSettings(min_samples=100, window_s=W)
         health = await asyncio.to_thread(source.health, b)
-        result = await asyncio.to_thread(compute_prometheus_verdict, settings, judging, now=b)
+        # Asked at b + W, Prometheus answers for b (a step before: every scrape stored).
+        result = await asyncio.to_thread(compute_prometheus_verdict, settings, judging,
+                                         now=b + W)
         origin = min(w.start for w in merged if w.cohort == "1.21.0")
         from_stores_default = judge(
             [w for w in merged if origin <= w.start < b], min_samples=100, window_s=W, now=b,
