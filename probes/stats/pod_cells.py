@@ -20,7 +20,7 @@ from probes.measure.histogram import BUCKET_COUNT
 from probes.stats.pods import PodGrid
 from probes.stats.series import overlapping
 
-__all__ = ["PerPod", "add_per_pod", "per_pod_of"]
+__all__ = ["PerPod", "add_per_pod", "by_path", "per_pod_of"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -43,6 +43,9 @@ class PerPod:
     lat_started: F64
     lat_bucket: I64
     lat_count: I64
+    # Where each path's entries lie when they are sorted by path (`by_path`): offsets
+    # indexed by path, else None (a mask per path finds them).
+    lat_bounds: I64 | None = None
 
 
 def per_pod_of(cols: Any, length_s: float,
@@ -57,6 +60,28 @@ def per_pod_of(cols: Any, length_s: float,
                   np.where(out, 0, cols.unrecorded), lat.start[keep], lat.path[keep],
                   lat.endpoint[keep], lat.cohort[keep], lat.started[keep], lat.bucket[keep],
                   lat.count[keep])
+
+
+# Entries sorted by path at most (a warm verdict's pooled records are a few hundred
+# thousand): sorting copies every entry column once, and a day's cold read holds tens of
+# millions, where a mask per path costs a byte per entry instead.
+SORT_ENTRIES_MAX = 2_000_000
+
+
+def by_path(per_pod: PerPod, n_paths: int) -> PerPod:
+    """`per_pod` with its latency entries sorted by path (stably, so each path's keep their
+    order) and `lat_bounds` set, when there are at most `SORT_ENTRIES_MAX`: each path's
+    entries are then a slice, not a mask over every entry per path."""
+    if len(per_pod.lat_path) > SORT_ENTRIES_MAX:
+        return per_pod
+    order = np.argsort(per_pod.lat_path, kind="stable")
+    bounds = np.searchsorted(per_pod.lat_path[order], np.arange(n_paths + 1))
+    return replace(per_pod, lat_start=per_pod.lat_start[order],
+                   lat_path=per_pod.lat_path[order], lat_endpoint=per_pod.lat_endpoint[order],
+                   lat_cohort=per_pod.lat_cohort[order],
+                   lat_started=per_pod.lat_started[order],
+                   lat_bucket=per_pod.lat_bucket[order], lat_count=per_pod.lat_count[order],
+                   lat_bounds=bounds.astype(np.int64))
 
 
 def add_per_pod(grid: PodGrid, per_pod: PerPod, rows: npt.NDArray[np.intp], path: int,
@@ -79,7 +104,8 @@ def add_per_pod(grid: PodGrid, per_pod: PerPod, rows: npt.NDArray[np.intp], path
     a_n, a_s = summed(per_pod.attempts_count), summed(per_pod.attempts_sum)
     recorded = not bool(np.any(per_pod.unrecorded[rows][kept][~cold] > 0))
 
-    on = per_pod.lat_path == path  # a mask per path: no index array over every entry
+    b = per_pod.lat_bounds
+    on = slice(int(b[path]), int(b[path + 1])) if b is not None else per_pod.lat_path == path
     key = per_pod.lat_endpoint[on].astype(np.int64) * n_cohorts + per_pod.lat_cohort[on]
     at = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
     known = keys[at] == key if len(keys) else np.zeros(len(key), dtype=bool)

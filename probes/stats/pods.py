@@ -566,6 +566,10 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
     # over every row per path: a day of 50 paths' pods was mostly that.
     order = np.argsort(path, kind="stable")
     by_path = path[order]
+    if per_pod is not None:
+        from probes.stats.pod_cells import by_path as entries_by_path
+
+        per_pod = entries_by_path(per_pod, len(paths))
     cuts = np.flatnonzero(by_path[1:] != by_path[:-1]) + 1
     for rows in np.split(order, cuts):
         p = path[rows[0]]

@@ -227,3 +227,19 @@ def test_before_a_rollout_no_endpoint_window_is_read(estate: Any,
     warm, cold = verdicts(db, cache, T0 + 13 * W + 1)
     assert warm == cold and warm["canary"] == NEW
     assert reads
+
+
+def test_latency_entries_sliced_by_path_or_masked_give_one_verdict(
+        estate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A warm verdict's few entries are sorted by path and sliced; a day's cold read, too many
+    # to sort, finds each path's by a mask. Both must read the same grids.
+    from probes.stats import pod_cells
+
+    db, store, cache = estate
+    _, now = written(store, 90, seed=7)
+    sliced, _ = verdicts(db, cache, now)
+    monkeypatch.setattr(pod_cells, "SORT_ENTRIES_MAX", 0)
+    masked = compute_verdict(db, SETTINGS, now=now, overload=None)
+    assert sliced == masked
+    rules = {name: m["rule"] for p in masked["paths"] for name, m in p["metrics"].items()}
+    assert rules["latency_p99_ms"] == "pods", rules
