@@ -252,12 +252,13 @@ def prometheus_judge(source: PrometheusSource) -> SourceJudge:
     the query's keywords, with the probes' health read once: an overloaded probe vetoes
     every verdict, and one that stopped answering scrapes turns a pass into inconclusive."""
     now = source.now()
+    asked = now + source.step_s
     health = source.health(now)
     overload = health.overload_reason()
     doubts = [*health.doubts(), *([overload] if overload else [])]
 
     def judge(settings: JudgingSettings, **query: Any) -> Mapping[str, Any]:
-        result = verdict_from_source(source, settings, now=now,
+        result = verdict_from_source(source, settings, now=now, asked=asked,
                                      overloaded=overload is not None, **query)
         return with_doubts(result, doubts)
 
@@ -273,16 +274,19 @@ def verdict_from_source(
     canary: str | None = None,
     since: str | None = None,
     now: float,
+    asked: float | None = None,
     overloaded: bool = False,
     exclude: Sequence[tuple[float, float]] = (),
 ) -> Mapping[str, Any]:
     """Resolve the query against `source` and judge (`compute_verdict` for the origin).
+    `asked`: when the query was asked, if later than `now` (a Prometheus source answers a
+    step before it): a `since` between the two is not in the future, it has no window yet.
     `exclude`: spans whose windows are left out of the comparison (overloaded probe)."""
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     paths = [path] if isinstance(path, str) else (list(path) if path else None)
     since_t = parse_time(since, now=now) if since else None
-    if since_t is not None and since_t > now:
+    if since_t is not None and since_t > max(now, asked or now):
         raise BadInput(f"since {since!r} is in the future")
     baseline = baseline or settings.cohort.baseline
     canary = canary or settings.cohort.canary

@@ -75,3 +75,26 @@ def test_the_verdict_at_a_time_is_the_one_the_store_gave_then(
     asked = compute_verdict(whole, settings, now=at)
     assert json.dumps(asked, sort_keys=True) == json.dumps(
         compute_verdict(then, settings, now=at), sort_keys=True)
+
+
+def test_a_since_inside_the_step_a_source_answers_before_is_not_yet_judged(
+        tmp_path: Path, windows: Windows) -> None:
+    # A Prometheus source answers a step before it was asked (the newest scrapes may still be
+    # in flight): a `since` in that step is a rollout that has just begun, not bad input.
+    from probes._exceptions import BadInput
+    from probes.verdict_service import verdict_from_source
+
+    db = _store(tmp_path / "p.db", windows)
+    asked = CANARY_FROM + 200.0
+    now = asked - WINDOW_S
+    since = f"{asked - 4.0:.3f}"
+    with Store.open(db, readonly=True) as store:
+        result = verdict_from_source(store, JudgingSettings(), since=since, now=now,
+                                     asked=asked)
+        assert result["verdict"] == "inconclusive"
+        assert all(p["verdict"] == "inconclusive" for p in result["paths"])
+        with pytest.raises(BadInput, match="in the future"):
+            verdict_from_source(store, JudgingSettings(), since=since, now=now)
+        with pytest.raises(BadInput, match="in the future"):
+            verdict_from_source(store, JudgingSettings(), since=f"{asked + 1.0:.3f}", now=now,
+                                asked=asked)
