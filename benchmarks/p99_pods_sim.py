@@ -61,7 +61,7 @@ from verdict_sim import ALPHA, SLOTS, TOL, WINDOW_S, Estate, Scenario, cp_upper,
 from probes._spec import DEFAULT_ATTEMPTS_MAX
 from probes.measure.histogram import LOWER, SUB_BUCKETS, UPPER, index_of
 from probes.stats import bounded, quantile
-from probes.stats.pod_exceed import exceedance_cuts, exceedance_track
+from probes.stats.pod_exceed import exceedance_cuts, exceedance_track, pass_track
 from probes.stats.pod_quantile import pod_quantile_track
 from probes.stats.pods import pod_track
 
@@ -96,6 +96,11 @@ SCENARIOS = (
     LatencyScenario("A/B: canary ×1.5 (pods alike)", canary_factor=1.5),
     LatencyScenario("A/B: canary ×1.5 (spread ±10 %)", spread=0.1, canary_factor=1.5),
     LatencyScenario("A/B: canary ×2 (spread)", spread=0.3, canary_factor=2.0),
+    # Just beyond the tolerance (×1.2 + 5 ms is ×1.23 at a p99 of ~160 ms): the pass side's
+    # H0 at its edge, where a pass is wrong and a fail is right.
+    LatencyScenario("A/B: canary ×1.25, just beyond (pods alike)", canary_factor=1.25),
+    LatencyScenario("A/B: canary ×1.25, just beyond (spread ±10 %)", spread=0.1,
+                    canary_factor=1.25),
 )
 
 
@@ -156,8 +161,8 @@ def pods_p99_tracks(hist: np.ndarray, canary: np.ndarray, starts: np.ndarray,
     """Flags per look on warm cells. Fail rules: "pods", each cohort's worst pod out of
     pooled histograms (`pod_quantile_track`); "exceed", exceedances per pod × window through
     `pod_track`, worst pods out (`probes.stats.pod_exceed`, the live verdict's). Pass rules:
-    "pass-pooled", the pooled quantile test with every pod in; "pass-exceed", exceedances
-    at the pass side's cuts through `pod_track` (the live verdict's)."""
+    "pass-pooled", the pooled quantile test with every pod in; "pass-exceed", the canary's
+    exceedances of the pass cut against 1 − p through `pod_track` (the live verdict's)."""
     r, m = TOL.latency_p99_ratio, TOL.latency_p99_margin_ms / 1000
     h = hist * warm(starts, hist.shape[1])[:, :, None]
     cum = np.cumsum(h, axis=1)
@@ -187,8 +192,8 @@ def pods_p99_tracks(hist: np.ndarray, canary: np.ndarray, starts: np.ndarray,
         fail[look] = exceedance_track(
             c, from_(look, cuts.baseline_fail), from_(look, cuts.canary_fail), canary,
             last_only=True).log_e_fail[-1]
-        ok[look] = exceedance_track(
-            c, from_(look, cuts.baseline_pass), from_(look, cuts.canary_pass), canary,
+        ok[look] = pass_track(
+            c, from_(look, cuts.baseline_level), from_(look, cuts.canary_pass), canary, 0.99,
             last_only=True).log_e_pass[-1]
     out["exceed"] = fail >= log_half
     out["pass-exceed"] = ok >= log_half

@@ -37,6 +37,7 @@ from probes.stats.pod_exceed import (
     Exceedances,
     exceedance_cuts,
     exceedance_tracks,
+    pass_tracks,
 )
 from probes.stats.pod_quantile import pod_quantile_track
 from probes.stats.pods import PodGrid, PodTrack, needs_factor
@@ -57,6 +58,7 @@ Bool = npt.NDArray[np.bool_]
 
 _LOG2 = math.log(2.0)
 _LAYOUT = Layout.from_edges(LOWER, UPPER)
+_P = 0.99  # the quantile judged
 # What the p99 finding counts, in the words of the reason and the report.
 P99_SLOW = "calls above the baseline's p99"
 
@@ -131,12 +133,13 @@ def _exceed_tracks(parts: Sequence[_P99Part], cuts: ExceedanceCuts
         # (pods, buckets + 1): each pod's calls from a bucket on; none from past the last.
         above = np.zeros((part.hist.shape[0], part.hist.shape[1] + 1))
         above[:, :-1] = np.cumsum(part.hist[:, ::-1], axis=1)[:, ::-1]
-        b_fail, c_fail, b_pass, c_pass = (above[:, int(cut[row])][:, None] for cut in (
-            cuts.baseline_fail, cuts.canary_fail, cuts.baseline_pass, cuts.canary_pass))
+        b_fail, c_fail, b_level, c_pass = (above[:, int(cut[row])][:, None] for cut in (
+            cuts.baseline_fail, cuts.canary_fail, cuts.baseline_level, cuts.canary_pass))
         calls = above[:, :1]
         sides[0].append((calls, b_fail, c_fail, part.is_canary))
-        sides[1].append((calls, b_pass, c_pass, part.is_canary))
-    fails, oks = (exceedance_tracks(side, last_only=True) for side in sides)
+        sides[1].append((calls, b_level, c_pass, part.is_canary))
+    fails = exceedance_tracks(sides[0], last_only=True)
+    oks = pass_tracks(sides[1], _P, last_only=True)
     return list(zip(fails, oks, strict=True))
 
 
@@ -165,7 +168,7 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
         warm = M.latency_p99(cum_b, cum_c, _LAYOUT, tol, alpha)
         # α split in two: the baseline p99's confidence sequence that places the cuts, and
         # the exceedance tracks (a decision needs both to hold).
-        cuts = exceedance_cuts(cum_b, _LAYOUT, 0.99, tol.latency_p99_ratio,
+        cuts = exceedance_cuts(cum_b, _LAYOUT, _P, tol.latency_p99_ratio,
                                tol.latency_p99_margin_ms / 1000.0, math.log(2.0 / alpha))
         heads = {id(p): (h, tracks) for p, h, tracks in zip(
             judged, warm, _exceed_tracks(judged, cuts), strict=True)}
@@ -209,7 +212,7 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
     log_half = math.log(2.0 / alpha)
     fail, ok = tracks
     # Which canary pod is the worst, and its share of the canary's slow calls.
-    track = pod_quantile_track(hist[:, None, :], is_canary, _LAYOUT, 0.99,
+    track = pod_quantile_track(hist[:, None, :], is_canary, _LAYOUT, _P,
                                tol.latency_p99_ratio, tol.latency_p99_margin_ms / 1000.0,
                                log_thr, tests=False)
     # With every pod in, the evidence is the pooled test's (every call independent): what

@@ -183,13 +183,16 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
 
 
 def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
-               scales: tuple[float, ...] = MIXING_SCALES, *, last_only: bool = False
-               ) -> list[PodTrack]:
+               scales: tuple[float, ...] = MIXING_SCALES, *, last_only: bool = False,
+               pod_ratio: float | None = None) -> list[PodTrack]:
     """`pod_track` for many (n, s, canary) grids at once (one per path), in one pass of
     array operations over batches of them: a verdict judges every path, and one call per
     path cost more in numpy's per-call overhead than in arithmetic. Grids are padded with
     pods and windows without calls, which change nothing; a batch holds at most
-    `_BATCH_CELLS` padded cells, so memory stays what one large grid needs."""
+    `_BATCH_CELLS` padded cells, so memory stays what one large grid needs.
+    `pod_ratio` (default `ratio`) weighs the baseline's pods in the spread term: a test
+    against a constant (ratio 0) whose constant the baseline's pods stand for keeps their
+    spread with 1 (`probes.stats.pod_exceed`'s pass side)."""
     out: list[PodTrack] = []
     batch: list[tuple[F64, F64, Bool]] = []
     rows = cols = 0
@@ -197,12 +200,12 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
         shape = np.shape(grid[0])
         r, c = max(rows, shape[0]), max(cols, shape[1] if len(shape) > 1 else 0)
         if batch and (len(batch) + 1) * r * c > _BATCH_CELLS:
-            out += _pod_batch(batch, ratio, margin, scales, last_only)
+            out += _pod_batch(batch, ratio, margin, scales, last_only, pod_ratio)
             batch, r, c = [], shape[0], shape[1] if len(shape) > 1 else 0
         batch.append(grid)
         rows, cols = r, c
     if batch:
-        out += _pod_batch(batch, ratio, margin, scales, last_only)
+        out += _pod_batch(batch, ratio, margin, scales, last_only, pod_ratio)
     return out
 
 
@@ -213,7 +216,8 @@ _BATCH_CELLS = 250_000
 
 
 def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
-               scales: tuple[float, ...], last_only: bool) -> list[PodTrack]:
+               scales: tuple[float, ...], last_only: bool,
+               pod_ratio: float | None = None) -> list[PodTrack]:
     acc = _Acc(last_only)
     g_n = len(grids)
     shapes = [np.shape(x[0]) for x in grids]
@@ -286,7 +290,8 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     vs_all = own.sum(axis=1)
     sq_calls = (pod_calls_c ** 2).sum(axis=1)
     sq_w = (w_b ** 2).sum(axis=1)
-    vp_all = tau2 * (sq_calls + ratio * ratio * sq_w)
+    r_pods = ratio if pod_ratio is None else pod_ratio
+    vp_all = tau2 * (sq_calls + r_pods * r_pods * sq_w)
 
     # The worst canary pod at each look (the one an operator is told about); the first
     # canary pod while none has calls.
