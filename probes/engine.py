@@ -7,13 +7,17 @@ is measured from the intended time, so a stalled probe or callee cannot hide its
 (coordinated omission), and the schedule lag (actual − intended send time) is reported on
 its own so the probe's own starvation is told apart from the callee's slowness.
 
-The schedules share one timer: a heap of (next send, schedule) and one `call_at` armed for
-the earliest. A task per schedule sleeping between sends would cost, per send, a Future,
-a timer handle and a task step, and keep thousands of such objects alive for a period each:
-at 2,400 endpoints that was both CPU and the bulk of what every garbage collection had to
-walk (pauses of tens of milliseconds in the schedule lag). A removed endpoint's schedule is
-marked dead and dropped when it comes up. Long-lived stream paths keep one task per
-(path, endpoint) (`StreamHolder.hold`), cancelled when the endpoint leaves.
+The schedules share one timer: a heap of (next send, schedule) and one timer armed for the
+earliest. On Linux it is a timerfd (`probes._precise_timer`), as `call_at` wakes up to 1 ms
+late (asyncio rounds its waits up to whole ms) and that lateness would be in every latency;
+sends close together (or many per second) still share `call_at`'s coarser wakes, which cost
+less CPU, and elsewhere it is `call_at` throughout. A task per schedule sleeping between
+sends would cost, per send, a Future, a timer handle and a task step, and keep thousands of
+such objects alive for a period each: at 2,400 endpoints that was both CPU and the bulk of
+what every garbage collection had to walk (pauses of tens of milliseconds in the schedule
+lag). A removed endpoint's schedule is marked dead and dropped when it comes up. Long-lived
+stream paths keep one task per (path, endpoint) (`StreamHolder.hold`), cancelled when the
+endpoint leaves.
 
 Safety bounds: `max_in_flight` calls at once across the probe (a call that would exceed it
 is dropped and counted, not queued), a global rate ceiling (asyncio-throttle) that protects
@@ -37,6 +41,7 @@ from typing import Protocol, runtime_checkable
 
 from asyncio_throttle import Throttler
 
+from probes._precise_timer import Backend, PreciseTimer
 from probes._spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
 
@@ -50,6 +55,15 @@ __all__ = [
 ]
 
 log = logging.getLogger("skewprobe.engine")
+
+# Sends close together wait on `call_at`, not the timerfd: a send due within COARSE_WITHIN_S
+# of the timer's last firing, and every send while the schedules add up to more than
+# COARSE_ABOVE_RATE_PER_S. A precise wake for each such send costs a wake of the process
+# (CPU per call +30 % at 2,400 sends/s, about +5 % at 250/s; BENCHMARKS.md D9), while
+# `call_at`'s millisecond rounding lets one wake, or a wake the loop makes for answers
+# anyway, send several. Their lateness (up to 1 ms) stays in their latency, as any send's.
+COARSE_WITHIN_S = 0.001
+COARSE_ABOVE_RATE_PER_S = 250.0
 
 
 class Prober(Protocol):
@@ -145,6 +159,7 @@ class Engine:
         limits: EngineLimits = EngineLimits(),
         streams: StreamHolder | None = None,
         wall: Callable[[], float] = time.time,
+        timer_backend: Backend | None = None,
     ) -> None:
         self.paths = tuple(paths)
         self.probers = probers
@@ -160,8 +175,12 @@ class Engine:
         # ones until they come up); one timer armed for the earliest.
         self._heap: list[tuple[float, int, _Schedule]] = []
         self._seq = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
+        # None: the most precise this platform offers (`probes._precise_timer`).
+        self._timer_backend = timer_backend
+        self._timer: PreciseTimer | None = None
         self._timer_at = float("inf")
+        self._fired_at = float("-inf")
+        self._coarse_rate = False
         self._calls: set[asyncio.Task[None]] = set()
         self._endpoints: dict[str, Endpoint] = {}
         self._snapshot_seen = asyncio.Event()
@@ -183,6 +202,11 @@ class Engine:
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
         return tuple(self._endpoints.values())
+
+    @property
+    def timer_backend(self) -> Backend | None:
+        """The schedule timer's backend (None until the first schedule is armed)."""
+        return self._timer.backend if self._timer is not None else None
 
     @property
     def loops(self) -> int:
@@ -250,6 +274,8 @@ class Engine:
             if isinstance(prober, EndpointObserver):
                 prober.observe(snapshot)
         self._balance()
+        rate = sum(1.0 / s.period for s in self._schedules.values())
+        self._coarse_rate = rate > COARSE_ABOVE_RATE_PER_S
         self._arm(loop)
 
     def _balance(self) -> None:
@@ -289,7 +315,7 @@ class Engine:
     async def stop(self, grace_s: float = 0.0) -> None:
         """Stop the schedule; give in-flight calls `grace_s` to finish, then cancel them."""
         if self._timer is not None:
-            self._timer.cancel()
+            self._timer.close()
             self._timer, self._timer_at = None, float("inf")
         for schedule in self._schedules.values():
             schedule.live = False
@@ -316,17 +342,20 @@ class Engine:
         due = self._heap[0][0]
         if due >= self._timer_at:
             return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(due, self._fire)
+        timer = self._timer
+        if timer is None or timer.loop is not loop:
+            if timer is not None:
+                timer.close()
+            timer = self._timer = PreciseTimer(loop, self._fire, backend=self._timer_backend)
+        timer.arm(due, coarse=self._coarse_rate or due - self._fired_at < COARSE_WITHIN_S)
         self._timer_at = due
 
     def _fire(self) -> None:
         """Send every call that is due; skip those too far behind; re-arm."""
         loop = asyncio.get_running_loop()
-        self._timer, self._timer_at = None, float("inf")
+        self._timer_at = float("inf")  # the timer is spent; `_arm` sets it again
         heap = self._heap
-        now = loop.time()
+        now = self._fired_at = loop.time()
         catch_up = self.limits.max_catch_up_s
         max_in_flight = self.limits.max_in_flight
         while heap and heap[0][0] <= now:

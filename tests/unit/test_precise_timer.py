@@ -1,0 +1,258 @@
+"""The engine's schedule timer (`probes._precise_timer`): never early, re-armable, closable.
+
+Every backend this machine offers is exercised, `call_at` (the fallback) included. No test
+bounds how late a timer may fire: a loaded machine may delay any wake; only order, "not
+before the deadline" and counts are asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import pytest
+
+from probes._precise_timer import Backend, PreciseTimer, available_backends
+from probes._spec import PathSpec
+from probes._types import CallOutcome, CallResult, Endpoint, Outcome
+from probes.engine import COARSE_ABOVE_RATE_PER_S, Engine
+
+BACKENDS = available_backends()
+# A guard against a hung test, not a bound on lateness.
+HANG_GUARD_S = 30.0
+
+
+class Fired:
+    """The loop times a timer's callback ran at."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.at: list[float] = []
+        self.event = asyncio.Event()
+
+    def __call__(self) -> None:
+        self.at.append(self.loop.time())
+        self.event.set()
+
+    async def wait(self) -> None:
+        await asyncio.wait_for(self.event.wait(), HANG_GUARD_S)
+        self.event.clear()
+
+
+def test_linux_offers_a_timerfd_and_every_platform_the_fallback() -> None:
+    assert BACKENDS[-1] == "call_at"
+    if sys.platform.startswith("linux"):
+        assert "timerfd-ctypes" in BACKENDS
+
+
+@pytest.mark.parametrize("coarse", [False, True])
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_fires_once_and_never_before_its_deadline(backend: Backend, coarse: bool) -> None:
+    loop = asyncio.get_running_loop()
+    fired = Fired(loop)
+    timer = PreciseTimer(loop, fired, backend=backend)
+    assert timer.backend == backend
+    try:
+        for delay in (0.0031, 0.0007, 0.0123, 0.0):
+            deadline = loop.time() + delay
+            timer.arm(deadline, coarse=coarse)
+            await fired.wait()
+            assert fired.at[-1] >= deadline
+            assert timer.deadline is None
+        await asyncio.sleep(0.02)
+        assert len(fired.at) == 4  # one call per arm, none spurious
+    finally:
+        timer.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_rearming_replaces_the_deadline_earlier_or_later(backend: Backend) -> None:
+    loop = asyncio.get_running_loop()
+    fired = Fired(loop)
+    timer = PreciseTimer(loop, fired, backend=backend)
+    try:
+        # Earlier: a deadline far off, replaced by a near one, fires at the near one.
+        timer.arm(loop.time() + 3600.0)
+        near = loop.time() + 0.005
+        timer.arm(near)
+        await fired.wait()
+        assert len(fired.at) == 1 and fired.at[0] >= near
+        # Later: the first deadline no longer counts.
+        first = loop.time() + 0.002
+        timer.arm(first)
+        later = first + 0.03
+        timer.arm(later)
+        await fired.wait()
+        assert len(fired.at) == 2 and fired.at[1] >= later
+    finally:
+        timer.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_switching_between_precise_and_coarse_keeps_only_the_last_deadline(
+    backend: Backend,
+) -> None:
+    loop = asyncio.get_running_loop()
+    fired = Fired(loop)
+    timer = PreciseTimer(loop, fired, backend=backend)
+    try:
+        for first_coarse in (False, True):
+            timer.arm(loop.time() + 0.002, coarse=first_coarse)
+            last = loop.time() + 0.03
+            timer.arm(last, coarse=not first_coarse)
+            await fired.wait()
+            assert fired.at[-1] >= last
+        await asyncio.sleep(0.03)
+        assert len(fired.at) == 2
+    finally:
+        timer.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_cancelled_or_closed_timer_does_not_fire(backend: Backend) -> None:
+    loop = asyncio.get_running_loop()
+    fired = Fired(loop)
+    timer = PreciseTimer(loop, fired, backend=backend)
+    timer.arm(loop.time() + 0.005)
+    timer.cancel()
+    assert timer.deadline is None
+    await asyncio.sleep(0.03)
+    assert fired.at == []
+    timer.arm(loop.time() + 0.005)
+    timer.close()
+    timer.close()  # idempotent
+    await asyncio.sleep(0.03)
+    assert fired.at == [] and timer.closed
+    with pytest.raises(RuntimeError):
+        timer.arm(loop.time())
+
+
+class _VirtualClockLoop(asyncio.SelectorEventLoop):
+    """A loop whose clock is not time.monotonic (a kernel deadline would be wrong for it)."""
+
+    def time(self) -> float:
+        return time.monotonic() + 1000.0
+
+
+def test_a_loop_on_another_clock_falls_back_to_call_at() -> None:
+    loop = _VirtualClockLoop()
+    try:
+        async def fire_once() -> tuple[str, list[float], float]:
+            fired = Fired(loop)
+            timer = PreciseTimer(loop, fired)
+            deadline = loop.time() + 0.002
+            timer.arm(deadline)
+            await fired.wait()
+            timer.close()
+            return timer.backend, fired.at, deadline
+
+        backend, at, deadline = loop.run_until_complete(fire_once())
+    finally:
+        loop.close()
+    assert backend == "call_at"
+    assert len(at) == 1 and at[0] >= deadline
+
+
+# -- the engine on each backend ------------------------------------------------------------
+
+
+class StampProber:
+    """Answers ok at once, with the monotonic time the call began in `detail`."""
+
+    async def call(self, endpoint: Endpoint, request_id: str) -> CallOutcome:
+        return CallOutcome(Outcome.OK, status=200, detail=repr(time.monotonic()))
+
+    def forget(self, endpoint: Endpoint) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class ListSink:
+    def __init__(self, enough: int = 0) -> None:
+        self.results: list[CallResult] = []
+        self.drops = 0
+        self.enough = enough
+        self.has_enough = asyncio.Event()
+
+    def record(self, result: CallResult, endpoint: Endpoint) -> None:
+        self.results.append(result)
+        if len(self.results) >= self.enough:
+            self.has_enough.set()
+
+    def dropped(self, path: str, reason: str, count: int = 1) -> None:
+        self.drops += count
+
+
+def _ep(name: str) -> Endpoint:
+    return Endpoint(name=name, host="127.0.0.1", port=1, labels={"proxy_version": "1"})
+
+
+def _timer_fd(engine: Engine) -> int:
+    timer = engine._timer
+    assert timer is not None
+    return timer._fd
+
+
+# 20 endpoints at 10/s: 200 sends/s, each on the timerfd unless close behind another; at
+# 20/s: 400 sends/s, above COARSE_ABOVE_RATE_PER_S, all on call_at.
+@pytest.mark.parametrize("rate", [10.0, 20.0])
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_engine_never_sends_before_the_intended_time(backend: Backend, rate: float) -> None:
+    # `wall=time.monotonic` puts intended times on the prober's clock: the engine reads the
+    # wall clock just before the loop's, so a reported intended time is never later than
+    # the true one, and a call that began before it would show as an early send.
+    assert 20 * 10.0 < COARSE_ABOVE_RATE_PER_S < 20 * 20.0
+    sink = ListSink(enough=200)
+    engine = Engine([PathSpec(name="p", rate_per_s=rate, timeout_s=0.5)], {"p": StampProber()},
+                    sink, wall=time.monotonic, timer_backend=backend)
+    engine.apply([_ep(f"e{i}") for i in range(20)])
+    assert engine.timer_backend == backend
+    await asyncio.wait_for(sink.has_enough.wait(), HANG_GUARD_S)
+    await engine.stop()
+    assert all(float(r.outcome.detail) >= r.intended_at for r in sink.results)
+    assert all(r.latency_s >= r.lag_s >= 0.0 for r in sink.results)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_engine_rearms_only_for_an_earlier_send(backend: Backend) -> None:
+    loop = asyncio.get_running_loop()
+    engine = Engine([PathSpec(name="p", rate_per_s=0.01, timeout_s=0.5)], {"p": StampProber()},
+                    ListSink(), timer_backend=backend)
+    endpoints: list[Endpoint] = []
+    armed: list[float] = []
+    # First sends are spread over the 100 s period: each new endpoint whose first send is
+    # earlier than every one before moves the timer to it; a later one leaves it.
+    for i in range(12):
+        endpoints.append(_ep(f"e{i}"))
+        engine.apply(endpoints)
+        timer = engine._timer
+        assert timer is not None and timer.deadline is not None
+        assert timer.deadline == min(due for due, _, _ in engine._heap)
+        armed.append(timer.deadline)
+    assert armed == sorted(armed, reverse=True)
+    assert len(set(armed)) > 1, "some endpoint must have come first"
+    assert all(deadline > loop.time() for deadline in armed)
+    await engine.stop()
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "call_at"])
+async def test_engine_closes_its_timerfd_on_stop(backend: Backend) -> None:
+    loop = asyncio.get_running_loop()
+    engine = Engine([PathSpec(name="p", rate_per_s=20.0, timeout_s=0.5)], {"p": StampProber()},
+                    ListSink(), timer_backend=backend)
+    engine.apply([_ep("a")])
+    fd = _timer_fd(engine)
+    os.fstat(fd)  # open
+    await engine.stop()
+    assert engine._timer is None and engine.timer_backend is None
+    assert not loop.remove_reader(fd)  # no longer watched
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    # Applied again after a stop, the engine arms a new timer.
+    engine.apply([_ep("b")])
+    assert engine.timer_backend == backend
+    await engine.stop()
