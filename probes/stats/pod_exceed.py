@@ -43,7 +43,13 @@ Known limits (an independent review's findings, not yet closed):
   cohorts share, and cohort-balanced sampling keeps their calls per second alike; per-pod
   × window cells would give p99 the success rate's strata.
 - τ² is estimated and plugged in (as for the success rate); with two or three canary pods
-  its few degrees of freedom are not accounted for.
+  its few degrees of freedom are not accounted for. On a small estate (three baseline pods
+  against one canary pod, two against two) a few pods that happen to agree give τ² ≈ 0, and
+  a canary at the pass side's H0 passed in 2–3 % of simulated rollouts whatever α; so too
+  when the canary's pods spread more than the baseline's (3.4 % at α = 0.25 %). The
+  two-sample pass this replaced erred there too, about half as often (BENCHMARKS.md D18).
+  An upper bound on τ² with its own share of α is the fix; at χ²'s 1 % point it costs the
+  ±10 % estate its pass, so it needs calibrating first.
 
 
 What it costs: the spread between pods bounds the evidence. With pods ±30 % apart a pod's

@@ -247,8 +247,9 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
                       "rate)" + found)
         elif float(ok.d[-1]) < 0 and spread > 0:
             reason = (head + ": cannot pass at this spread between pods (their shares of "
-                      f"calls above the baseline's p99 differ by {spread:.2g} pp) with "
-                      f"{pods_c} canary {pod_word}; more pods would decide" + found)
+                      f"calls in the tail differ by {spread:.2g} pp) with {pods_c} canary "
+                      f"{pod_word} and {pods_b} baseline; more pods, in both cohorts, would "
+                      "decide" + found)
         else:
             reason = head + ": not enough evidence yet to pass or fail" + found
     return replace(
