@@ -8,9 +8,11 @@ before the deadline" and counts are asserted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -41,6 +43,18 @@ class Fired:
         self.event.clear()
 
 
+@contextlib.contextmanager
+def a_timer(backend: Backend) -> Iterator[tuple[asyncio.AbstractEventLoop, Fired, PreciseTimer]]:
+    """A timer on the running loop that records when it fires; closed afterwards."""
+    loop = asyncio.get_running_loop()
+    fired = Fired(loop)
+    timer = PreciseTimer(loop, fired, backend=backend)
+    try:
+        yield loop, fired, timer
+    finally:
+        timer.close()
+
+
 def test_linux_offers_a_timerfd_and_every_platform_the_fallback() -> None:
     assert BACKENDS[-1] == "call_at"
     if sys.platform.startswith("linux"):
@@ -50,11 +64,8 @@ def test_linux_offers_a_timerfd_and_every_platform_the_fallback() -> None:
 @pytest.mark.parametrize("coarse", [False, True])
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_fires_once_and_never_before_its_deadline(backend: Backend, coarse: bool) -> None:
-    loop = asyncio.get_running_loop()
-    fired = Fired(loop)
-    timer = PreciseTimer(loop, fired, backend=backend)
-    assert timer.backend == backend
-    try:
+    with a_timer(backend) as (loop, fired, timer):
+        assert timer.backend == backend
         for delay in (0.0031, 0.0007, 0.0123, 0.0):
             deadline = loop.time() + delay
             timer.arm(deadline, coarse=coarse)
@@ -63,16 +74,11 @@ async def test_fires_once_and_never_before_its_deadline(backend: Backend, coarse
             assert timer.deadline is None
         await asyncio.sleep(0.02)
         assert len(fired.at) == 4  # one call per arm, none spurious
-    finally:
-        timer.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_rearming_replaces_the_deadline_earlier_or_later(backend: Backend) -> None:
-    loop = asyncio.get_running_loop()
-    fired = Fired(loop)
-    timer = PreciseTimer(loop, fired, backend=backend)
-    try:
+    with a_timer(backend) as (loop, fired, timer):
         # Earlier: a deadline far off, replaced by a near one, fires at the near one.
         timer.arm(loop.time() + 3600.0)
         near = loop.time() + 0.005
@@ -86,18 +92,13 @@ async def test_rearming_replaces_the_deadline_earlier_or_later(backend: Backend)
         timer.arm(later)
         await fired.wait()
         assert len(fired.at) == 2 and fired.at[1] >= later
-    finally:
-        timer.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_switching_between_precise_and_coarse_keeps_only_the_last_deadline(
     backend: Backend,
 ) -> None:
-    loop = asyncio.get_running_loop()
-    fired = Fired(loop)
-    timer = PreciseTimer(loop, fired, backend=backend)
-    try:
+    with a_timer(backend) as (loop, fired, timer):
         for first_coarse in (False, True):
             timer.arm(loop.time() + 0.002, coarse=first_coarse)
             last = loop.time() + 0.03
@@ -106,8 +107,6 @@ async def test_switching_between_precise_and_coarse_keeps_only_the_last_deadline
             assert fired.at[-1] >= last
         await asyncio.sleep(0.03)
         assert len(fired.at) == 2
-    finally:
-        timer.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
