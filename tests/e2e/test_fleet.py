@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import random
 import signal
@@ -54,7 +55,9 @@ async def test_pods_have_own_addresses_same_ports_and_labels(tmp_path: Path) -> 
         first = fleet.pods[0]
         # Each pod's start, as discovery labels a Kubernetes pod (the verdict's warm-up).
         started = published[0]["labels"].pop("start_time")
-        assert before <= datetime.fromisoformat(started).timestamp() <= time.time()
+        # The label has milliseconds, truncated: compare whole milliseconds.
+        started_ms = round(datetime.fromisoformat(started).timestamp() * 1000)
+        assert math.floor(before * 1000) <= started_ms <= time.time() * 1000
         assert published[0] == {
             "name": "checkout-0", "address": f"{first.host}:{first.http_port}",
             "ports": {"http": first.http_port, "grpc": first.grpc_port},
