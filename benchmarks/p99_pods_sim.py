@@ -191,10 +191,10 @@ def pods_p99_tracks(hist: np.ndarray, canary: np.ndarray, starts: np.ndarray,
         c = calls[:, look, None]
         fail[look] = exceedance_track(
             c, from_(look, cuts.baseline_fail), from_(look, cuts.canary_fail), canary,
-            last_only=True).log_e_fail[-1]
+            log_threshold=log_half, last_only=True).log_e_fail[-1]
         ok[look] = pass_track(
             c, from_(look, cuts.baseline_level), from_(look, cuts.canary_pass), canary, 0.99,
-            last_only=True).log_e_pass[-1]
+            log_threshold=log_half, last_only=True).log_e_pass[-1]
     out["exceed"] = fail >= log_half
     out["pass-exceed"] = ok >= log_half
     return out
@@ -225,7 +225,8 @@ def attempt_fails(n: np.ndarray, total: np.ndarray, canary: np.ndarray, starts: 
     ok = (nb > 0) & (nc > 0)
     pooled = bounded.two_sample(yb, np.maximum(nb, 1), yc, np.maximum(nc, 1), r, margin)
     w = warm(starts, n.shape[1])
-    track = pod_track(np.where(w, n, 0.0), np.where(w, y, 0.0), canary, r, margin)
+    track = pod_track(np.where(w, n, 0.0), np.where(w, y, 0.0), canary, r, margin,
+                      log_threshold=log_thr)
     return (pooled.log_e_fail >= log_thr) & ok, np.asarray(track.log_e_fail >= log_thr)
 
 

@@ -172,7 +172,7 @@ def run_pods(n, s, canary, starts, warmup_s, log_thr):
     t0 = np.arange(n.shape[1]) * WINDOW_S
     warm = t0[None, :] < (starts[:, None] + warmup_s) * (starts[:, None] > 0)
     n_, s_ = np.where(warm, 0.0, n), np.where(warm, 0.0, s)
-    tr = pod_track(n_, s_, canary, 1.0, TOL.success_rate_drop_pp / 100)
+    tr = pod_track(n_, s_, canary, 1.0, TOL.success_rate_drop_pp / 100, log_threshold=log_thr)
     return tr.log_e_fail >= log_thr, tr.log_e_pass >= log_thr
 
 

@@ -135,7 +135,8 @@ class _Replay:
             rows = np.array([x in (b, c) for x in grid.cohorts], dtype=bool)
             canary = np.array([x == c for x in grid.cohorts], dtype=bool)[rows]
             track = pod_track(grid.calls[rows], grid.errors[rows], canary, 1.0,
-                              self.settings.tolerances.success_rate_drop_pp / 100.0)
+                              self.settings.tolerances.success_rate_drop_pp / 100.0,
+                              log_threshold=math.log(1.0 / self.alpha_share))
             out = (grid.last_starts + self.data.window_s, track)
         self._pod_cache[p] = out
         return out

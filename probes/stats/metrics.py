@@ -235,11 +235,11 @@ class _PodEvidence:
 PodSums = tuple[pods.PodGrid, npt.NDArray[np.bool_], npt.NDArray[np.bool_], F64, F64]
 
 
-def _pod_evidences(items: Sequence[PodSums], ratio: float, margin: float
+def _pod_evidences(items: Sequence[PodSums], ratio: float, margin: float, alpha: float
                    ) -> list[_PodEvidence]:
     """Every grid's pod-level test at its last look, in one batch (`pods.pod_tracks`)."""
     tracks = pods.pod_tracks([(n, s, c) for _g, _r, c, n, s in items], ratio, margin,
-                             last_only=True)
+                             log_threshold=math.log(1.0 / alpha), last_only=True)
     return [_pod_evidence(*item, track) for item, track in zip(items, tracks, strict=True)]
 
 
@@ -269,7 +269,7 @@ def pod_success_rates(
     for g in grids:
         rows = np.array([c in (baseline, canary) for c in g.cohorts], dtype=bool)
         items.append((g, rows, g.of(canary)[rows], g.calls[rows], g.errors[rows]))
-    parts = _pod_evidences(items, 1.0, drop)
+    parts = _pod_evidences(items, 1.0, drop, alpha)
     judged = [p for p in parts if p.totals[0] > 0 and p.totals[2] > 0]
     if judged:
         req_b, err_b, req_c, err_c = (np.array(x) for x in zip(*(p.totals for p in judged),
@@ -302,7 +302,8 @@ def _needs_factors(evidence: Sequence[_PodEvidence], alpha: float
     """How far a pass is, for the undecided only (it costs more than the test), all at once."""
     log_thr = math.log(1.0 / alpha)
     undecided = [p for p in evidence
-                 if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE]
+                 if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE
+                 and not pods.one_pod_each(p.track)]
     return dict(zip(undecided, pods.needs_factors(
         [-float(p.track.d[-1]) for p in undecided],
         [float(p.track.v_sampling[-1]) for p in undecided],
@@ -334,7 +335,7 @@ def pod_bounded_verdicts(
     spread between pods τ in the metric's units."""
     if not pooled:
         return []
-    evidence = _pod_evidences(items, ratio, margin)
+    evidence = _pod_evidences(items, ratio, margin, pooled[0].alpha)
     factors = _needs_factors(evidence, pooled[0].alpha)
     return [_pod_verdict(ev, p, factors.get(ev), window_s, what=what, spread=spread,
                          warmup=None) for ev, p in zip(evidence, pooled, strict=True)]
@@ -372,7 +373,7 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     found = ("; " + concentration_finding(str(worst_name), share, what)
              if concentrated else "")
     decided = pod_reason(head, verdict, lfa >= log_thr, pods_c, worst_name, share,
-                         concentrated, what)
+                         concentrated, what, one_pod_each=pods.one_pod_each(track))
     if decided is not None:
         reason = decided
     elif factor is not None:
@@ -399,10 +400,12 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
 
 def pod_reason(head: str, verdict: str, fails_with_every_pod: bool, pods_canary: int,
                worst: str | None, share: float, concentrated: bool, what: str,
-               words: tuple[str, str] = ("worse", "sick")) -> str | None:
-    """A pod-level verdict's reason when it is decided, or held back by its worst pod (None
-    otherwise: the caller says how far it is). `head` says the estimates; `what` what the
-    worst pod's `share` counts; `words` ("worse", "sick") say how a pod differs."""
+               words: tuple[str, str] = ("worse", "sick"), *, one_pod_each: bool = False
+               ) -> str | None:
+    """A pod-level verdict's reason when it is decided, or held back by its worst pod or by
+    having one pod in each cohort (None otherwise: the caller says how far it is). `head`
+    says the estimates; `what` what the worst pod's `share` counts; `words` ("worse",
+    "sick") say how a pod differs."""
     finding = concentration_finding(str(worst), share, what)
     found = "; " + finding if concentrated else ""
     worse, sick = words
@@ -420,6 +423,10 @@ def pod_reason(head: str, verdict: str, fails_with_every_pod: bool, pods_canary:
     if fails_with_every_pod:
         return (head + ": worse with every pod in, not yet with its worst pod "
                 f"({worst}, {100 * share:.0f} % of the canary's {what}) left out")
+    if one_pod_each:
+        return (head + ": one pod in each cohort, so the spread between pods is not measured "
+                "and a pass would rest on their being alike; a second pod in either cohort "
+                "would decide")
     return None
 
 

@@ -42,14 +42,11 @@ Known limits (an independent review's findings, not yet closed):
   the cohort whose calls came later. The comparison starts at the first window both
   cohorts share, and cohort-balanced sampling keeps their calls per second alike; per-pod
   × window cells would give p99 the success rate's strata.
-- τ² is estimated and plugged in (as for the success rate); with two or three canary pods
-  its few degrees of freedom are not accounted for. On a small estate (three baseline pods
-  against one canary pod, two against two) a few pods that happen to agree give τ² ≈ 0, and
-  a canary at the pass side's H0 passed in 2–3 % of simulated rollouts whatever α; so too
-  when the canary's pods spread more than the baseline's (3.4 % at α = 0.25 %). The
-  two-sample pass this replaced erred there too, about half as often (BENCHMARKS.md D18).
-  An upper bound on τ² with its own share of α is the fix; at χ²'s 1 % point it costs the
-  ±10 % estate its pass, so it needs calibrating first.
+- τ² is pooled over both cohorts' pods: when the canary's pods spread more than the
+  baseline's (a version that makes pods differ), it is underestimated for the canary and a
+  canary at the pass side's H0 passed in about 3 % of simulated rollouts at α = 0.25 %
+  (BENCHMARKS.md D19). On small estates τ²'s few degrees of freedom are allowed for
+  (`pods.few_pods_factor`).
 
 
 What it costs: the spread between pods bounds the evidence. With pods ±30 % apart a pod's
@@ -127,32 +124,36 @@ Exceedances = tuple[F64, F64, F64, Bool]
 
 
 def exceedance_track(calls: F64, above_b: F64, above_c: F64, canary: Bool, *,
-                     last_only: bool = False) -> PodTrack:
+                     log_threshold: float, last_only: bool = False) -> PodTrack:
     """The fail side's `pod_track` on exceedances (module docstring): `calls` (pods,
     windows) the cells' calls with a latency, `above_b` / `above_c` their calls from the
     baseline's / the canary's fail cut; each pod's row is read from its own cohort's. Its
     `log_e_fail` is the fail side's evidence."""
-    return exceedance_tracks([(calls, above_b, above_c, canary)], last_only=last_only)[0]
+    return exceedance_tracks([(calls, above_b, above_c, canary)], log_threshold=log_threshold,
+                             last_only=last_only)[0]
 
 
-def exceedance_tracks(grids: Sequence[Exceedances], *, last_only: bool = False
-                      ) -> list[PodTrack]:
+def exceedance_tracks(grids: Sequence[Exceedances], *, log_threshold: float,
+                      last_only: bool = False) -> list[PodTrack]:
     """`exceedance_track` for many grids in one batch (`pods.pod_tracks`)."""
-    return pod_tracks(_items(grids), 1.0, 0.0, last_only=last_only)
+    return pod_tracks(_items(grids), 1.0, 0.0, log_threshold=log_threshold,
+                      last_only=last_only)
 
 
 def pass_track(calls: F64, above_level: F64, above_c: F64, canary: Bool, p: float, *,
-               last_only: bool = False) -> PodTrack:
+               log_threshold: float, last_only: bool = False) -> PodTrack:
     """The pass side's `pod_track` (module docstring): the canary's calls from its pass cut
     (`above_c`) against the rate 1 − p, the baseline's from its level (`above_level`) in τ²
     only. Its `log_e_pass` is the pass side's evidence."""
-    return pass_tracks([(calls, above_level, above_c, canary)], p, last_only=last_only)[0]
+    return pass_tracks([(calls, above_level, above_c, canary)], p, log_threshold=log_threshold,
+                       last_only=last_only)[0]
 
 
-def pass_tracks(grids: Sequence[Exceedances], p: float, *, last_only: bool = False
-                ) -> list[PodTrack]:
+def pass_tracks(grids: Sequence[Exceedances], p: float, *, log_threshold: float,
+                last_only: bool = False) -> list[PodTrack]:
     """`pass_track` for many grids in one batch (`pods.pod_tracks`)."""
-    return pod_tracks(_items(grids), 0.0, 1.0 - p, last_only=last_only, pod_ratio=1.0)
+    return pod_tracks(_items(grids), 0.0, 1.0 - p, log_threshold=log_threshold,
+                      last_only=last_only, pod_ratio=1.0)
 
 
 def _items(grids: Sequence[Exceedances]) -> list[tuple[F64, F64, Bool]]:

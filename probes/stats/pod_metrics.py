@@ -40,7 +40,7 @@ from probes.stats.pod_exceed import (
     pass_tracks,
 )
 from probes.stats.pod_quantile import pod_quantile_track
-from probes.stats.pods import PodGrid, PodTrack, needs_factor
+from probes.stats.pods import PodGrid, PodTrack, needs_factor, one_pod_each
 from probes.stats.quantile import Layout
 
 __all__ = [
@@ -123,7 +123,7 @@ def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alp
     return pod_attempts_many([grid], baseline, canary, tol, alpha, window_s, attempts_max)[0]
 
 
-def _exceed_tracks(parts: Sequence[_P99Part], cuts: ExceedanceCuts
+def _exceed_tracks(parts: Sequence[_P99Part], cuts: ExceedanceCuts, log_threshold: float
                    ) -> list[tuple[PodTrack, PodTrack]]:
     """Each part's fail side's and pass side's exceedance tracks at the last look, each
     pod's warm calls pooled over time, part i at row i of `cuts` (`probes.stats.pod_exceed`);
@@ -138,8 +138,8 @@ def _exceed_tracks(parts: Sequence[_P99Part], cuts: ExceedanceCuts
         calls = above[:, :1]
         sides[0].append((calls, b_fail, c_fail, part.is_canary))
         sides[1].append((calls, b_level, c_pass, part.is_canary))
-    fails = exceedance_tracks(sides[0], last_only=True)
-    oks = pass_tracks(sides[1], _P, last_only=True)
+    fails = exceedance_tracks(sides[0], log_threshold=log_threshold, last_only=True)
+    oks = pass_tracks(sides[1], _P, log_threshold=log_threshold, last_only=True)
     return list(zip(fails, oks, strict=True))
 
 
@@ -168,10 +168,11 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
         warm = M.latency_p99(cum_b, cum_c, _LAYOUT, tol, alpha)
         # α split in two: the baseline p99's confidence sequence that places the cuts, and
         # the exceedance tracks (a decision needs both to hold).
+        log_half = math.log(2.0 / alpha)
         cuts = exceedance_cuts(cum_b, _LAYOUT, _P, tol.latency_p99_ratio,
-                               tol.latency_p99_margin_ms / 1000.0, math.log(2.0 / alpha))
+                               tol.latency_p99_margin_ms / 1000.0, log_half)
         heads = {id(p): (h, tracks) for p, h, tracks in zip(
-            judged, warm, _exceed_tracks(judged, cuts), strict=True)}
+            judged, warm, _exceed_tracks(judged, cuts, log_half), strict=True)}
     tolerance = {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms}
     return [
         _pod_p99(p, canary, tol, alpha, window_s, *heads[id(p)]) if id(p) in heads
@@ -229,7 +230,7 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
     pod_word = "pod" if pods_c == 1 else "pods"
     head = warm.reason.split(")")[0] + f"; {pods_c} canary {pod_word} vs {pods_b})"
     reason = M.pod_reason(head, verdict, lfa >= log_thr, pods_c, worst, share, concentrated,
-                          P99_SLOW, ("slower", "slow"))
+                          P99_SLOW, ("slower", "slow"), one_pod_each=one_pod_each(ok))
     spread = 100.0 * float(ok.tau[-1])
     needs: dict[str, Any] = {"calls": None, "seconds": None}
     if reason is None:

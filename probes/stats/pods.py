@@ -33,7 +33,10 @@ out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
   of one cohort beyond sampling noise, estimated from both cohorts' pods (each against its
   own cohort's window means, so time effects do not count) by DerSimonian and Laird's
   moment estimator. This term grows with the square of the calls: evidence saturates at
-  what the number of pods can say, which is the honest answer when pods differ.
+  what the number of pods can say, which is the honest answer when pods differ. With few
+  pods τ² is itself uncertain: the term is scaled by a t-type factor for τ²'s degrees of
+  freedom and τ² taken as at least half its standard error (`few_pods_factor`), so a few
+  pods that happen to agree do not make it a per-call test.
 
 D/√V is tested with a one-sided normal-mixture e-process (Robbins' mixture, as in Johari,
 Pekelis & Walsh's always-valid p-values and Howard et al.'s asymptotic confidence
@@ -45,7 +48,8 @@ pods that differ, restart cold and share outages.
 Decisions (`pod_states`, the one rule the live verdict and the report's replay both apply):
 - fail when E_fail ≥ 1/α *with the canary's worst pod left out*: one pod does not fail a
   version, so with a single canary pod nothing fails and the finding names the pod;
-- pass when E_pass (the mirror image, against "canary beyond tolerance") ≥ 1/α;
+- pass when E_pass (the mirror image, against "canary beyond tolerance") ≥ 1/α, and never
+  with one pod in each cohort: the spread between pods is then unmeasured;
 - the canary pod with the largest excess and its share of the canary's excess are reported
   (`worst`, `worst_share`): "concentrated on shop-0" is a finding in its own right.
 """
@@ -59,7 +63,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import log_ndtr
+from scipy.special import log_ndtr, stdtrit
 
 from probes.stats._num import logsumexp
 
@@ -68,9 +72,11 @@ __all__ = [
     "MIXING_SCALES",
     "PodGrid",
     "PodTrack",
+    "few_pods_factor",
     "log_e_one_sided",
     "needs_factor",
     "needs_factors",
+    "one_pod_each",
     "pod_grids",
     "pod_states",
     "pod_track",
@@ -85,6 +91,10 @@ Bool = npt.NDArray[np.bool_]
 # Prior scales of the standardised drift θ (the effect per unit of per-call standard
 # deviation): 0.01 is a 0.03 pp shift at 0.1 % errors, 1 a shift as large as the noise.
 MIXING_SCALES = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+# Where τ² comes from few pods, it is taken as at least this many standard errors of its
+# estimate were the pods alike: pods that agree say "spread at most about the noise", not
+# "no spread" (the calibration is in BENCHMARKS.md D19).
+_SE_FLOOR = 0.5
 # Pseudo-calls at the running mean that smooth each window's mean for the variance.
 _SMOOTH_CALLS = 50.0
 
@@ -171,20 +181,24 @@ class _Acc:
 
 
 def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
-              scales: tuple[float, ...] = MIXING_SCALES, *, last_only: bool = False) -> PodTrack:
+              scales: tuple[float, ...] = MIXING_SCALES, *, log_threshold: float,
+              last_only: bool = False) -> PodTrack:
     """The test of H0: μ_c ≤ ratio·μ_b + margin at every look (module docstring).
 
     `n`, `s`: (pods, windows) calls and sums, windows in time order (a window where no pod
     has calls may be left out or kept, it changes nothing); `canary`: (pods,) cohort flags.
+    `log_threshold`: log 1/α of the decisions to be taken on the track (`pod_states`), for
+    the spread term's few-pods factor (`few_pods_factor`).
     `last_only`: the last look alone (the live verdict), the same numbers as the last
     entry of the full track (the report's replay) at a fraction of its cost.
     """
-    return pod_tracks([(n, s, canary)], ratio, margin, scales, last_only=last_only)[0]
+    return pod_tracks([(n, s, canary)], ratio, margin, scales, log_threshold=log_threshold,
+                      last_only=last_only)[0]
 
 
 def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
-               scales: tuple[float, ...] = MIXING_SCALES, *, last_only: bool = False,
-               pod_ratio: float | None = None) -> list[PodTrack]:
+               scales: tuple[float, ...] = MIXING_SCALES, *, log_threshold: float,
+               last_only: bool = False, pod_ratio: float | None = None) -> list[PodTrack]:
     """`pod_track` for many (n, s, canary) grids at once (one per path), in one pass of
     array operations over batches of them: a verdict judges every path, and one call per
     path cost more in numpy's per-call overhead than in arithmetic. Grids are padded with
@@ -200,12 +214,12 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
         shape = np.shape(grid[0])
         r, c = max(rows, shape[0]), max(cols, shape[1] if len(shape) > 1 else 0)
         if batch and (len(batch) + 1) * r * c > _BATCH_CELLS:
-            out += _pod_batch(batch, ratio, margin, scales, last_only, pod_ratio)
+            out += _pod_batch(batch, ratio, margin, scales, log_threshold, last_only, pod_ratio)
             batch, r, c = [], shape[0], shape[1] if len(shape) > 1 else 0
         batch.append(grid)
         rows, cols = r, c
     if batch:
-        out += _pod_batch(batch, ratio, margin, scales, last_only, pod_ratio)
+        out += _pod_batch(batch, ratio, margin, scales, log_threshold, last_only, pod_ratio)
     return out
 
 
@@ -216,7 +230,7 @@ _BATCH_CELLS = 250_000
 
 
 def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
-               scales: tuple[float, ...], last_only: bool,
+               scales: tuple[float, ...], log_threshold: float, last_only: bool,
                pod_ratio: float | None = None) -> list[PodTrack]:
     acc = _Acc(last_only)
     g_n = len(grids)
@@ -284,14 +298,17 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     looks = excess.shape[2]
     none = np.full((g_n, looks), -1, dtype=np.int64)
     everyone = np.ones(g_n, dtype=bool)
-    tau2 = _tau2([(nc, sc, none, everyone), (nb, sb, none, everyone)], v_pool, acc)
+    tau2, df, tau2_se = _tau2([(nc, sc, none, everyone), (nb, sb, none, everyone)], v_pool,
+                              acc)
 
     d_all = excess.sum(axis=1)
     vs_all = own.sum(axis=1)
     sq_calls = (pod_calls_c ** 2).sum(axis=1)
     sq_w = (w_b ** 2).sum(axis=1)
+    sd = np.sqrt(sd2)
     r_pods = ratio if pod_ratio is None else pod_ratio
-    vp_all = tau2 * (sq_calls + r_pods * r_pods * sq_w)
+    vp_all = _few_pods(tau2, df, tau2_se, sq_calls + r_pods * r_pods * sq_w, vs_all, sd2,
+                       log_threshold, scales)
 
     # The worst canary pod at each look (the one an operator is told about); the first
     # canary pod while none has calls.
@@ -310,12 +327,15 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     drop_b = np.where(several_b[:, None], _first_max(z_b, axis=1), -1)
     d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, base, drop_b,
                                                              ratio, margin, v_t, acc)
-    tau2_fail = _tau2([(nc, sc, worst_wo, np.asarray(canary.any(axis=1))),
-                       (nb, sb, drop_b, several_b)], v_pool, acc)
-    vp_wo = tau2_fail * (sq_calls_wo + ratio * ratio * sq_w_wo)
-    sd = np.sqrt(sd2)
+    tau2_fail, df_fail, se_fail = _tau2([(nc, sc, worst_wo, np.asarray(canary.any(axis=1))),
+                                         (nb, sb, drop_b, several_b)], v_pool, acc)
+    vp_wo = _few_pods(tau2_fail, df_fail, se_fail, sq_calls_wo + ratio * ratio * sq_w_wo,
+                      vs_wo, sd2, log_threshold, scales)
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
-    log_pass = log_e_one_sided(-d_all / sd, (vs_all + vp_all) / sd2, scales)
+    # With one pod in each cohort the spread between pods is not measured (τ² has no
+    # degrees of freedom): a pass would rest on the pods being alike, so none is given.
+    log_pass = np.where(df >= 1, log_e_one_sided(-d_all / sd, (vs_all + vp_all) / sd2, scales),
+                        -np.inf)
     log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
                         -np.inf)
     empty = (calls_b <= 0) | (calls_c <= 0)
@@ -343,6 +363,42 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
             v_pods_wo=vp_wo[g, k] / sd2[g, k],
         ))
     return out
+
+
+def few_pods_factor(df: npt.ArrayLike, v: npt.ArrayLike, log_threshold: float,
+                    scales: tuple[float, ...] = MIXING_SCALES) -> F64:
+    """By how much the spread term's variance grows because τ² comes from few pods:
+    (t_df(1 − α) / z)², at least 1, with α = exp(−`log_threshold`), `df` τ²'s degrees of
+    freedom and z a lower bound of the standardised sum at which the e-process reaches 1/α
+    given the variance `v` (standard-deviation units).
+
+    Why. Once the calls are many the spread term dominates, the statistic stops growing
+    and is a t statistic with τ²'s degrees of freedom (the pods counted, less one per
+    cohort), not a normal one: with three baseline pods against one canary pod (df 2),
+    pods that happen to agree make τ² small, and a canary pod that happens to be fast
+    passed a version beyond the tolerance in 2–3 % of rollouts whatever α. The e-process
+    decides there at a threshold z that barely moves, so scaling the spread term by (t/z)²
+    puts its error near α. With many pods t is below z and nothing changes (ten pods:
+    df 10, t_10(0.99) = 2.8 against z ≥ 3.5); with none to count (df 0) there is nothing
+    to scale, and `pod_tracks` gives no pass."""
+    df_ = np.asarray(df, dtype=np.float64)
+    v_ = np.maximum(np.asarray(v, dtype=np.float64), 0.0)[..., None]
+    rho2v = np.asarray(scales, dtype=np.float64) ** 2 * v_
+    # One scale's e-value is at most 2(1 + ρ²V)^(−½) exp(ρ²D²/(2(1 + ρ²V))); the mixture,
+    # their mean, reaches 1/α only where some scale does.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z2 = (2.0 * (1.0 + rho2v) / rho2v
+              * np.maximum(log_threshold - math.log(2.0) + 0.5 * np.log1p(rho2v), 0.0))
+        z = np.sqrt(np.min(np.where(rho2v > 0, z2, np.inf), axis=-1))
+        t = stdtrit(np.maximum(df_, 1.0), -math.expm1(-log_threshold))
+        factor = np.where((df_ >= 1) & np.isfinite(z) & (z > 0), (t / z) ** 2, 1.0)
+    return np.asarray(np.maximum(factor, 1.0), dtype=np.float64)
+
+
+def one_pod_each(track: PodTrack) -> bool:
+    """Whether `track`'s last look has at most one pod with calls in each cohort: the spread
+    between pods is then not measured, and nothing passes."""
+    return int(track.pods_canary[-1]) <= 1 and int(track.pods_baseline[-1]) <= 1
 
 
 def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
@@ -401,14 +457,27 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, base: Bool, drop_b: I64, rati
     return d, vs, sq_calls, sq_w, worst
 
 
-def _tau2(cohorts: list[tuple[F64, F64, I64, Bool]], v_pool: F64, acc: _Acc) -> F64:
+def _few_pods(tau2: F64, df: F64, tau2_se: F64, weights: F64, v_sampling: F64, sd2: F64,
+              log_threshold: float, scales: tuple[float, ...]) -> F64:
+    """The spread term τ²·`weights` with τ² from few pods allowed for (`few_pods_factor`):
+    scaled by the factor, and τ² taken as at least part of its standard error as the
+    factor rises above 1 (all of `_SE_FLOOR` from 2 on), so that a few pods that happen
+    to agree do not claim no spread at all."""
+    factor = few_pods_factor(df, (v_sampling + tau2 * weights) / sd2, log_threshold, scales)
+    floor = _SE_FLOOR * np.minimum(factor - 1.0, 1.0) * tau2_se
+    return factor * np.maximum(tau2, floor) * weights
+
+
+def _tau2(cohorts: list[tuple[F64, F64, I64, Bool]], v_pool: F64, acc: _Acc
+          ) -> tuple[F64, F64, F64]:
     """DerSimonian–Laird τ² per group and look from each cohort's pods (calls `n`, sums
     `s`: groups × pods × windows, 0 off the cohort), each pod measured against its cohort's
     window means, leaving out the pod `drop[group, look]` (−1: none), in the groups where
     the cohort `counts`: out of the sum of squares and out of the window means, so one sick
     pod neither counts itself nor makes every healthy pod look off. Each distinct dropped
     pod costs one pass over the cells of the groups that drop it (the worst pod rarely
-    changes once data accrues)."""
+    changes once data accrues). With τ², its degrees of freedom (pods counted, less one per
+    cohort) and its standard error were the pods alike (Q's is √(2 df) then)."""
     q, df, denom = (np.zeros(v_pool.shape) for _ in range(3))
     for n, s, drop, counts in cohorts:
         n_t, s_t = n.sum(axis=1), s.sum(axis=1)
@@ -441,9 +510,12 @@ def _tau2(cohorts: list[tuple[F64, F64, I64, Bool]], v_pool: F64, acc: _Acc) -> 
             df[g] += np.where(at, np.maximum(kept - 1, 0), 0)
             denom[g] += np.where(at, denom_k, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where((df > 0) & (denom > 0),
+        tau2 = np.where((df > 0) & (denom > 0),
                         np.maximum(0.0, (q / v_pool - df) * v_pool
                                    / np.where(denom > 0, denom, 1.0)), 0.0)
+        se = np.where((df > 0) & (denom > 0),
+                      np.sqrt(2.0 * df) * v_pool / np.where(denom > 0, denom, 1.0), 0.0)
+    return tau2, df, se
 
 
 def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: float,

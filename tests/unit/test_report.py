@@ -374,7 +374,8 @@ def test_merged_pod_strata_are_looked_at_when_their_last_window_ends(
                      cols.errors, paths=cols.paths, endpoints=cols.endpoints,
                      cohorts=cols.cohorts, since=origin, warmup_s=DEFAULT_WARMUP_S)["checkout"]
     assert grid.calls.shape[1] == 50  # strata of 3 windows
-    track = pod_track(grid.calls, grid.errors, grid.of("1.21.0"), 1.0, 0.001)
+    track = pod_track(grid.calls, grid.errors, grid.of("1.21.0"), 1.0, 0.001,
+                      log_threshold=math.log(4 / 0.01))
     states = pod_states(track, math.log(4 / 0.01))
     k = int(np.argmax(states == "fail"))
     assert states[k] == "fail" and (states[:k] != "fail").all()

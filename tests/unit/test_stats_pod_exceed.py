@@ -49,9 +49,9 @@ def tracks(hist: np.ndarray, canary_pods: int) -> tuple[float, float]:
         return above[:, :, int(cut)]
 
     fail = exceedance_track(calls, at(cuts.baseline_fail), at(cuts.canary_fail), canary,
-                            last_only=True)
+                            log_threshold=THR + LOG2, last_only=True)
     ok = pass_track(calls, at(cuts.baseline_level), at(cuts.canary_pass), canary, 0.99,
-                    last_only=True)
+                    log_threshold=THR + LOG2, last_only=True)
     return float(fail.log_e_fail[-1]) - LOG2, float(ok.log_e_pass[-1]) - LOG2
 
 

@@ -215,7 +215,8 @@ def test_pod_level_success_rate_at_every_look_agrees_with_judge(rates: list[floa
     canary = [False] * 4 + [True] * 4
     grid, windows = _pod_estate(np.random.default_rng(7), rates, canary, looks)
     track = pod_track(grid.calls, grid.errors, np.array(canary), 1.0,
-                      Tolerances().success_rate_drop_pp / 100.0)
+                      Tolerances().success_rate_drop_pp / 100.0,
+                      log_threshold=math.log(4 / ALPHA))
     tracks = _replay(windows, looks,
                      success_pods=PodLooks(track, np.arange(looks, dtype=np.int64)))
     mine = tracks.metrics["success_rate"]

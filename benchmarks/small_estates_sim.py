@@ -1,0 +1,241 @@
+"""Small estates: wrong passes at the tolerance's boundary and at twice it, and healthy
+passes, for the success rate and p99 with the pod as the unit, on estates of 2 to 12 pods.
+
+Why. The pod-level test (`probes.stats.pods`) counts the spread between pods τ² as noise,
+estimated from the pods. With few pods τ² is itself uncertain: a few pods that happen to
+agree make it ≈ 0, and a canary pod that happens to be fast then passed a version beyond
+the tolerance in several per cent of rollouts whatever α. `pods.few_pods_factor` allows for
+τ²'s degrees of freedom; this measures what that buys and costs.
+
+Each rollout draws its pods anew, so H0 is about the version's population of pods, not
+the pods drawn. Every pod runs from the start (no ramp, no warm-up; `verdict_sim.py` and
+`p99_pods_sim.py` have those on 12-pod estates), the canary's calls balanced to the
+baseline's. A rollout passes when some look passes.
+
+- Success rate (`pod_track`, ratio 1, tolerance +0.5 pp, α = 1 %, a look every 10
+  windows of 60): the baseline's pods at 1 % errors and the canary's at 1.5 % (the
+  boundary) or 2 % (twice the tolerance), each pod's rate × lognormal(σ) with mean 1;
+  200 calls per baseline pod per window.
+- p99 (`pod_exceed`'s cuts, pass track and fail track, as `pod_metrics` runs them, α/2
+  each): calls lognormal (median 50 ms, σ 0.5) × each pod's scale, uniform in 1 ± spread;
+  the canary's pods × a factor putting the version's p99 at 1.001 × the boundary
+  ×1.2 + 5 ms of the baseline version's (its population's) p99, or ×1.25; 100 calls per
+  baseline pod per window, each pod's calls pooled over time, a look every 20 windows of
+  240.
+
+    .venv/bin/python benchmarks/small_estates_sim.py            # 1,000-1,500 rollouts per row
+    .venv/bin/python benchmarks/small_estates_sim.py --quick    # 200 per row
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verdict_sim import cp_upper
+
+from probes.measure.histogram import LOWER, UPPER
+from probes.stats.pod_exceed import exceedance_cuts, exceedance_tracks, pass_tracks
+from probes.stats.pods import pod_track
+from probes.stats.quantile import Layout
+
+LAYOUT = Layout.from_edges(LOWER, UPPER)
+MEDIAN_S, SIGMA = 0.050, 0.5
+RATIO, MARGIN_S = 1.2, 0.005
+
+
+@dataclass(frozen=True)
+class RateRow:
+    baseline: int
+    canary: int
+    spread: float  # σ of the lognormal pod factor on the error rate
+    worse_pp: float  # the canary version's error rate above the baseline's 1 %
+    rollouts: int
+
+
+@dataclass(frozen=True)
+class P99Row:
+    baseline: int
+    canary: int
+    spread: float  # each pod's latency scale uniform in 1 ± spread
+    alpha: float
+    rollouts: int
+    edge: float | None = 0.001  # the canary version's p99 at (1 + edge) × the boundary
+    factor: float = 1.0  # else every canary call × this
+    canary_spread: float | None = None  # the canary pods' own spread, else `spread`
+
+
+def rate_passes(rng: np.random.Generator, row: RateRow, alpha: float = 0.01,
+                windows: int = 60, calls: int = 200, every: int = 10
+                ) -> tuple[int, list[float]]:
+    """Rollouts passed, and each one's first passing window (inf: none)."""
+    margin, log_thr = 0.005, math.log(1 / alpha)
+    pods = row.baseline + row.canary
+    is_canary = np.arange(pods) >= row.baseline
+    n = np.where(is_canary, calls * row.baseline / row.canary, calls)[:, None] * np.ones(windows)
+    first = []
+    for _ in range(row.rollouts):
+        scale = rng.lognormal(-row.spread ** 2 / 2, row.spread, pods)
+        rates = np.where(is_canary, 0.01 + row.worse_pp / 100, 0.01) * scale
+        s = rng.binomial(n.astype(np.int64), np.clip(rates, 0, 1)[:, None]).astype(float)
+        track = pod_track(n, s, is_canary, 1.0, margin, log_threshold=log_thr)
+        looks = np.flatnonzero(track.log_e_pass[every - 1::every] >= log_thr)
+        first.append(float((looks[0] + 1) * every) if looks.size else math.inf)
+    return sum(math.isfinite(x) for x in first), first
+
+
+def _bucket_probs(scale: float) -> np.ndarray:
+    """Each histogram bucket's chance for a call lognormal(median × scale, σ)."""
+    lo = np.log(np.maximum(LOWER, 1e-300) / (MEDIAN_S * scale)) / SIGMA
+    hi = np.log(UPPER / (MEDIAN_S * scale)) / SIGMA
+    p = norm.cdf(hi) - norm.cdf(lo)
+    p[0], p[-1] = norm.cdf(hi[0]), 1.0 - norm.cdf(lo[-1])
+    p = np.clip(p, 0.0, None)
+    return p / p.sum()
+
+
+def _mixture_p99(lo: float, hi: float) -> float:
+    """The p99 of a version whose pods' scales are uniform in [lo, hi] (its population)."""
+    scales = np.linspace(lo, hi, 2001) if hi > lo else np.array([lo])
+
+    def below(x: float) -> float:
+        return float(np.mean(norm.cdf(np.log(x / (MEDIAN_S * scales)) / SIGMA))) - 0.99
+
+    return float(brentq(below, 1e-3, 10.0))
+
+
+def p99_passes(rng: np.random.Generator, row: P99Row, windows: int = 240, calls: int = 100,
+               every: int = 20) -> tuple[int, int, list[float]]:
+    """Rollouts passed and failed at some look, and each one's first passing window."""
+    spread_c = row.spread if row.canary_spread is None else row.canary_spread
+    boundary = RATIO * _mixture_p99(1 - row.spread, 1 + row.spread) + MARGIN_S
+    factor = row.factor
+    if row.edge is not None:
+        factor = (1 + row.edge) * boundary / _mixture_p99(1 - spread_c, 1 + spread_c)
+    log_half = math.log(2.0 / row.alpha)
+    pods = row.baseline + row.canary
+    is_canary = np.arange(pods) >= row.baseline
+    per = np.where(is_canary, calls * row.baseline / row.canary, calls) * every
+    passed = failed = 0
+    first = []
+    for _ in range(row.rollouts):
+        scales = np.concatenate([1 + rng.uniform(-row.spread, row.spread, row.baseline),
+                                 (1 + rng.uniform(-spread_c, spread_c, row.canary)) * factor])
+        probs = [_bucket_probs(s) for s in scales]
+        hist = np.zeros((pods, LAYOUT.size))
+        looks = []
+        for _look in range(windows // every):
+            for i in range(pods):
+                hist[i] += rng.multinomial(round(per[i]), probs[i])
+            looks.append(hist.copy())
+        h = np.array(looks)  # (looks, pods, buckets)
+        cum_b = np.cumsum(h[:, ~is_canary].sum(axis=1), axis=-1)
+        cuts = exceedance_cuts(cum_b, LAYOUT, 0.99, RATIO, MARGIN_S, log_half)
+        above = np.concatenate([np.cumsum(h[..., ::-1], axis=-1)[..., ::-1],
+                                np.zeros((*h.shape[:2], 1))], axis=-1)
+        oks = pass_tracks(_sides(above, cuts.baseline_level, cuts.canary_pass, is_canary),
+                          0.99, log_threshold=log_half, last_only=True)
+        fails = exceedance_tracks(_sides(above, cuts.baseline_fail, cuts.canary_fail,
+                                         is_canary), log_threshold=log_half, last_only=True)
+        ok = np.flatnonzero([float(t.log_e_pass[-1]) >= log_half for t in oks])
+        passed += bool(ok.size)
+        failed += any(float(t.log_e_fail[-1]) >= log_half for t in fails)
+        first.append(float((ok[0] + 1) * every) if ok.size else math.inf)
+    return passed, failed, first
+
+
+def _sides(above: np.ndarray, base: np.ndarray, canary_cut: np.ndarray, is_canary: np.ndarray
+           ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per look, one side's exceedances as `pod_exceed` takes them: `above` (looks, pods,
+    buckets + 1) each pod's calls from a bucket on, `base` / `canary_cut` the cuts."""
+    return [(above[k, :, :1], above[k, :, base[k]][:, None], above[k, :, canary_cut[k]][:, None],
+             is_canary) for k in range(above.shape[0])]
+
+
+def _share(k: int, n: int) -> str:
+    return f"{k} of {n} ({100 * k / n:.1f} %, 95 % upper {100 * cp_upper(k, n):.1f} %)"
+
+
+def _median(first: list[float], window_s: float = 10.0) -> str:
+    x = np.array(first)
+    done = x[np.isfinite(x)]
+    return f"{np.median(done) * window_s / 60:.0f} min" if done.size else "–"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="200 rollouts per row (make bench)")
+    ap.add_argument("--seed", type=int, default=20261205)
+    args = ap.parse_args(argv)
+    big = 200 if args.quick else 1000
+    edge_n = 200 if args.quick else 1500
+    started = time.monotonic()
+    cmd = "python benchmarks/small_estates_sim.py" + (" --quick" if args.quick else "")
+    print(f"`{cmd}` (seed {args.seed})\n")
+    print("Success rate, α = 1 %: wrong passes within 60 windows (10 min) of a canary at the "
+          "boundary (+0.5 pp) or at twice the tolerance (+1 pp), and healthy canaries passed "
+          "within 360 windows (1 h)\n")
+    print("| baseline vs canary pods | pods' spread σ | at the boundary | at twice the "
+          "tolerance | healthy: passed, median |")
+    print("| --- | --- | --- | --- | --- |")
+    for b, c in ((1, 1), (3, 1), (2, 2), (5, 1), (4, 2), (11, 1), (6, 6)):
+        for spread in (0.0, 0.3, 0.5):
+            cells = []
+            for worse in (0.5, 1.0, 0.0):
+                rng = np.random.default_rng([args.seed, b, c, int(spread * 10), int(worse * 10)])
+                k, first = rate_passes(rng, RateRow(b, c, spread, worse, big),
+                                       windows=60 if worse else 360)
+                cells.append(_share(k, big) if worse else f"{100 * k / big:.0f} %, "
+                             f"{_median(first)}")
+            print(f"| {b} vs {c} | {spread:g} | " + " | ".join(cells) + " |")
+    print("\np99, each side at α/2: wrong passes of a canary just beyond the tolerance, and "
+          "healthy passes within 240 windows (40 min)\n")
+    print("| baseline vs canary pods | pods' spread | α | canary | passes | fails |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    rows = [
+        ("3 vs 1", P99Row(3, 1, 0.1, 0.0025, edge_n)),
+        ("2 vs 2", P99Row(2, 2, 0.2, 0.0025, edge_n)),
+        ("3 vs 1", P99Row(3, 1, 0.2, 0.0025, edge_n)),
+        ("5 vs 1", P99Row(5, 1, 0.1, 0.0025, edge_n)),
+        ("4 vs 2", P99Row(4, 2, 0.2, 0.0025, edge_n)),
+        ("1 vs 1", P99Row(1, 1, 0.1, 0.0025, edge_n)),
+        ("11 vs 1", P99Row(11, 1, 0.1, 0.0025, edge_n)),
+        ("2 vs 2", P99Row(2, 2, 0.1, 0.01, big)),
+        ("3 vs 1", P99Row(3, 1, 0.1, 0.01, big, edge=None, factor=1.25)),
+        ("7 vs 3", P99Row(7, 3, 0.1, 0.0025, edge_n, canary_spread=0.3)),
+        ("3 vs 1", P99Row(3, 1, 0.0, 0.01, big // 4, edge=None)),
+        ("3 vs 1", P99Row(3, 1, 0.1, 0.01, big // 4, edge=None)),
+        ("7 vs 3", P99Row(7, 3, 0.1, 0.01, big // 2, edge=None)),
+        ("11 vs 1", P99Row(11, 1, 0.0, 0.01, big // 4, edge=None)),
+    ]
+    for i, (label, row) in enumerate(rows):
+        rng = np.random.default_rng([args.seed, 99, i])
+        passed, failed, first = p99_passes(rng, row)
+        spread = f"±{100 * row.spread:.0f} %" + (
+            f", canary ±{100 * row.canary_spread:.0f} %" if row.canary_spread else "")
+        if row.edge is not None:
+            what, shown = f"{1 + row.edge:g} × the boundary", _share(passed, row.rollouts)
+        elif row.factor != 1.0:
+            what, shown = f"×{row.factor:g}", _share(passed, row.rollouts)
+        else:
+            what = "healthy"
+            shown = f"{100 * passed / row.rollouts:.0f} % of {row.rollouts}, {_median(first)}"
+        print(f"| {label} | {spread} | {100 * row.alpha:g} % | {what} | {shown} | "
+              f"{failed} |")
+    print(f"\n{time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
