@@ -15,7 +15,8 @@ baseline's. A rollout passes when some look passes.
 - Success rate (`pod_track`, ratio 1, tolerance +0.5 pp, α = 1 %, a look every 10
   windows of 60): the baseline's pods at 1 % errors and the canary's at 1.5 % (the
   boundary) or 2 % (twice the tolerance), each pod's rate × lognormal(σ) with mean 1;
-  200 calls per baseline pod per window.
+  200 calls per baseline pod per window. The fail side likewise, every window: false fails
+  of a canary like the baseline or at the boundary, and how soon +1 pp fails.
 - p99 (`pod_exceed`'s cuts, pass track and fail track, as `pod_metrics` runs them, α/2
   each): calls lognormal (median 50 ms, σ 0.5) × each pod's scale, uniform in 1 ± spread;
   the canary's pods × a factor putting the version's p99 at 1.001 × the boundary
@@ -77,9 +78,10 @@ class P99Row:
 
 
 def rate_passes(rng: np.random.Generator, row: RateRow, alpha: float = 0.01,
-                windows: int = 60, calls: int = 200, every: int = 10
+                windows: int = 60, calls: int = 200, every: int = 10, side: str = "pass"
                 ) -> tuple[int, list[float]]:
-    """Rollouts passed, and each one's first passing window (inf: none)."""
+    """Rollouts passed (or with `side` "fail", failed), and each one's first such window
+    (inf: none)."""
     margin, log_thr = 0.005, math.log(1 / alpha)
     pods = row.baseline + row.canary
     is_canary = np.arange(pods) >= row.baseline
@@ -90,7 +92,8 @@ def rate_passes(rng: np.random.Generator, row: RateRow, alpha: float = 0.01,
         rates = np.where(is_canary, 0.01 + row.worse_pp / 100, 0.01) * scale
         s = rng.binomial(n.astype(np.int64), np.clip(rates, 0, 1)[:, None]).astype(float)
         track = pod_track(n, s, is_canary, 1.0, margin, log_threshold=log_thr)
-        looks = np.flatnonzero(track.log_e_pass[every - 1::every] >= log_thr)
+        evidence = track.log_e_pass if side == "pass" else track.log_e_fail
+        looks = np.flatnonzero(evidence[every - 1::every] >= log_thr)
         first.append(float((looks[0] + 1) * every) if looks.size else math.inf)
     return sum(math.isfinite(x) for x in first), first
 
@@ -198,6 +201,25 @@ def main(argv: list[str] | None = None) -> int:
                                        windows=60 if worse else 360)
                 cells.append(_share(k, big) if worse else f"{100 * k / big:.0f} %, "
                              f"{_median(first)}")
+            print(f"| {b} vs {c} | {spread:g} | " + " | ".join(cells) + " |")
+    print("\nSuccess rate, the fail side (each cohort's worst pod left out; the few-pods "
+          "allowance is the pass's only), α = 1 %: false fails within 60 windows of a canary "
+          "like the baseline (A/A) or at the boundary (+0.5 pp), and a canary +1 pp failed "
+          "within 120 windows (20 min)\n")
+    print("| baseline vs canary pods | pods' spread σ | A/A false fails | at the boundary | "
+          "+1 pp: failed, median |")
+    print("| --- | --- | --- | --- | --- |")
+    for b, c in ((2, 2), (3, 3), (4, 2), (2, 4), (6, 6)):
+        for spread in (0.0, 0.3):
+            cells = []
+            for worse in (0.0, 0.5, 1.0):
+                rng = np.random.default_rng([args.seed, 7, b, c, int(spread * 10),
+                                             int(worse * 10)])
+                k, first = rate_passes(rng, RateRow(b, c, spread, worse, big // 2),
+                                       windows=120 if worse == 1.0 else 60, every=1,
+                                       side="fail")
+                cells.append(_share(k, big // 2) if worse < 1.0 else
+                             f"{100 * k / (big // 2):.0f} %, {_median(first)}")
             print(f"| {b} vs {c} | {spread:g} | " + " | ".join(cells) + " |")
     print("\np99, each side at α/2: wrong passes of a canary just beyond the tolerance, and "
           "healthy passes within 240 windows (40 min)\n")

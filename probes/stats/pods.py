@@ -34,9 +34,9 @@ out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
   own cohort's window means, so time effects do not count) by DerSimonian and Laird's
   moment estimator. This term grows with the square of the calls: evidence saturates at
   what the number of pods can say, which is the honest answer when pods differ. With few
-  pods τ² is itself uncertain: the term is scaled by a t-type factor for τ²'s degrees of
-  freedom and τ² taken as at least half its standard error (`few_pods_factor`), so a few
-  pods that happen to agree do not make it a per-call test.
+  pods τ² is itself uncertain: for a pass the term is scaled by a t-type factor for τ²'s
+  degrees of freedom and τ² taken as at least half its standard error (`few_pods_factor`),
+  so a few pods that happen to agree do not make it a per-call test.
 
 D/√V is tested with a one-sided normal-mixture e-process (Robbins' mixture, as in Johari,
 Pekelis & Walsh's always-valid p-values and Howard et al.'s asymptotic confidence
@@ -124,9 +124,10 @@ class PodTrack:
 
     `log_e_fail` leaves the canary's worst pod out (−inf while the canary has one pod);
     `log_e_fail_all` keeps every pod; `log_e_pass` is against "canary beyond tolerance".
-    `d`, `v_sampling`, `v_pods` (all pods, fail direction, in standard-deviation units) and
-    their leave-worst-out twins `d_wo`, `v_sampling_wo`, `v_pods_wo` let `needs_factor` say how
-    far a decision is. `excess` is (canary pods, looks): each canary pod's excess over the
+    `d`, `v_sampling` (all pods, fail direction, in standard-deviation units) and `v_pods`
+    (the spread term as the pass takes it, few pods allowed for), and the fail side's
+    leave-worst-out `d_wo`, `v_sampling_wo`, `v_pods_wo` let `needs_factor` say how far a
+    decision is. `excess` is (canary pods, looks): each canary pod's excess over the
     boundary; `worst` the index (into the canary pods) of the largest.
     """
 
@@ -307,8 +308,12 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     sq_w = (w_b ** 2).sum(axis=1)
     sd = np.sqrt(sd2)
     r_pods = ratio if pod_ratio is None else pod_ratio
-    vp_all = _few_pods(tau2, df, tau2_se, sq_calls + r_pods * r_pods * sq_w, vs_all, sd2,
-                       log_threshold, scales)
+    weights = sq_calls + r_pods * r_pods * sq_w
+    vp_all = tau2 * weights
+    # Only a pass allows for τ² from few pods: it is the claim a gate must not make
+    # wrongly, and the fail side already leaves each cohort's worst pod out (BENCHMARKS.md
+    # D19 has what the allowance cost a fail on small estates).
+    vp_pass = _few_pods(tau2, df, tau2_se, weights, vs_all, sd2, log_threshold, scales)
 
     # The worst canary pod at each look (the one an operator is told about); the first
     # canary pod while none has calls.
@@ -327,15 +332,14 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     drop_b = np.where(several_b[:, None], _first_max(z_b, axis=1), -1)
     d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, base, drop_b,
                                                              ratio, margin, v_t, acc)
-    tau2_fail, df_fail, se_fail = _tau2([(nc, sc, worst_wo, np.asarray(canary.any(axis=1))),
-                                         (nb, sb, drop_b, several_b)], v_pool, acc)
-    vp_wo = _few_pods(tau2_fail, df_fail, se_fail, sq_calls_wo + ratio * ratio * sq_w_wo,
-                      vs_wo, sd2, log_threshold, scales)
+    tau2_fail = _tau2([(nc, sc, worst_wo, np.asarray(canary.any(axis=1))),
+                       (nb, sb, drop_b, several_b)], v_pool, acc)[0]
+    vp_wo = tau2_fail * (sq_calls_wo + ratio * ratio * sq_w_wo)
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
     # With one pod in each cohort the spread between pods is not measured (τ² has no
     # degrees of freedom): a pass would rest on the pods being alike, so none is given.
-    log_pass = np.where(df >= 1, log_e_one_sided(-d_all / sd, (vs_all + vp_all) / sd2, scales),
-                        -np.inf)
+    log_pass = np.where(df >= 1, log_e_one_sided(-d_all / sd, (vs_all + vp_pass) / sd2,
+                                                  scales), -np.inf)
     log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
                         -np.inf)
     empty = (calls_b <= 0) | (calls_c <= 0)
@@ -358,7 +362,7 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
             log_e_fail=log_fail[g, k], log_e_fail_all=log_fail_all[g, k],
             log_e_pass=log_pass[g, k],
             d=d_all[g, k] / sd[g, k], v_sampling=vs_all[g, k] / sd2[g, k],
-            v_pods=vp_all[g, k] / sd2[g, k],
+            v_pods=vp_pass[g, k] / sd2[g, k],
             d_wo=d_wo[g, k] / sd[g, k], v_sampling_wo=vs_wo[g, k] / sd2[g, k],
             v_pods_wo=vp_wo[g, k] / sd2[g, k],
         ))

@@ -275,3 +275,17 @@ def test_one_pod_in_each_cohort_never_passes_and_says_why() -> None:
     n2, s2, _ = grid(rng, [0.02] * 4 + [0.0], flags, 120, calls=200)
     more = pod_track(n2, s2, np.array(flags), 1.0, TOL, log_threshold=LOG_THR)
     assert more.log_e_pass[-1] >= LOG_THR
+
+
+def test_the_few_pods_allowance_is_the_pass_sides_only() -> None:
+    # On the fail side, whose τ² already comes without each cohort's worst pod, the
+    # allowance cost three pods against three most of their fails (BENCHMARKS.md D19): its
+    # evidence does not depend on α, the pass's does.
+    rng = np.random.default_rng(11)
+    flags = [False] * 3 + [True] * 3
+    n, s, canary = grid(rng, [0.01, 0.012, 0.009, 0.02, 0.018, 0.021], flags, 120, calls=200)
+    strict, lax = (pod_track(n, s, canary, 1.0, 0.005, log_threshold=math.log(1 / a))
+                   for a in (1e-6, 0.01))
+    assert np.array_equal(strict.log_e_fail, lax.log_e_fail)
+    assert np.array_equal(strict.log_e_fail_all, lax.log_e_fail_all)
+    assert (strict.v_pods >= lax.v_pods).all() and (strict.v_pods > lax.v_pods).any()
