@@ -124,8 +124,9 @@ class PodTrack:
 
     `log_e_fail` leaves the canary's worst pod out (−inf while the canary has one pod);
     `log_e_fail_all` keeps every pod; `log_e_pass` is against "canary beyond tolerance".
-    `d`, `v_sampling` (all pods, fail direction, in standard-deviation units) and `v_pods`
-    (the spread term as the pass takes it, few pods allowed for), and the fail side's
+    `d` (all pods, fail direction, in standard-deviation units) with the pass's variance in
+    two parts, `v_sampling` what grows with the calls (sampling, and the few-pods floor) and
+    `v_pods` what grows with their square (the spread term), and the fail side's
     leave-worst-out `d_wo`, `v_sampling_wo`, `v_pods_wo` let `needs_factor` say how far a
     decision is. `excess` is (canary pods, looks): each canary pod's excess over the
     boundary; `worst` the index (into the canary pods) of the largest.
@@ -313,7 +314,8 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     # Only a pass allows for τ² from few pods: it is the claim a gate must not make
     # wrongly, and the fail side already leaves each cohort's worst pod out (BENCHMARKS.md
     # D19 has what the allowance cost a fail on small estates).
-    vp_pass = _few_pods(tau2, df, tau2_se, weights, vs_all, sd2, log_threshold, scales)
+    vp_pass, vs_floor = _few_pods(tau2, df, tau2_se, weights, vs_all, sd2, log_threshold,
+                                  scales)
 
     # The worst canary pod at each look (the one an operator is told about); the first
     # canary pod while none has calls.
@@ -338,8 +340,9 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
     # With one pod in each cohort the spread between pods is not measured (τ² has no
     # degrees of freedom): a pass would rest on the pods being alike, so none is given.
-    log_pass = np.where(df >= 1, log_e_one_sided(-d_all / sd, (vs_all + vp_pass) / sd2,
-                                                  scales), -np.inf)
+    log_pass = np.where(df >= 1, log_e_one_sided(-d_all / sd,
+                                                  (vs_all + vs_floor + vp_pass) / sd2, scales),
+                        -np.inf)
     log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
                         -np.inf)
     empty = (calls_b <= 0) | (calls_c <= 0)
@@ -361,7 +364,7 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
             worst=worst_c[g, k].astype(np.int64),
             log_e_fail=log_fail[g, k], log_e_fail_all=log_fail_all[g, k],
             log_e_pass=log_pass[g, k],
-            d=d_all[g, k] / sd[g, k], v_sampling=vs_all[g, k] / sd2[g, k],
+            d=d_all[g, k] / sd[g, k], v_sampling=(vs_all + vs_floor)[g, k] / sd2[g, k],
             v_pods=vp_pass[g, k] / sd2[g, k],
             d_wo=d_wo[g, k] / sd[g, k], v_sampling_wo=vs_wo[g, k] / sd2[g, k],
             v_pods_wo=vp_wo[g, k] / sd2[g, k],
@@ -462,14 +465,18 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, base: Bool, drop_b: I64, rati
 
 
 def _few_pods(tau2: F64, df: F64, tau2_se: F64, weights: F64, v_sampling: F64, sd2: F64,
-              log_threshold: float, scales: tuple[float, ...]) -> F64:
+              log_threshold: float, scales: tuple[float, ...]) -> tuple[F64, F64]:
     """The spread term τ²·`weights` with τ² from few pods allowed for (`few_pods_factor`):
     scaled by the factor, and τ² taken as at least part of its standard error as the
     factor rises above 1 (all of `_SE_FLOOR` from 2 on), so that a few pods that happen
-    to agree do not claim no spread at all."""
+    to agree do not claim no spread at all. Returned in two parts, by how they grow with
+    the calls: with their square (τ² estimated), and with the calls (the floor: a standard
+    error shrinks as they grow)."""
     factor = few_pods_factor(df, (v_sampling + tau2 * weights) / sd2, log_threshold, scales)
     floor = _SE_FLOOR * np.minimum(factor - 1.0, 1.0) * tau2_se
-    return factor * np.maximum(tau2, floor) * weights
+    floored = floor > tau2
+    return (factor * np.where(floored, 0.0, tau2) * weights,
+            factor * np.where(floored, floor, 0.0) * weights)
 
 
 def _tau2(cohorts: list[tuple[F64, F64, I64, Bool]], v_pool: F64, acc: _Acc

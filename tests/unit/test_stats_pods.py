@@ -4,6 +4,7 @@ windows. Bounds come from the method: a fail or pass is a crossing of log(1/α).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -288,4 +289,27 @@ def test_the_few_pods_allowance_is_the_pass_sides_only() -> None:
                    for a in (1e-6, 0.01))
     assert np.array_equal(strict.log_e_fail, lax.log_e_fail)
     assert np.array_equal(strict.log_e_fail_all, lax.log_e_fail_all)
-    assert (strict.v_pods >= lax.v_pods).all() and (strict.v_pods > lax.v_pods).any()
+    strict_v, lax_v = (t.v_sampling + t.v_pods for t in (strict, lax))
+    assert (strict_v >= lax_v).all() and (strict_v > lax_v).any()
+
+
+def test_a_small_estate_whose_pods_agree_is_told_how_far_a_pass_is() -> None:
+    # Three pods against one, alike: the few-pods floor shrinks as calls grow, so more
+    # calls decide (not "more pods"), and `needs` says how many.
+    rng = np.random.default_rng(3)
+
+    def verdict(windows: int) -> Any:
+        n = np.full((4, windows), 150.0)
+        n[3] *= 3
+        s = rng.binomial(n.astype(np.int64), 0.01).astype(float)
+        looks = np.arange(windows) * 10.0
+        return pod_success_rate(
+            PodGrid(pods=("a", "b", "c", "d"), cohorts=("old",) * 3 + ("new",), starts=looks,
+                    calls=n, errors=s, warmup_calls=np.zeros(4), warmup_errors=np.zeros(4),
+                    last_starts=looks),
+            "old", "new", Tolerances(success_rate_drop_pp=0.5), 0.01, 10.0)
+
+    early = verdict(60)
+    assert early.verdict == "inconclusive" and early.needs["calls"] is not None
+    assert "not enough evidence yet; a pass needs about" in early.reason
+    assert verdict(480).verdict == "pass"
