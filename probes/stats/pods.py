@@ -190,7 +190,7 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     `n`, `s`: (pods, windows) calls and sums, windows in time order (a window where no pod
     has calls may be left out or kept, it changes nothing); `canary`: (pods,) cohort flags.
     `log_threshold`: log 1/α of the decisions to be taken on the track (`pod_states`), for
-    the spread term's few-pods factor (`few_pods_factor`).
+    the pass's allowance for τ² from few pods (`few_pods_factor`).
     `last_only`: the last look alone (the live verdict), the same numbers as the last
     entry of the full track (the report's replay) at a fraction of its cost.
     """
@@ -385,9 +385,9 @@ def few_pods_factor(df: npt.ArrayLike, v: npt.ArrayLike, log_threshold: float,
     pods that happen to agree make τ² small, and a canary pod that happens to be fast
     passed a version beyond the tolerance in 2–3 % of rollouts whatever α. The e-process
     decides there at a threshold z that barely moves, so scaling the spread term by (t/z)²
-    puts its error near α. With many pods t is below z and nothing changes (ten pods:
-    df 10, t_10(0.99) = 2.8 against z ≥ 3.5); with none to count (df 0) there is nothing
-    to scale, and `pod_tracks` gives no pass."""
+    puts its error near α. With many pods t is below z and nothing changes (twelve pods:
+    df 10, t_10(0.99) = 2.8 against z ≥ 3.3 at α = 1 %); with none to count (df 0) there is
+    nothing to scale, and `pod_tracks` gives no pass."""
     df_ = np.asarray(df, dtype=np.float64)
     v_ = np.maximum(np.asarray(v, dtype=np.float64), 0.0)[..., None]
     rho2v = np.asarray(scales, dtype=np.float64) ** 2 * v_
