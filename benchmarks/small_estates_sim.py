@@ -63,6 +63,7 @@ class RateRow:
     spread: float  # σ of the lognormal pod factor on the error rate
     worse_pp: float  # the canary version's error rate above the baseline's 1 %
     rollouts: int
+    additive_pp: float = 0.0  # else each pod's rate + normal(0, this) pp, alike in both cohorts
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ def rate_passes(rng: np.random.Generator, row: RateRow, alpha: float = 0.01,
     for _ in range(row.rollouts):
         scale = rng.lognormal(-row.spread ** 2 / 2, row.spread, pods)
         rates = np.where(is_canary, 0.01 + row.worse_pp / 100, 0.01) * scale
+        if row.additive_pp:
+            rates = np.where(is_canary, 0.01 + row.worse_pp / 100, 0.01) + rng.normal(
+                0.0, row.additive_pp / 100, pods)
         s = rng.binomial(n.astype(np.int64), np.clip(rates, 0, 1)[:, None]).astype(float)
         track = pod_track(n, s, is_canary, 1.0, margin, log_threshold=log_thr)
         evidence = track.log_e_pass if side == "pass" else track.log_e_fail
@@ -202,6 +206,19 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(_share(k, big) if worse else f"{100 * k / big:.0f} %, "
                              f"{_median(first)}")
             print(f"| {b} vs {c} | {spread:g} | " + " | ".join(cells) + " |")
+    print("\nSuccess rate at the live verdict's α per metric (0.25 %), pods' rates spread "
+          "alike in both cohorts (+ normal(0, sd) pp), a look every window of 120 (20 min): "
+          "wrong passes at the boundary and at twice the tolerance\n")
+    print("| baseline vs canary pods | pods' sd | at the boundary | at twice the tolerance |")
+    print("| --- | --- | --- | --- |")
+    for b, c in ((3, 1), (5, 1), (7, 1), (4, 2), (6, 2), (3, 3)):
+        cells = []
+        for worse in (0.5, 1.0):
+            rng = np.random.default_rng([args.seed, 25, b, c, int(worse * 10)])
+            k, _ = rate_passes(rng, RateRow(b, c, 0.0, worse, big, additive_pp=0.3),
+                               alpha=0.0025, windows=120, every=1)
+            cells.append(_share(k, big))
+        print(f"| {b} vs {c} | 0.3 pp | " + " | ".join(cells) + " |")
     print("\nSuccess rate, the fail side (each cohort's worst pod left out; the few-pods "
           "allowance is the pass's only), α = 1 %: false fails within 60 windows of a canary "
           "like the baseline (A/A) or at the boundary (+0.5 pp), and a canary +1 pp failed "

@@ -385,7 +385,11 @@ def few_pods_factor(df: npt.ArrayLike, v: npt.ArrayLike, log_threshold: float,
     pods that happen to agree make τ² small, and a canary pod that happens to be fast
     passed a version beyond the tolerance in 2–3 % of rollouts whatever α. The e-process
     decides there at a threshold z that barely moves, so scaling the spread term by (t/z)²
-    puts its error near α. With many pods t is below z and nothing changes (twelve pods:
+    aims its error at α. It does not get there everywhere (BENCHMARKS.md D19): a balanced
+    canary pod has several times a baseline pod's calls, so τ² rests on pods whose own
+    variance is mostly sampling and has fewer effective degrees of freedom than counted;
+    with one or two canary pods on 4–8 pods a canary at the boundary still passed in
+    2–5 % of rollouts at α = 1 %. With many pods t is below z and nothing changes (twelve pods:
     df 10, t_10(0.99) = 2.8 against z ≥ 3.3 at α = 1 %); with none to count (df 0) there is
     nothing to scale, and `pod_tracks` gives no pass."""
     df_ = np.asarray(df, dtype=np.float64)
