@@ -303,7 +303,7 @@ def _needs_factors(evidence: Sequence[_PodEvidence], alpha: float
     log_thr = math.log(1.0 / alpha)
     undecided = [p for p in evidence
                  if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE
-                 and not pods.one_pod_each(p.track)]
+                 and not pods.one_canary_pod(p.track)]
     return dict(zip(undecided, pods.needs_factors(
         [-float(p.track.d[-1]) for p in undecided],
         [float(p.track.v_sampling[-1]) for p in undecided],
@@ -373,7 +373,7 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     found = ("; " + concentration_finding(str(worst_name), share, what)
              if concentrated else "")
     decided = pod_reason(head, verdict, lfa >= log_thr, pods_c, worst_name, share,
-                         concentrated, what, one_pod_each=pods.one_pod_each(track))
+                         concentrated, what, one_canary_pod=pods.one_canary_pod(track))
     if decided is not None:
         reason = decided
     elif factor is not None:
@@ -400,10 +400,10 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
 
 def pod_reason(head: str, verdict: str, fails_with_every_pod: bool, pods_canary: int,
                worst: str | None, share: float, concentrated: bool, what: str,
-               words: tuple[str, str] = ("worse", "sick"), *, one_pod_each: bool = False
+               words: tuple[str, str] = ("worse", "sick"), *, one_canary_pod: bool = False
                ) -> str | None:
     """A pod-level verdict's reason when it is decided, or held back by its worst pod or by
-    having one pod in each cohort (None otherwise: the caller says how far it is). `head`
+    having one canary pod (None otherwise: the caller says how far it is). `head`
     says the estimates; `what` what the worst pod's `share` counts; `words` ("worse",
     "sick") say how a pod differs."""
     finding = concentration_finding(str(worst), share, what)
@@ -423,10 +423,9 @@ def pod_reason(head: str, verdict: str, fails_with_every_pod: bool, pods_canary:
     if fails_with_every_pod:
         return (head + ": worse with every pod in, not yet with its worst pod "
                 f"({worst}, {100 * share:.0f} % of the canary's {what}) left out")
-    if one_pod_each:
-        return (head + ": one pod in each cohort, so the spread between pods is not measured "
-                "and a pass would rest on their being alike; a second pod in either cohort "
-                "would decide")
+    if one_canary_pod:
+        return (head + f": the canary has one pod ({worst}), and one pod cannot show the "
+                "version within tolerance across its pods; a second canary pod would decide")
     return None
 
 

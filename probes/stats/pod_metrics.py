@@ -40,7 +40,7 @@ from probes.stats.pod_exceed import (
     pass_tracks,
 )
 from probes.stats.pod_quantile import pod_quantile_track
-from probes.stats.pods import PodGrid, PodTrack, needs_factor, one_pod_each
+from probes.stats.pods import PodGrid, PodTrack, needs_factor, one_canary_pod
 from probes.stats.quantile import Layout
 
 __all__ = [
@@ -230,7 +230,7 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
     pod_word = "pod" if pods_c == 1 else "pods"
     head = warm.reason.split(")")[0] + f"; {pods_c} canary {pod_word} vs {pods_b})"
     reason = M.pod_reason(head, verdict, lfa >= log_thr, pods_c, worst, share, concentrated,
-                          P99_SLOW, ("slower", "slow"), one_pod_each=one_pod_each(ok))
+                          P99_SLOW, ("slower", "slow"), one_canary_pod=one_canary_pod(ok))
     spread = 100.0 * float(ok.tau[-1])
     needs: dict[str, Any] = {"calls": None, "seconds": None}
     if reason is None:

@@ -49,7 +49,8 @@ Decisions (`pod_states`, the one rule the live verdict and the report's replay b
 - fail when E_fail ≥ 1/α *with the canary's worst pod left out*: one pod does not fail a
   version, so with a single canary pod nothing fails and the finding names the pod;
 - pass when E_pass (the mirror image, against "canary beyond tolerance") ≥ 1/α, and never
-  with one pod in each cohort: the spread between pods is then unmeasured;
+  while the canary has one pod: one pod cannot tell a fast pod from a good version, as it
+  cannot tell a sick pod from a sick version;
 - the canary pod with the largest excess and its share of the canary's excess are reported
   (`worst`, `worst_share`): "concentrated on shop-0" is a finding in its own right.
 """
@@ -76,7 +77,7 @@ __all__ = [
     "log_e_one_sided",
     "needs_factor",
     "needs_factors",
-    "one_pod_each",
+    "one_canary_pod",
     "pod_grids",
     "pod_states",
     "pod_track",
@@ -338,9 +339,10 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
                        (nb, sb, drop_b, several_b)], v_pool, acc)[0]
     vp_wo = tau2_fail * (sq_calls_wo + ratio * ratio * sq_w_wo)
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
-    # With one pod in each cohort the spread between pods is not measured (τ² has no
-    # degrees of freedom): a pass would rest on the pods being alike, so none is given.
-    log_pass = np.where(df >= 1, log_e_one_sided(-d_all / sd,
+    # One canary pod passes nothing, as it fails nothing: the version shows only across its
+    # pods, and with one the pass rested on τ² from baseline pods that carry a fraction of
+    # its calls, above α in simulation (BENCHMARKS.md D19).
+    log_pass = np.where(pods_c >= 2, log_e_one_sided(-d_all / sd,
                                                   (vs_all + vs_floor + vp_pass) / sd2, scales),
                         -np.inf)
     log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
@@ -391,7 +393,7 @@ def few_pods_factor(df: npt.ArrayLike, v: npt.ArrayLike, log_threshold: float,
     with one or two canary pods on 4–8 pods a canary at the boundary still passed in
     2–5 % of rollouts at α = 1 %. With many pods t is below z and nothing changes (twelve pods:
     df 10, t_10(0.99) = 2.8 against z ≥ 3.3 at α = 1 %); with none to count (df 0) there is
-    nothing to scale, and `pod_tracks` gives no pass."""
+    nothing to scale (and with one canary pod `pod_tracks` gives no pass)."""
     df_ = np.asarray(df, dtype=np.float64)
     v_ = np.maximum(np.asarray(v, dtype=np.float64), 0.0)[..., None]
     rho2v = np.asarray(scales, dtype=np.float64) ** 2 * v_
@@ -406,10 +408,10 @@ def few_pods_factor(df: npt.ArrayLike, v: npt.ArrayLike, log_threshold: float,
     return np.asarray(np.maximum(factor, 1.0), dtype=np.float64)
 
 
-def one_pod_each(track: PodTrack) -> bool:
-    """Whether `track`'s last look has at most one pod with calls in each cohort: the spread
-    between pods is then not measured, and nothing passes."""
-    return int(track.pods_canary[-1]) <= 1 and int(track.pods_baseline[-1]) <= 1
+def one_canary_pod(track: PodTrack) -> bool:
+    """Whether `track`'s last look has at most one canary pod with calls: nothing passes
+    (nor fails) then."""
+    return int(track.pods_canary[-1]) <= 1
 
 
 def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:

@@ -254,28 +254,37 @@ def test_a_small_estate_passes_a_canary_at_the_boundary_at_most_alpha() -> None:
     assert passes <= binom.ppf(1 - 1e-6, 2 * rollouts, alpha)
 
 
-def test_one_pod_in_each_cohort_never_passes_and_says_why() -> None:
-    # The spread between pods is not measured with one pod in each cohort: a canary pod
-    # with no errors against a baseline pod at 2 % could be the faster pod, not version.
-    rng = np.random.default_rng(5)
-    n, s, canary = grid(rng, [0.02, 0.0], [False, True], 120, calls=200)
-    track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR)
-    assert (track.log_e_pass == -np.inf).all()
-    assert pods_module.one_pod_each(track)
+def one_canary_pod_verdict(rates: list[float], canary: list[bool], rng: np.random.Generator
+                           ) -> Any:
+    n, s, _ = grid(rng, rates, canary, 120, calls=200)
     looks = np.arange(n.shape[1], dtype=float)
-    verdict = pod_success_rate(
-        PodGrid(pods=("a", "b"), cohorts=("1.20", "1.21"), starts=looks * 10, calls=n,
-                errors=s, warmup_calls=np.zeros(2), warmup_errors=np.zeros(2),
-                last_starts=looks * 10),
+    names = tuple(f"pod-{i}" for i in range(len(rates)))
+    return pod_success_rate(
+        PodGrid(pods=names, cohorts=tuple("1.21" if c else "1.20" for c in canary),
+                starts=looks * 10, calls=n, errors=s, warmup_calls=np.zeros(len(rates)),
+                warmup_errors=np.zeros(len(rates)), last_starts=looks * 10),
         "1.20", "1.21", Tolerances(), 0.01, 10.0)
-    assert verdict.verdict == "inconclusive"
-    assert "one pod in each cohort" in verdict.reason
-    assert verdict.needs == {"calls": None, "seconds": None}
-    # Baseline pods that agree measure the spread: the same canary pod then passes.
-    flags = [False] * 4 + [True]
-    n2, s2, _ = grid(rng, [0.02] * 4 + [0.0], flags, 120, calls=200)
-    more = pod_track(n2, s2, np.array(flags), 1.0, TOL, log_threshold=LOG_THR)
-    assert more.log_e_pass[-1] >= LOG_THR
+
+
+def test_one_canary_pod_never_passes_and_says_why() -> None:
+    # One pod cannot show a version within tolerance across its pods, as it cannot show it
+    # worse: a canary pod with no errors against baseline pods at 2 % may be the faster
+    # pod. With one pod against one the spread is not even measured.
+    rng = np.random.default_rng(5)
+    for baseline in (1, 4):
+        n, s, canary = grid(rng, [0.02] * baseline + [0.0], [False] * baseline + [True], 120,
+                            calls=200)
+        track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR)
+        assert (track.log_e_pass == -np.inf).all()
+        assert pods_module.one_canary_pod(track)
+        verdict = one_canary_pod_verdict([0.02] * baseline + [0.0],
+                                         [False] * baseline + [True], rng)
+        assert verdict.verdict == "inconclusive"
+        assert "a second canary pod would decide" in verdict.reason
+        assert verdict.needs == {"calls": None, "seconds": None}
+    # A second canary pod, agreeing with the first: the version passes.
+    two = one_canary_pod_verdict([0.02] * 4 + [0.0] * 2, [False] * 4 + [True] * 2, rng)
+    assert two.verdict == "pass"
 
 
 def test_the_few_pods_allowance_is_the_pass_sides_only() -> None:
@@ -294,18 +303,19 @@ def test_the_few_pods_allowance_is_the_pass_sides_only() -> None:
 
 
 def test_a_small_estate_whose_pods_agree_is_told_how_far_a_pass_is() -> None:
-    # Three pods against one, alike: the few-pods floor shrinks as calls grow, so more
+    # Three pods against two, alike: the few-pods floor shrinks as calls grow, so more
     # calls decide (not "more pods"), and `needs` says how many.
     rng = np.random.default_rng(3)
 
     def verdict(windows: int) -> Any:
-        n = np.full((4, windows), 150.0)
-        n[3] *= 3
+        n = np.full((5, windows), 150.0)
+        n[3:] *= 1.5
         s = rng.binomial(n.astype(np.int64), 0.01).astype(float)
         looks = np.arange(windows) * 10.0
         return pod_success_rate(
-            PodGrid(pods=("a", "b", "c", "d"), cohorts=("old",) * 3 + ("new",), starts=looks,
-                    calls=n, errors=s, warmup_calls=np.zeros(4), warmup_errors=np.zeros(4),
+            PodGrid(pods=("a", "b", "c", "d", "e"), cohorts=("old",) * 3 + ("new",) * 2,
+                    starts=looks,
+                    calls=n, errors=s, warmup_calls=np.zeros(5), warmup_errors=np.zeros(5),
                     last_starts=looks),
             "old", "new", Tolerances(success_rate_drop_pp=0.5), 0.01, 10.0)
 
