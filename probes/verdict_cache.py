@@ -22,7 +22,9 @@ again) by upsert. Windows older than `seal` are kept pooled:
 - the endpoint windows' latency records (what each pod's p99 is judged from) into one
   record per pod and bucket, once they are settled: out of the pod's warm-up, after the
   comparison's origin, and clear of every overload span known (the verdict sums a pod's
-  warm records whatever their time, so the sum is the same). The rest stay as stored.
+  warm records whatever their time, so the sum is the same). The rest stay as stored;
+- the pods × strata grids of the sealed strata (`probes.verdict_grids`): a verdict adds
+  the strata after the seal to them, and the strata that seal to the kept grids.
 
 What makes it read the store afresh: another file at the path (replaced underneath), rows
 gone or older than the first (pruned, or a store swapped in place), a path window written
@@ -44,16 +46,18 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from probes.stats.pods import PodGrid
 from probes.stats.series import columns, overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
 from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
+from probes.verdict_grids import Part, Rules, Stale, extend_all, grids, hists
 
 __all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
 
@@ -77,6 +81,16 @@ class _Windows:
 
 
 @dataclass(slots=True)
+class _Grids:
+    """The pods × strata grids of the sealed strata (`probes.verdict_grids`), laid out by
+    `rules`; `pending`: strata sealed since, to add before they are used."""
+
+    rules: Rules | None = None
+    parts: dict[str, Part] | None = None
+    pending: list[EndpointColumns] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class _Pods:
     origin: float
     stratum_s: float | None
@@ -85,6 +99,7 @@ class _Pods:
     tail: EndpointColumns  # endpoint windows from `seal` on, as stored, with latency
     seal: float
     latency: _PooledLatency
+    grids: _Grids
 
 
 def _in(idx: npt.NDArray[Any], table: tuple[str, ...], names: Iterable[str] | None
@@ -487,7 +502,8 @@ class VerdictCache:
         lat = _PooledLatency(origin, stratum_s, warmup_s or 0.0)
         if with_latency:
             lat.add(sealed, self._length_bound(stratum_s), spans, summed=True)
-        return _Pods(origin, stratum_s, warmup_s, _by_path(_rows_only(sealed)), tail, seal, lat)
+        return _Pods(origin, stratum_s, warmup_s, _by_path(_rows_only(sealed)), tail, seal, lat,
+                     _Grids())
 
     def pods(self, store: Store, origin: float, stratum_s: float | None, refresh: bool,
              warmup_s: float | None = None, spans: Sequence[tuple[float, float]] = ()
@@ -507,14 +523,17 @@ class VerdictCache:
             sealed = p.sealed
             if old.any():
                 moving = _rows_only(take(fresh, old))
-                sealed = _by_path(concat(p.sealed, _strata(moving, origin, stratum_s)))
+                summed = _strata(moving, origin, stratum_s)
+                sealed = _by_path(concat(p.sealed, summed))
+                if p.grids.parts is not None:
+                    p.grids.pending.append(summed)
                 if warmup_s is not None:
                     p.latency.add(dataclasses.replace(
                         moving, latency=_records(fresh.latency, fresh.latency.start < seal)),
                         self._length_bound(stratum_s), spans)
             tail = dataclasses.replace(take(fresh, ~old), latency=_records(
                 fresh.latency, fresh.latency.start >= seal))
-            p = _Pods(origin, stratum_s, warmup_s, sealed, tail, seal, p.latency)
+            p = _Pods(origin, stratum_s, warmup_s, sealed, tail, seal, p.latency, p.grids)
         self._pods = p
         return p
 
@@ -598,3 +617,48 @@ class CachedSource:
                           _names_of(tail), names, keep)
         return dataclasses.replace(out, latency=_join_latency(
             p.latency.records(names, paths, cohorts), recent))
+
+    def pod_grids(self, *, since: float | None, until: float | None,
+                  paths: Sequence[str] | None, warmup_s: float, window_s: float,
+                  stratum_s: float | None, exclude: Sequence[tuple[float, float]]
+                  ) -> dict[str, PodGrid] | None:
+        """`probes.stats.pods.read_pod_grids` of this source (with per-pod attempts and
+        latency) from the grids the cache keeps for the sealed strata and the strata after
+        them (`probes.verdict_grids`); None when the cache does not hold what it reads (the
+        caller reads the grids as from a store)."""
+        if (since is None or self._warmup_s is None or warmup_s != self._warmup_s
+                or tuple(exclude) != self._exclude):
+            return None
+        lo = since - warmup_s
+        p = self._cache.pods(self._store, lo, stratum_s, refresh=not self._fresh_pods,
+                             warmup_s=self._warmup_s, spans=self._exclude)
+        self._fresh_pods = True
+        if until is not None and until < p.seal:
+            return None
+        rules = Rules(since, warmup_s, stratum_s or window_s, self._exclude)
+        g = p.grids
+        try:
+            if g.parts is None or g.rules != rules:
+                raise Stale
+            for cols in g.pending:
+                g.parts = extend_all(g.parts, cols, rules)
+        except Stale:
+            g.parts, g.rules = extend_all({}, p.sealed, rules), rules
+        g.pending.clear()
+        tail = _select(p.tail, until, paths, None)
+        try:
+            parts = extend_all(g.parts, _strata(_rows_only(tail), lo, stratum_s), rules)
+        except Stale:
+            return None
+        chosen = [(name, parts[name]) for name in sorted(parts)
+                  if paths is None or name in set(paths)]
+        t = p.tail.latency
+        keep = _in(t.path, p.tail.paths, paths)
+        if until is not None:
+            keep &= t.start < until
+        recent = _records(t, keep)
+        recent = dataclasses.replace(recent, start=_stratum_of(recent.start, lo, stratum_s))
+        pooled = _join_latency(p.latency.pooled, p.latency.loose)
+        lat, seen = hists(chosen, [(pooled, tuple(p.latency.names)),
+                                   (recent, _names_of(p.tail))], rules)
+        return grids(chosen, lat, seen)
