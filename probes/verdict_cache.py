@@ -57,7 +57,7 @@ from probes.stats.series import columns, overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
 from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
-from probes.verdict_grids import Part, Rules, Stale, extend_all, grids, hists
+from probes.verdict_grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
 
 __all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
 
@@ -88,6 +88,10 @@ class _Grids:
     rules: Rules | None = None
     parts: dict[str, Part] | None = None
     pending: list[EndpointColumns] = field(default_factory=list)
+    version: int = 0  # bumped when `parts` change
+    # The histograms of the latency records before the seal, for the parts of all paths,
+    # and the (records' generation, parts' version) they were summed at.
+    sealed_hists: tuple[tuple[int, int], Flat] | None = None
 
 
 @dataclass(slots=True)
@@ -276,6 +280,7 @@ class _PooledLatency:
         self.pooled_first: F64 = np.zeros(0)
         self.loose = EndpointLatency.empty()
         self.spans: frozenset[tuple[float, float]] = frozenset()
+        self.generation = 0  # bumped by every `add`
 
     @property
     def names(self) -> tuple[list[str], list[str], list[str]]:
@@ -286,6 +291,7 @@ class _PooledLatency:
             spans: Sequence[tuple[float, float]], *, summed: bool = False) -> None:
         """The latency records of `moving` (endpoint windows now before the seal, as stored;
         `summed`: read in strata already), each read `length_s` long against `spans`."""
+        self.generation += 1
         stratum = None if summed else self._stratum
         codes = [_lookup(names, where)[idx.astype(np.int64)] for names, where, idx in zip(
             _names_of(moving), self._where, (moving.path, moving.endpoint, moving.cohort),
@@ -642,8 +648,10 @@ class CachedSource:
                 raise Stale
             for cols in g.pending:
                 g.parts = extend_all(g.parts, cols, rules)
+                g.version += 1
         except Stale:
             g.parts, g.rules = extend_all({}, p.sealed, rules), rules
+            g.version += 1
         g.pending.clear()
         tail = _select(p.tail, until, paths, None)
         try:
@@ -658,7 +666,14 @@ class CachedSource:
             keep &= t.start < until
         recent = _records(t, keep)
         recent = dataclasses.replace(recent, start=_stratum_of(recent.start, lo, stratum_s))
-        pooled = _join_latency(p.latency.pooled, p.latency.loose)
-        lat, seen = hists(chosen, [(pooled, tuple(p.latency.names)),
-                                   (recent, _names_of(p.tail))], rules)
-        return grids(chosen, lat, seen)
+        sealed = sorted(g.parts.items())
+        key = (p.latency.generation, g.version)
+        if g.sealed_hists is None or g.sealed_hists[0] != key:
+            pooled = _join_latency(p.latency.pooled, p.latency.loose)
+            g.sealed_hists = key, flat_hists(sealed, [(pooled, tuple(p.latency.names))], rules)
+        # The kept histograms hold when every path's pods are laid out as the sealed grids'.
+        base = g.sealed_hists[1] if [(n, q.pods) for n, q in chosen] == [
+            (n, q.pods) for n, q in sealed] else flat_hists(chosen, [(_join_latency(
+                p.latency.pooled, p.latency.loose), tuple(p.latency.names))], rules)
+        flat = flat_hists(chosen, [(recent, _names_of(p.tail))], rules, base)
+        return grids(chosen, *hists(chosen, flat))

@@ -11,8 +11,9 @@ come after the sealed ones, so the first rows stay the sealed ones' (`Stale` whe
 not: the caller lays the grids out afresh). The rules a part was laid out by (origin,
 warm-up, overloaded spans, window length) are kept with it: other rules, another part.
 
-The pods' latency histograms are summed again at every verdict from the cache's latency
-records (pooled or not), all paths at once, by `pod_cells.add_per_pod`'s rule.
+The pods' latency histograms are summed for all paths at once by `pod_cells.add_per_pod`'s
+rule: those of the cache's records before the seal (pooled or not) kept until they change,
+plus those of the records after it, at every verdict.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from probes.stats.pods import MAX_GRID_CELLS, PodGrid
 from probes.stats.series import overlapping
 from probes.store.table import EndpointColumns, EndpointLatency
 
-__all__ = ["Part", "Rules", "Stale", "by_path", "extend", "extend_all", "grids", "hists"]
+__all__ = ["Flat", "Part", "Rules", "Stale", "by_path", "extend", "extend_all", "flat_hists",
+           "grids", "hists"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -203,20 +205,26 @@ def extend_all(parts: Mapping[str, Part], cols: EndpointColumns, rules: Rules
     return out
 
 
-def hists(parts: Sequence[tuple[str, Part]],
-          sources: Sequence[tuple[EndpointLatency, tuple[Sequence[str], ...]]],
-          rules: Rules) -> tuple[list[F64], list[bool]]:
-    """Each part's pods' warm latency histograms (pods, buckets) from the latency records
-    of `sources` (records, and the name tables they index: paths, endpoints, cohorts), and
-    whether the part's path has any record from `since`, by `pod_cells.add_per_pod`'s rule
-    (records of windows that touch an overloaded span left out, as `per_pod_of` does)."""
+# Every pod's histogram, the parts' one after the other (`hists`), and which pods have a
+# record from `since`.
+Flat = tuple[F64, npt.NDArray[np.bool_]]
+
+
+def flat_hists(parts: Sequence[tuple[str, Part]],
+               sources: Sequence[tuple[EndpointLatency, tuple[Sequence[str], ...]]],
+               rules: Rules, base: Flat | None = None) -> Flat:
+    """The pods' warm latency histograms of `parts` from the latency records of `sources`
+    (records, and the name tables they index: paths, endpoints, cohorts), by
+    `pod_cells.add_per_pod`'s rule (records of windows that touch an overloaded span left
+    out, as `per_pod_of` does), added to `base` (those of other records, for the same
+    parts)."""
     offsets = np.cumsum([0, *(len(p.pods) for _, p in parts)])
     total = int(offsets[-1])
     row_of = {(name, *pod): int(offsets[i]) + j
               for i, (name, p) in enumerate(parts) for pod, j in p.at.items()}
     first = (np.concatenate([p.first for _, p in parts]) if parts else np.zeros(0))
-    flat = np.zeros(total * BUCKET_COUNT)
-    seen = np.zeros(total, dtype=bool)
+    flat = np.zeros(total * BUCKET_COUNT) if base is None else base[0].copy()
+    seen = np.zeros(total, dtype=bool) if base is None else base[1].copy()
     for lat, (paths, endpoints, cohorts) in sources:
         if not len(lat):
             continue
@@ -240,9 +248,16 @@ def hists(parts: Sequence[tuple[str, Part]],
         flat += np.bincount(row[use] * BUCKET_COUNT + lat.bucket[keep][use],
                             weights=lat.count[keep][use].astype(np.float64),
                             minlength=total * BUCKET_COUNT)
-    hist = flat.reshape(total, BUCKET_COUNT)
+    return flat, seen
+
+
+def hists(parts: Sequence[tuple[str, Part]], flat: Flat) -> tuple[list[F64], list[bool]]:
+    """`flat_hists`' histograms per part (pods, buckets), and whether the part's path has
+    any record from `since`."""
+    offsets = np.cumsum([0, *(len(p.pods) for _, p in parts)])
+    hist = flat[0].reshape(-1, BUCKET_COUNT)
     out = [hist[offsets[i]:offsets[i + 1]] for i in range(len(parts))]
-    anyl = [bool(seen[offsets[i]:offsets[i + 1]].any()) for i in range(len(parts))]
+    anyl = [bool(flat[1][offsets[i]:offsets[i + 1]].any()) for i in range(len(parts))]
     return out, anyl
 
 
