@@ -195,10 +195,20 @@ def _strata(raw: EndpointColumns, origin: float, stratum_s: float | None) -> End
     start its stratum's; an endpoint's rows apart by its start time)."""
     if stratum_s is None or not len(raw.start):
         return raw
-    start = origin + stratum_s * np.trunc((raw.start - origin) / stratum_s)
+    k = np.trunc((raw.start - origin) / stratum_s)
+    start = origin + stratum_s * k
     _, began = np.unique(raw.started, return_inverse=True)
-    key = np.stack([start, raw.path, raw.endpoint, raw.cohort, began.ravel()])
-    _, group = np.unique(key, axis=1, return_inverse=True)
+    parts = [k - k.min(), raw.path, raw.endpoint, raw.cohort, began.ravel()]
+    sizes = [int(x.max()) + 1 for x in parts]
+    if math.prod(sizes) < 2 ** 62:
+        # One integer per (stratum, path, endpoint, cohort, start time), in that order: a
+        # sort of integers, not of columns.
+        key = np.zeros(len(k), dtype=np.int64)
+        for x, size in zip(parts, sizes, strict=True):
+            key = key * size + x.astype(np.int64)
+        _, group = np.unique(key, return_inverse=True)
+    else:
+        _, group = np.unique(np.stack([start, *parts[1:]]), axis=1, return_inverse=True)
     group = group.ravel()
     summed = reduce(dataclasses.replace(raw, start=start), group, int(group.max()) + 1)
     out: EndpointColumns = take(summed, np.argsort(summed.start, kind="stable"))
@@ -275,7 +285,11 @@ class _PooledLatency:
         self._origin, self._stratum, self._warmup = origin, stratum_s, warmup_s
         self._where: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
         self._first_seen: dict[tuple[int, int, int], float] = {}  # each pod's first stratum
-        self._row: dict[tuple[int, int, int, float, int], int] = {}  # pooled, by key
+        # Pooled records by key, pod (its codes and start time) and bucket: each pod's id,
+        # and the keys (id << 32 | bucket) in order with their rows.
+        self._pod_id: dict[tuple[int, int, int, float], int] = {}
+        self._keys = np.zeros(0, dtype=np.int64)
+        self._key_rows = np.zeros(0, dtype=np.int64)
         self.pooled = EndpointLatency.empty()
         self.pooled_first: F64 = np.zeros(0)
         self.loose = EndpointLatency.empty()
@@ -329,19 +343,36 @@ class _PooledLatency:
         if not s.size:
             return
         started = np.where(np.isnan(lat.started[s]), -math.inf, lat.started[s])
-        keys: list[tuple[int, int, int, float, int]] = list(zip(
-            p[s].tolist(), e[s].tolist(), c[s].tolist(), started.tolist(),
-            lat.bucket[s].tolist(), strict=True))
-        rows = np.empty(len(keys), dtype=np.int64)
-        grown = len(self._row)
-        fresh: list[int] = []
-        for i, key in enumerate(keys):
-            row = self._row.get(key)
-            if row is None:
-                row = self._row[key] = len(self._row)
-                fresh.append(i)
-            rows[i] = row
-        if fresh:
+        # Each record's pod (codes and start time) named once per distinct pod, not per record.
+        times, when = np.unique(started, return_inverse=True)
+        sizes = [len(w) for w in self._where]
+        pod = (((p[s] * sizes[1] + e[s]) * sizes[2] + c[s]) * len(times)
+               + when.ravel().astype(np.int64))
+        pods, which = np.unique(pod, return_inverse=True)
+        ids = np.array([self._pod_id.setdefault(
+            (int(x // len(times) // sizes[2] // sizes[1]), int(x // len(times) // sizes[2]
+                                                               % sizes[1]),
+             int(x // len(times) % sizes[2]), float(times[x % len(times)])),
+            len(self._pod_id)) for x in pods.tolist()], dtype=np.int64)
+        key = (ids[which.ravel()] << 32) | lat.bucket[s].astype(np.int64)
+        uniq, first_at, inverse = np.unique(key, return_index=True, return_inverse=True)
+        at_key = np.searchsorted(self._keys, uniq)
+        known = at_key < len(self._keys)
+        known[known] = self._keys[at_key[known]] == uniq[known]
+        grown = len(self.pooled)
+        row_of = np.empty(len(uniq), dtype=np.int64)
+        row_of[known] = self._key_rows[at_key[known]]
+        # New keys get rows in the order the records first show them.
+        new = np.flatnonzero(~known)
+        new = new[np.argsort(first_at[new], kind="stable")]
+        row_of[new] = grown + np.arange(len(new))
+        fresh = first_at[new]
+        rows = row_of[inverse.ravel()]
+        if len(new):
+            added = np.sort(new)
+            self._keys = np.insert(self._keys, at_key[added], uniq[added])
+            self._key_rows = np.insert(self._key_rows, at_key[added], row_of[added])
+        if len(fresh):
             at = s[fresh]
             self.pooled = _join_latency(self.pooled, EndpointLatency(
                 np.full(len(fresh), -math.inf), rec.path[at], rec.endpoint[at],
@@ -349,7 +380,7 @@ class _PooledLatency:
                 np.zeros(len(fresh), dtype=np.int64)))
             self.pooled_first = np.concatenate([self.pooled_first,
                                                 np.full(len(fresh), math.inf)])
-        assert len(self.pooled) == grown + len(fresh)
+        assert len(self.pooled) == grown + len(fresh) == len(self._keys)
         np.add.at(self.pooled.count, rows, rec.count[s].astype(np.int64))
         np.maximum.at(self.pooled.start, rows, start[s])
         np.minimum.at(self.pooled_first, rows, start[s])
