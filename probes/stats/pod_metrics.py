@@ -90,11 +90,13 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
         rows, is_canary = _rows(g, baseline, canary)
         n = np.asarray(g.attempts_calls, dtype=np.float64)[rows]
         total = np.asarray(g.attempts_sum, dtype=np.float64)[rows]
-        both = (n[~is_canary].sum(axis=0) > 0) & (n[is_canary].sum(axis=0) > 0)
+        n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
+        both = (n_b > 0) & (n_c > 0)
         parts.append((g, rows, is_canary, n, total, both))
         if both.any():
-            sums.append([float(x[:, both].sum()) for x in (
-                total[~is_canary], n[~is_canary], total[is_canary], n[is_canary])])
+            # Attempts and calls are whole numbers: summed per window first, the same sums.
+            t_b, t_c = total[~is_canary].sum(axis=0), total[is_canary].sum(axis=0)
+            sums.append([float(x[both].sum()) for x in (t_b, n_b, t_c, n_c)])
     cols = np.array(sums).T
     heads = iter(M.attempts_per_request(cols[0], cols[1], cols[2], cols[3], tol, alpha,
                                         attempts_max) if sums else [])
