@@ -22,7 +22,9 @@ again) by upsert. Windows older than `seal` are kept pooled:
 - the endpoint windows' latency records (what each pod's p99 is judged from) into one
   record per pod and bucket, once they are settled: out of the pod's warm-up, after the
   comparison's origin, and clear of every overload span known (the verdict sums a pod's
-  warm records whatever their time, so the sum is the same). The rest stay as stored.
+  warm records whatever their time, so the sum is the same). The rest stay as stored;
+- the pods × strata grids of the sealed strata (`probes.verdict_grids`): a verdict adds
+  the strata after the seal to them, and the strata that seal to the kept grids.
 
 What makes it read the store afresh: another file at the path (replaced underneath), rows
 gone or older than the first (pruned, or a store swapped in place), a path window written
@@ -44,16 +46,18 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from probes.stats.pods import PodGrid
 from probes.stats.series import columns, overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
 from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
+from probes.verdict_grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
 
 __all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
 
@@ -77,6 +81,20 @@ class _Windows:
 
 
 @dataclass(slots=True)
+class _Grids:
+    """The pods × strata grids of the sealed strata (`probes.verdict_grids`), laid out by
+    `rules`; `pending`: strata sealed since, to add before they are used."""
+
+    rules: Rules | None = None
+    parts: dict[str, Part] | None = None
+    pending: list[EndpointColumns] = field(default_factory=list)
+    version: int = 0  # bumped when `parts` change
+    # The histograms of the latency records before the seal, for the parts of all paths,
+    # and the (records' generation, parts' version) they were summed at.
+    sealed_hists: tuple[tuple[int, int], Flat] | None = None
+
+
+@dataclass(slots=True)
 class _Pods:
     origin: float
     stratum_s: float | None
@@ -85,6 +103,7 @@ class _Pods:
     tail: EndpointColumns  # endpoint windows from `seal` on, as stored, with latency
     seal: float
     latency: _PooledLatency
+    grids: _Grids
 
 
 def _in(idx: npt.NDArray[Any], table: tuple[str, ...], names: Iterable[str] | None
@@ -176,10 +195,20 @@ def _strata(raw: EndpointColumns, origin: float, stratum_s: float | None) -> End
     start its stratum's; an endpoint's rows apart by its start time)."""
     if stratum_s is None or not len(raw.start):
         return raw
-    start = origin + stratum_s * np.trunc((raw.start - origin) / stratum_s)
+    k = np.trunc((raw.start - origin) / stratum_s)
+    start = origin + stratum_s * k
     _, began = np.unique(raw.started, return_inverse=True)
-    key = np.stack([start, raw.path, raw.endpoint, raw.cohort, began.ravel()])
-    _, group = np.unique(key, axis=1, return_inverse=True)
+    parts = [k - k.min(), raw.path, raw.endpoint, raw.cohort, began.ravel()]
+    sizes = [int(x.max()) + 1 for x in parts]
+    if math.prod(sizes) < 2 ** 62:
+        # One integer per (stratum, path, endpoint, cohort, start time), in that order: a
+        # sort of integers, not of columns.
+        key = np.zeros(len(k), dtype=np.int64)
+        for x, size in zip(parts, sizes, strict=True):
+            key = key * size + x.astype(np.int64)
+        _, group = np.unique(key, return_inverse=True)
+    else:
+        _, group = np.unique(np.stack([start, *parts[1:]]), axis=1, return_inverse=True)
     group = group.ravel()
     summed = reduce(dataclasses.replace(raw, start=start), group, int(group.max()) + 1)
     out: EndpointColumns = take(summed, np.argsort(summed.start, kind="stable"))
@@ -256,11 +285,16 @@ class _PooledLatency:
         self._origin, self._stratum, self._warmup = origin, stratum_s, warmup_s
         self._where: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
         self._first_seen: dict[tuple[int, int, int], float] = {}  # each pod's first stratum
-        self._row: dict[tuple[int, int, int, float, int], int] = {}  # pooled, by key
+        # Pooled records by key, pod (its codes and start time) and bucket: each pod's id,
+        # and the keys (id << 32 | bucket) in order with their rows.
+        self._pod_id: dict[tuple[int, int, int, float], int] = {}
+        self._keys = np.zeros(0, dtype=np.int64)
+        self._key_rows = np.zeros(0, dtype=np.int64)
         self.pooled = EndpointLatency.empty()
         self.pooled_first: F64 = np.zeros(0)
         self.loose = EndpointLatency.empty()
         self.spans: frozenset[tuple[float, float]] = frozenset()
+        self.generation = 0  # bumped by every `add`
 
     @property
     def names(self) -> tuple[list[str], list[str], list[str]]:
@@ -271,6 +305,7 @@ class _PooledLatency:
             spans: Sequence[tuple[float, float]], *, summed: bool = False) -> None:
         """The latency records of `moving` (endpoint windows now before the seal, as stored;
         `summed`: read in strata already), each read `length_s` long against `spans`."""
+        self.generation += 1
         stratum = None if summed else self._stratum
         codes = [_lookup(names, where)[idx.astype(np.int64)] for names, where, idx in zip(
             _names_of(moving), self._where, (moving.path, moving.endpoint, moving.cohort),
@@ -308,19 +343,36 @@ class _PooledLatency:
         if not s.size:
             return
         started = np.where(np.isnan(lat.started[s]), -math.inf, lat.started[s])
-        keys: list[tuple[int, int, int, float, int]] = list(zip(
-            p[s].tolist(), e[s].tolist(), c[s].tolist(), started.tolist(),
-            lat.bucket[s].tolist(), strict=True))
-        rows = np.empty(len(keys), dtype=np.int64)
-        grown = len(self._row)
-        fresh: list[int] = []
-        for i, key in enumerate(keys):
-            row = self._row.get(key)
-            if row is None:
-                row = self._row[key] = len(self._row)
-                fresh.append(i)
-            rows[i] = row
-        if fresh:
+        # Each record's pod (codes and start time) named once per distinct pod, not per record.
+        times, when = np.unique(started, return_inverse=True)
+        sizes = [len(w) for w in self._where]
+        pod = (((p[s] * sizes[1] + e[s]) * sizes[2] + c[s]) * len(times)
+               + when.ravel().astype(np.int64))
+        pods, which = np.unique(pod, return_inverse=True)
+        ids = np.array([self._pod_id.setdefault(
+            (int(x // len(times) // sizes[2] // sizes[1]), int(x // len(times) // sizes[2]
+                                                               % sizes[1]),
+             int(x // len(times) % sizes[2]), float(times[x % len(times)])),
+            len(self._pod_id)) for x in pods.tolist()], dtype=np.int64)
+        key = (ids[which.ravel()] << 32) | lat.bucket[s].astype(np.int64)
+        uniq, first_at, inverse = np.unique(key, return_index=True, return_inverse=True)
+        at_key = np.searchsorted(self._keys, uniq)
+        known = at_key < len(self._keys)
+        known[known] = self._keys[at_key[known]] == uniq[known]
+        grown = len(self.pooled)
+        row_of = np.empty(len(uniq), dtype=np.int64)
+        row_of[known] = self._key_rows[at_key[known]]
+        # New keys get rows in the order the records first show them.
+        new = np.flatnonzero(~known)
+        new = new[np.argsort(first_at[new], kind="stable")]
+        row_of[new] = grown + np.arange(len(new))
+        fresh = first_at[new]
+        rows = row_of[inverse.ravel()]
+        if len(new):
+            added = np.sort(new)
+            self._keys = np.insert(self._keys, at_key[added], uniq[added])
+            self._key_rows = np.insert(self._key_rows, at_key[added], row_of[added])
+        if len(fresh):
             at = s[fresh]
             self.pooled = _join_latency(self.pooled, EndpointLatency(
                 np.full(len(fresh), -math.inf), rec.path[at], rec.endpoint[at],
@@ -328,7 +380,7 @@ class _PooledLatency:
                 np.zeros(len(fresh), dtype=np.int64)))
             self.pooled_first = np.concatenate([self.pooled_first,
                                                 np.full(len(fresh), math.inf)])
-        assert len(self.pooled) == grown + len(fresh)
+        assert len(self.pooled) == grown + len(fresh) == len(self._keys)
         np.add.at(self.pooled.count, rows, rec.count[s].astype(np.int64))
         np.maximum.at(self.pooled.start, rows, start[s])
         np.minimum.at(self.pooled_first, rows, start[s])
@@ -487,7 +539,8 @@ class VerdictCache:
         lat = _PooledLatency(origin, stratum_s, warmup_s or 0.0)
         if with_latency:
             lat.add(sealed, self._length_bound(stratum_s), spans, summed=True)
-        return _Pods(origin, stratum_s, warmup_s, _by_path(_rows_only(sealed)), tail, seal, lat)
+        return _Pods(origin, stratum_s, warmup_s, _by_path(_rows_only(sealed)), tail, seal, lat,
+                     _Grids())
 
     def pods(self, store: Store, origin: float, stratum_s: float | None, refresh: bool,
              warmup_s: float | None = None, spans: Sequence[tuple[float, float]] = ()
@@ -507,14 +560,17 @@ class VerdictCache:
             sealed = p.sealed
             if old.any():
                 moving = _rows_only(take(fresh, old))
-                sealed = _by_path(concat(p.sealed, _strata(moving, origin, stratum_s)))
+                summed = _strata(moving, origin, stratum_s)
+                sealed = _by_path(concat(p.sealed, summed))
+                if p.grids.parts is not None:
+                    p.grids.pending.append(summed)
                 if warmup_s is not None:
                     p.latency.add(dataclasses.replace(
                         moving, latency=_records(fresh.latency, fresh.latency.start < seal)),
                         self._length_bound(stratum_s), spans)
             tail = dataclasses.replace(take(fresh, ~old), latency=_records(
                 fresh.latency, fresh.latency.start >= seal))
-            p = _Pods(origin, stratum_s, warmup_s, sealed, tail, seal, p.latency)
+            p = _Pods(origin, stratum_s, warmup_s, sealed, tail, seal, p.latency, p.grids)
         self._pods = p
         return p
 
@@ -598,3 +654,57 @@ class CachedSource:
                           _names_of(tail), names, keep)
         return dataclasses.replace(out, latency=_join_latency(
             p.latency.records(names, paths, cohorts), recent))
+
+    def pod_grids(self, *, since: float | None, until: float | None,
+                  paths: Sequence[str] | None, warmup_s: float, window_s: float,
+                  stratum_s: float | None, exclude: Sequence[tuple[float, float]]
+                  ) -> dict[str, PodGrid] | None:
+        """`probes.stats.pods.read_pod_grids` of this source (with per-pod attempts and
+        latency) from the grids the cache keeps for the sealed strata and the strata after
+        them (`probes.verdict_grids`); None when the cache does not hold what it reads (the
+        caller reads the grids as from a store)."""
+        if (since is None or self._warmup_s is None or warmup_s != self._warmup_s
+                or tuple(exclude) != self._exclude):
+            return None
+        lo = since - warmup_s
+        p = self._cache.pods(self._store, lo, stratum_s, refresh=not self._fresh_pods,
+                             warmup_s=self._warmup_s, spans=self._exclude)
+        self._fresh_pods = True
+        if until is not None and until < p.seal:
+            return None
+        rules = Rules(since, warmup_s, stratum_s or window_s, self._exclude)
+        g = p.grids
+        try:
+            if g.parts is None or g.rules != rules:
+                raise Stale
+            for cols in g.pending:
+                g.parts = extend_all(g.parts, cols, rules)
+                g.version += 1
+        except Stale:
+            g.parts, g.rules = extend_all({}, p.sealed, rules), rules
+            g.version += 1
+        g.pending.clear()
+        tail = _select(p.tail, until, paths, None)
+        try:
+            parts = extend_all(g.parts, _strata(_rows_only(tail), lo, stratum_s), rules)
+        except Stale:
+            return None
+        chosen = [(name, parts[name]) for name in sorted(parts)
+                  if paths is None or name in set(paths)]
+        t = p.tail.latency
+        keep = _in(t.path, p.tail.paths, paths)
+        if until is not None:
+            keep &= t.start < until
+        recent = _records(t, keep)
+        recent = dataclasses.replace(recent, start=_stratum_of(recent.start, lo, stratum_s))
+        sealed = sorted(g.parts.items())
+        key = (p.latency.generation, g.version)
+        if g.sealed_hists is None or g.sealed_hists[0] != key:
+            pooled = _join_latency(p.latency.pooled, p.latency.loose)
+            g.sealed_hists = key, flat_hists(sealed, [(pooled, tuple(p.latency.names))], rules)
+        # The kept histograms hold when every path's pods are laid out as the sealed grids'.
+        base = g.sealed_hists[1] if [(n, q.pods) for n, q in chosen] == [
+            (n, q.pods) for n, q in sealed] else flat_hists(chosen, [(_join_latency(
+                p.latency.pooled, p.latency.loose), tuple(p.latency.names))], rules)
+        flat = flat_hists(chosen, [(recent, _names_of(p.tail))], rules, base)
+        return grids(chosen, *hists(chosen, flat))

@@ -348,6 +348,14 @@ def _pod_grids(source: WindowSource, since: float | None, until: float | None,
     if since is not None and until is not None:
         merge = math.ceil((until - since + warmup_s) / window_s / MAX_STRATA)
         stratum = merge * window_s if merge > 1 else None
+    # The running probe's cache keeps the grids between verdicts (`probes.verdict_grids`).
+    kept = getattr(source, "pod_grids", None)
+    if kept is not None:
+        grids: Mapping[str, PodGrid] | None = kept(
+            since=since, until=until, paths=paths, warmup_s=warmup_s, window_s=window_s,
+            stratum_s=stratum, exclude=exclude)
+        if grids is not None:
+            return grids
     return read_pod_grids(source, since=since, until=until, paths=paths, warmup_s=warmup_s,
                           window_s=window_s, stratum_s=stratum, exclude=exclude)
 

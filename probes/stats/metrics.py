@@ -352,12 +352,17 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     lf, lfa, lp = (float(x[-1]) for x in (track.log_e_fail, track.log_e_fail_all,
                                           track.log_e_pass))
     pods_c = int(track.pods_canary[-1])
-    per_pod_errors = s[is_canary][:, both].sum(axis=1)
-    per_pod_calls = n[is_canary][:, both].sum(axis=1)
     worst = int(track.worst[-1]) if canary_names else 0
     worst_name = canary_names[worst] if canary_names else None
-    share = float(per_pod_errors[worst] / err_c) if err_c > 0 and canary_names else 0.0
-    call_share = float(per_pod_calls[worst] / req_c) if canary_names else 0.0
+    share = call_share = 0.0
+    if canary_names:
+        # One copy of the canary's cells in the windows both have: the sums per pod as
+        # taken over that block (its rows' sums are not those of a row alone, bit for bit).
+        block = np.ix_(np.flatnonzero(is_canary), np.flatnonzero(both))
+        if err_c > 0:
+            share = float(s[block].sum(axis=1)[worst] / err_c)
+        # Calls are whole numbers: the worst pod's row alone sums to the same.
+        call_share = float(n[block][worst].sum() / req_c)
     concentrated = pods_c >= 2 and share >= 0.5 and share >= 2 * call_share
     key, scale, unit = spread
     spread_shown = scale * float(track.tau[-1])

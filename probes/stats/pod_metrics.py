@@ -39,7 +39,7 @@ from probes.stats.pod_exceed import (
     exceedance_tracks,
     pass_tracks,
 )
-from probes.stats.pod_quantile import pod_quantile_track
+from probes.stats.pod_quantile import WorstPods, worst_pods
 from probes.stats.pods import PodGrid, PodTrack, needs_factor, one_canary_pod
 from probes.stats.quantile import Layout
 
@@ -90,11 +90,13 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
         rows, is_canary = _rows(g, baseline, canary)
         n = np.asarray(g.attempts_calls, dtype=np.float64)[rows]
         total = np.asarray(g.attempts_sum, dtype=np.float64)[rows]
-        both = (n[~is_canary].sum(axis=0) > 0) & (n[is_canary].sum(axis=0) > 0)
+        n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
+        both = (n_b > 0) & (n_c > 0)
         parts.append((g, rows, is_canary, n, total, both))
         if both.any():
-            sums.append([float(x[:, both].sum()) for x in (
-                total[~is_canary], n[~is_canary], total[is_canary], n[is_canary])])
+            # Attempts and calls are whole numbers: summed per window first, the same sums.
+            t_b, t_c = total[~is_canary].sum(axis=0), total[is_canary].sum(axis=0)
+            sums.append([float(x[both].sum()) for x in (t_b, n_b, t_c, n_c)])
     cols = np.array(sums).T
     heads = iter(M.attempts_per_request(cols[0], cols[1], cols[2], cols[3], tol, alpha,
                                         attempts_max) if sums else [])
@@ -123,21 +125,39 @@ def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alp
     return pod_attempts_many([grid], baseline, canary, tol, alpha, window_s, attempts_max)[0]
 
 
-def _exceed_tracks(parts: Sequence[_P99Part], cuts: ExceedanceCuts, log_threshold: float
-                   ) -> list[tuple[PodTrack, PodTrack]]:
+def _stacked(parts: Sequence[_P99Part]) -> tuple[F64, Bool, Bool]:
+    """The parts' pods' histograms as one (parts, pods, buckets) array, pods padded with
+    empty ones (`real` False), and which are the canary's."""
+    width = max(len(p.is_canary) for p in parts)
+    hist = np.zeros((len(parts), width, parts[0].hist.shape[1]))
+    canary = np.zeros((len(parts), width), dtype=bool)
+    real = np.zeros((len(parts), width), dtype=bool)
+    for i, p in enumerate(parts):
+        k = len(p.is_canary)
+        hist[i, :k], canary[i, :k], real[i, :k] = p.hist, p.is_canary, True
+    return hist, canary, real
+
+
+def _exceed_tracks(parts: Sequence[_P99Part], hist: F64, cuts: ExceedanceCuts,
+                   log_threshold: float) -> list[tuple[PodTrack, PodTrack]]:
     """Each part's fail side's and pass side's exceedance tracks at the last look, each
-    pod's warm calls pooled over time, part i at row i of `cuts` (`probes.stats.pod_exceed`);
-    all in one batch per side."""
+    pod's warm calls pooled over time, part i at row i of `cuts` and of `hist` (`_stacked`;
+    `probes.stats.pod_exceed`); all in one batch per side."""
+    # (parts, pods, buckets + 1): each pod's calls from a bucket on; none from past the last.
+    above = np.zeros((*hist.shape[:2], hist.shape[2] + 1))
+    above[..., :-1] = np.cumsum(hist[..., ::-1], axis=-1)[..., ::-1]
+    rows = np.arange(len(parts))
+    b_fail, c_fail, b_level, c_pass = (above[rows, :, np.asarray(cut, dtype=np.int64)]
+                                       for cut in (cuts.baseline_fail, cuts.canary_fail,
+                                                   cuts.baseline_level, cuts.canary_pass))
+    calls = above[..., 0]
     sides: tuple[list[Exceedances], list[Exceedances]] = ([], [])
     for row, part in enumerate(parts):
-        # (pods, buckets + 1): each pod's calls from a bucket on; none from past the last.
-        above = np.zeros((part.hist.shape[0], part.hist.shape[1] + 1))
-        above[:, :-1] = np.cumsum(part.hist[:, ::-1], axis=1)[:, ::-1]
-        b_fail, c_fail, b_level, c_pass = (above[:, int(cut[row])][:, None] for cut in (
-            cuts.baseline_fail, cuts.canary_fail, cuts.baseline_level, cuts.canary_pass))
-        calls = above[:, :1]
-        sides[0].append((calls, b_fail, c_fail, part.is_canary))
-        sides[1].append((calls, b_level, c_pass, part.is_canary))
+        k = len(part.is_canary)
+        sides[0].append((calls[row, :k, None], b_fail[row, :k, None], c_fail[row, :k, None],
+                         part.is_canary))
+        sides[1].append((calls[row, :k, None], b_level[row, :k, None], c_pass[row, :k, None],
+                         part.is_canary))
     fails = exceedance_tracks(sides[0], log_threshold=log_threshold, last_only=True)
     oks = pass_tracks(sides[1], _P, log_threshold=log_threshold, last_only=True)
     return list(zip(fails, oks, strict=True))
@@ -161,7 +181,7 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
         parts.append(_P99Part(g, rows, is_canary, hist, hist[~is_canary].sum(axis=0),
                               hist[is_canary].sum(axis=0)))
     judged = [p for p in parts if p.tot_b.sum() > 0 and p.tot_c.sum() > 0]
-    heads: dict[int, tuple[MetricVerdict, tuple[PodTrack, PodTrack]]] = {}
+    heads: dict[int, tuple[MetricVerdict, tuple[PodTrack, PodTrack], _Worst]] = {}
     if judged:
         cum_b = np.cumsum(np.stack([p.tot_b for p in judged]), axis=1)
         cum_c = np.cumsum(np.stack([p.tot_c for p in judged]), axis=1)
@@ -171,8 +191,10 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
         log_half = math.log(2.0 / alpha)
         cuts = exceedance_cuts(cum_b, _LAYOUT, _P, tol.latency_p99_ratio,
                                tol.latency_p99_margin_ms / 1000.0, log_half)
-        heads = {id(p): (h, tracks) for p, h, tracks in zip(
-            judged, warm, _exceed_tracks(judged, cuts, log_half), strict=True)}
+        hist, canary_pods, real = _stacked(judged)
+        found = worst_pods(hist, canary_pods, real, _P)
+        heads = {id(p): (h, tracks, (found, i)) for i, (p, h, tracks) in enumerate(zip(
+            judged, warm, _exceed_tracks(judged, hist, cuts, log_half), strict=True))}
     tolerance = {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms}
     return [
         _pod_p99(p, canary, tol, alpha, window_s, *heads[id(p)]) if id(p) in heads
@@ -192,6 +214,11 @@ def pod_latency_p99(grid: PodGrid, baseline: str, canary: str, tol: Tolerances,
     return pod_latency_p99s([grid], baseline, canary, tol, alpha, window_s)[0]
 
 
+# Which canary pod is the worst, and its share of the canary's slow calls: `worst_pods` of
+# every judged part, and the part's row in it.
+_Worst = tuple[WorstPods, int]
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class _P99Part:
     grid: PodGrid
@@ -203,28 +230,28 @@ class _P99Part:
 
 
 def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_s: float,
-             warm: MetricVerdict, tracks: tuple[PodTrack, PodTrack]) -> MetricVerdict:
+             warm: MetricVerdict, tracks: tuple[PodTrack, PodTrack], worst_of: _Worst
+             ) -> MetricVerdict:
     """One grid's p99 verdict; `warm` is the pooled test on its warm calls (the estimates
     that head the reason, and the evidence with every call counted as independent), and
-    `tracks` its fail and pass sides' exceedance tracks (`_exceed_tracks`, judged at α/2)."""
-    grid, rows, is_canary, hist = part.grid, part.rows, part.is_canary, part.hist
+    `tracks` its fail and pass sides' exceedance tracks (`_exceed_tracks`, judged at α/2),
+    `worst_of` its worst canary pod (`_Worst`)."""
+    grid, rows, is_canary = part.grid, part.rows, part.is_canary
     tot_c = part.tot_c
     log_thr = math.log(1.0 / alpha)
     log_half = math.log(2.0 / alpha)
     fail, ok = tracks
-    # Which canary pod is the worst, and its share of the canary's slow calls.
-    track = pod_quantile_track(hist[:, None, :], is_canary, _LAYOUT, _P,
-                               tol.latency_p99_ratio, tol.latency_p99_margin_ms / 1000.0,
-                               log_thr, tests=False)
+    worst_pods_, row = worst_of
     # With every pod in, the evidence is the pooled test's (every call independent): what
     # the reason quotes when only the worst pod makes the canary look slow.
     lf, lp = float(fail.log_e_fail[-1]), float(ok.log_e_pass[-1])
     lfa = math.log(warm.e_fail) if warm.e_fail else -math.inf
     canary_names = [p for p, keep, c in zip(grid.pods, rows, grid.of(canary), strict=True)
                     if keep and c]
-    pods_c, pods_b = int(track.pods_canary[-1]), int(track.pods_baseline[-1])
-    worst = canary_names[int(track.worst[-1])] if canary_names else None
-    share, call_share = float(track.worst_share[-1]), float(track.worst_call_share[-1])
+    pods_c, pods_b = int(worst_pods_.pods_canary[row]), int(worst_pods_.pods_baseline[row])
+    worst = canary_names[int(worst_pods_.worst[row])] if canary_names else None
+    share = float(worst_pods_.worst_share[row])
+    call_share = float(worst_pods_.worst_call_share[row])
     concentrated = pods_c >= 2 and share >= 0.5 and share >= 2 * call_share
     verdict = M.FAIL if lf >= log_half else M.PASS if lp >= log_half else M.INCONCLUSIVE
     pod_word = "pod" if pods_c == 1 else "pods"

@@ -31,7 +31,7 @@ import numpy.typing as npt
 from probes.stats import quantile
 from probes.stats.bounded import TwoSample
 
-__all__ = ["PodQuantile", "pod_quantile_track"]
+__all__ = ["PodQuantile", "WorstPods", "pod_quantile_track", "worst_pods"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -130,3 +130,56 @@ def pod_quantile_track(hist: F64, canary: Bool, layout: quantile.Layout, p: floa
         worst=np.asarray(worst, dtype=np.int64), worst_share=np.asarray(share, np.float64),
         worst_call_share=np.asarray(call_share, np.float64),
     )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WorstPods:
+    """`worst_pods`' result, per group: `pod_quantile_track(tests=False)`'s pods, worst
+    canary pod (an index into the group's canary pods) and its shares, at one look."""
+
+    pods_baseline: I64
+    pods_canary: I64
+    worst: I64
+    worst_share: F64
+    worst_call_share: F64
+
+
+def worst_pods(hist: F64, canary: Bool, real: Bool, p: float) -> WorstPods:
+    """`pod_quantile_track(tests=False)` at one look for many groups at once (one per path):
+    `hist` (groups, pods, buckets), pods padded with `real` False; `canary` (groups, pods).
+    The same numbers: every sum is of counts, exact in any order, and ties go to the first
+    pod as in the group's own pods."""
+    cum = np.cumsum(np.asarray(hist, dtype=np.float64), axis=-1)
+    g_n = cum.shape[0]
+    groups = np.arange(g_n)
+    cm = canary & real
+    base = real & ~canary
+    n = cum[..., -1]
+
+    def above_cut(cut: I64) -> F64:
+        at = np.take_along_axis(cum, np.broadcast_to(cut[:, None, None], (*cum.shape[:2], 1)),
+                                axis=-1)[..., 0]
+        return np.asarray(n - at, dtype=np.float64)
+
+    tot_b = np.matmul(base[:, None, :].astype(np.float64), cum)[:, 0]
+    above_b = above_cut(_rank_bucket(tot_b, p))
+    ex_b = above_b - (1.0 - p) * n
+    pods_b = (base & (n > 0)).sum(axis=1)
+    drop = np.argmax(np.where(base & (n > 0), ex_b, -np.inf), axis=1)
+    base_wo = tot_b - np.where((pods_b >= 2)[:, None], cum[groups, drop], 0.0)
+    above_c = above_cut(_rank_bucket(base_wo, p))
+    ex_c = above_c - (1.0 - p) * n
+    live = cm & (n > 0)
+    pods_c = live.sum(axis=1)
+    # With no canary pod that has calls, the first canary pod (as an argmax of all -inf).
+    at = np.where(pods_c > 0, np.argmax(np.where(live, ex_c, -np.inf), axis=1),
+                  np.argmax(cm, axis=1))
+    worst = np.where(cm.any(axis=1), (np.cumsum(cm, axis=1) - 1)[groups, at], 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        total_above = np.where(cm, above_c, 0.0).sum(axis=1)
+        total_c = np.where(cm, n, 0.0).sum(axis=1)
+        share = np.where(total_above > 0, above_c[groups, at] / total_above, 0.0)
+        call_share = np.where(total_c > 0, n[groups, at] / total_c, 0.0)
+    return WorstPods(pods_b.astype(np.int64), pods_c.astype(np.int64),
+                     worst.astype(np.int64), np.asarray(share, dtype=np.float64),
+                     np.asarray(call_share, dtype=np.float64))

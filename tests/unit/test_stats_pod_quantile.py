@@ -9,7 +9,7 @@ import numpy as np
 from scipy.stats import binom
 
 from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER, index_of
-from probes.stats.pod_quantile import pod_quantile_track
+from probes.stats.pod_quantile import pod_quantile_track, worst_pods
 from probes.stats.quantile import Layout
 
 LAYOUT = Layout.from_edges(LOWER, UPPER)
@@ -78,3 +78,40 @@ def test_healthy_canaries_fail_at_most_alpha() -> None:
         fails_all += int(t.log_e_fail_all[0] >= THR)
     bound = binom.ppf(1 - 1e-6, rollouts, ALPHA)
     assert fails_all <= bound and fails <= bound
+
+
+def test_worst_pods_of_many_groups_are_each_groups_own() -> None:
+    # The live verdict finds every path's worst canary pod at once (`worst_pods`, pods
+    # padded): the same pods, worst pod and shares as each path's own track, including
+    # pods without calls, a cohort of one pod, tied pods and a canary without calls.
+    rng = np.random.default_rng(5)
+    groups = []
+    for g in range(40):
+        pods = int(rng.integers(2, 9))
+        scales = list(rng.choice([1.0, 1.3, 2.0], pods))
+        hist = estate(rng, scales, calls=int(rng.integers(50, 800)))[:, 0, :]
+        canary = np.zeros(pods, dtype=bool)
+        canary[rng.choice(pods, int(rng.integers(1, pods)), replace=False)] = True
+        if g % 5 == 1:
+            hist[rng.integers(pods)] = 0.0  # a pod without warm calls
+        if g % 7 == 2:
+            hist[canary] = hist[np.flatnonzero(canary)[0]]  # canary pods tied
+        if g % 11 == 3:
+            hist[canary] = 0.0  # no canary calls at all
+        groups.append((hist, canary))
+    width = max(len(c) for _, c in groups)
+    stacked = np.zeros((len(groups), width, BUCKET_COUNT))
+    canary_all = np.zeros((len(groups), width), dtype=bool)
+    real = np.zeros((len(groups), width), dtype=bool)
+    for i, (hist, canary) in enumerate(groups):
+        stacked[i, :len(canary)], canary_all[i, :len(canary)], real[i, :len(canary)] = (
+            hist, canary, True)
+    found = worst_pods(stacked, canary_all, real, 0.99)
+    for i, (hist, canary) in enumerate(groups):
+        one = pod_quantile_track(hist[:, None, :], canary, LAYOUT, 0.99, RATIO, MARGIN_S, THR,
+                                 tests=False)
+        assert found.pods_baseline[i] == one.pods_baseline[-1], i
+        assert found.pods_canary[i] == one.pods_canary[-1], i
+        assert found.worst[i] == one.worst[-1], i
+        assert found.worst_share[i] == one.worst_share[-1], i
+        assert found.worst_call_share[i] == one.worst_call_share[-1], i

@@ -20,7 +20,7 @@ from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.store import Event, Store
-from probes.verdict_cache import VerdictCache
+from probes.verdict_cache import CachedSource, VerdictCache
 from probes.verdict_service import JudgingSettings, compute_verdict
 
 T0 = 1_790_000_000.0
@@ -243,3 +243,68 @@ def test_latency_entries_sliced_by_path_or_masked_give_one_verdict(
     assert sliced == masked
     rules = {name: m["rule"] for p in masked["paths"] for name, m in p["metrics"].items()}
     assert rules["latency_p99_ms"] == "pods", rules
+
+
+def _same_grids(kept: Any, fresh: Any) -> None:
+    import dataclasses
+
+    from probes.stats.pods import PodGrid
+
+    assert kept is not None and fresh is not None
+    assert list(kept) == list(fresh)
+    for path in fresh:
+        for f in dataclasses.fields(PodGrid):
+            a, b = getattr(kept[path], f.name), getattr(fresh[path], f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                assert a is not None and b is not None, (path, f.name)
+                np.testing.assert_array_equal(a, b, err_msg=f"{path} {f.name}")
+            else:
+                assert a == b, (path, f.name)
+
+
+def test_the_kept_grids_are_those_a_fresh_read_lays_out(
+        estate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The cache keeps each path's grid of the sealed strata and adds the new ones
+    # (`probes.verdict_grids`): compared cell by cell with a fresh read's, window after
+    # window, while a pod joins, a pod restarts under its own name, an overload span opens
+    # and closes and the warm-up changes.
+    db, store, cache = estate
+    rng = np.random.default_rng(11)
+    served: list[bool] = []
+    laid, kept_grids = verdict_service._pod_grids, CachedSource.pod_grids
+
+    def counted(self: CachedSource, **kwargs: Any) -> Any:
+        out = kept_grids(self, **kwargs)
+        served.append(out is not None)
+        return out
+
+    def both(source: Any, *args: Any, **kwargs: Any) -> Any:
+        kept = laid(source, *args, **kwargs)
+        if isinstance(source, CachedSource):
+            with Store.open(db, readonly=True) as fresh:
+                _same_grids(kept, laid(fresh, *args, **kwargs))
+        return kept
+
+    monkeypatch.setattr(CachedSource, "pod_grids", counted)
+    monkeypatch.setattr(verdict_service, "_pod_grids", both)
+    restarted = {"start_time": rfc3339(T0 + 95 * W)}
+    for k in range(160):
+        paths, cells = windows_at(k, rng, labels={"shop-3": restarted} if k >= 95 else None)
+        if k >= 70:  # a pod the cache has not seen joins the canary
+            cells.append(EndpointWindow(
+                start=T0 + k * W, path="checkout", endpoint="shop-9", cohort=NEW, requests=30,
+                errors=k % 3, attempts_sum=31, attempts_count=30, latency={450 + k % 7: 30}))
+        store.write(paths, cells)
+        if k == 110:
+            store.write_events([Event(OVERLOAD_EVENT, T0 + 104 * W, detail={"reason": "late"})])
+        if k == 125:
+            store.write_events([Event(OVERLOAD_EVENT, T0 + 125 * W, detail={"reason": None})])
+        if k % 3 == 2 and k > 20:
+            settings = SETTINGS if k < 140 else JudgingSettings(warmup_s=50.0)
+            now = T0 + (k + 1) * W + 1
+            warm = compute_verdict(db, settings, now=now, overload=None, cache=cache)
+            assert warm == compute_verdict(db, settings, now=now, overload=None), k
+    assert sum(served) > 30, served
+    # The grids were laid out from the kept parts, the sealed strata added as they sealed.
+    assert cache._pods is not None and cache._pods.grids.parts is not None
+    assert not cache._pods.grids.pending

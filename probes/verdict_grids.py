@@ -1,0 +1,281 @@
+"""The verdict cache's pods × strata grids, kept between verdicts: each verdict adds only its
+new strata to them instead of laying out a day of strata again.
+
+`probes.stats.pods.read_pod_grids` lays each path's endpoint rows out as a grid (pods ×
+strata, each pod's warm-up apart, overloaded windows emptied; `pods.pod_grids`, with
+`pod_cells.add_per_pod`'s attempts and latency). Every cell is a sum of the rows of one pod
+and stratum, so the grid of the sealed strata (`probes.verdict_cache`) is kept as a `Part`
+and a verdict appends the columns of the strata after the seal. A row's cell depends on
+its pod's first row (the warm-up of a pod without a start time counts from it); new rows
+come after the sealed ones, so the first rows stay the sealed ones' (`Stale` when they do
+not: the caller lays the grids out afresh). The rules a part was laid out by (origin,
+warm-up, overloaded spans, window length) are kept with it: other rules, another part.
+
+The pods' latency histograms are summed for all paths at once by `pod_cells.add_per_pod`'s
+rule: those of the cache's records before the seal (pooled or not) kept until they change,
+plus those of the records after it, at every verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from probes.measure.histogram import BUCKET_COUNT
+from probes.stats.pods import MAX_GRID_CELLS, PodGrid
+from probes.stats.series import overlapping
+from probes.store.table import EndpointColumns, EndpointLatency
+
+__all__ = ["Flat", "Part", "Rules", "Stale", "by_path", "extend", "extend_all", "flat_hists",
+           "grids", "hists"]
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+Pod = tuple[str, str]  # (endpoint, cohort)
+
+
+class Stale(Exception):
+    """A part's warm-up no longer holds (a pod's rows begin before its part's): lay out
+    afresh."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """What a part's cells turn on besides its rows: the comparison's origin `since`, the
+    warm-up, and the overloaded spans with the length a row is taken to last."""
+
+    since: float
+    warmup_s: float
+    length_s: float
+    exclude: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Part:
+    """One path's grid as `pods.pod_grids` lays it out (merge 1), with what adding rows
+    needs: each pod's first row start (`first`) and where each pod is (`at`). `pods` sorted
+    by endpoint then cohort, the store's order."""
+
+    pods: tuple[Pod, ...]
+    at: Mapping[Pod, int]
+    first: F64
+    starts: F64
+    calls: F64
+    errors: F64
+    attempts_calls: F64
+    attempts_sum: F64
+    warmup_calls: F64
+    warmup_errors: F64
+    unrecorded: bool  # a warm row from `since` written without per-pod attempts / latency
+    attempts: bool  # a row from `since` has attempts
+
+
+def _unique(t: F64) -> tuple[F64, I64]:
+    """`np.unique(t, return_inverse=True)`, without the sort when `t` is in order."""
+    if t.size and np.all(t[1:] >= t[:-1]):
+        new = np.empty(t.size, dtype=bool)
+        new[0] = True
+        np.not_equal(t[1:], t[:-1], out=new[1:])
+        return t[new], np.cumsum(new) - 1
+    starts, window = np.unique(t, return_inverse=True)
+    return starts, window.ravel()
+
+
+def _cells(old: F64 | None, rows: I64, cols: I64, x: F64, shape: tuple[int, int],
+           place: tuple[I64, I64] | None, appended: int) -> F64:
+    """`old` (a part's cells) with `x` added at (`rows`, `cols`) of a grid of `shape`:
+    `appended` columns after old's when old's pods are the grid's (`place` None), else old
+    put at its `place` (pod rows, columns) first."""
+    p, c = shape
+    if old is not None and place is None:
+        new = np.bincount(rows * appended + (cols - (c - appended)), weights=x,
+                          minlength=p * appended).reshape(p, appended)
+        return np.concatenate([old, new], axis=1)
+    out = np.asarray(np.bincount(rows * c + cols, weights=x, minlength=p * c),
+                     dtype=np.float64).reshape(p, c)
+    if old is not None and place is not None:
+        out[place] += old
+    return out
+
+
+def extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp],
+           rules: Rules) -> Part:
+    """`part` (None: none yet) with the endpoint rows `rows` of `cols` (one path's, in
+    strata, starting after the part's) added, as `pods.pod_grids` lays them out. `Stale`
+    when a pod's rows begin before its part's."""
+    t = cols.start[rows]
+    out = overlapping(t, rules.length_s, rules.exclude)
+    n_coh = len(cols.cohorts)
+    key = cols.endpoint[rows].astype(np.int64) * n_coh + cols.cohort[rows]
+    keys, pod = np.unique(key, return_inverse=True)
+    pod = pod.ravel()
+    names = [(cols.endpoints[k // n_coh], cols.cohorts[k % n_coh]) for k in keys.tolist()]
+    first_new = np.full(len(keys), np.inf)
+    np.minimum.at(first_new, pod, t)
+    old_rows: I64 | None = None
+    if part is None:
+        pods = tuple(names)
+        at: Mapping[Pod, int] = {p: i for i, p in enumerate(pods)}
+        first = first_new
+        idx = np.arange(len(keys))
+    else:
+        found = [part.at.get(p, -1) for p in names]
+        if -1 in found:
+            pods = tuple(sorted({*part.pods, *names}))
+            at = {p: i for i, p in enumerate(pods)}
+            idx = np.array([at[p] for p in names], dtype=np.int64)
+            old_rows = np.array([at[p] for p in part.pods], dtype=np.int64)
+        else:
+            pods, at, idx = part.pods, part.at, np.array(found, dtype=np.int64)
+        first = np.full(len(pods), np.inf)
+        first[old_rows if old_rows is not None else slice(None)] = part.first
+        np.minimum.at(first, idx, first_new)
+        if np.any(first[old_rows if old_rows is not None else slice(None)] < part.first):
+            raise Stale
+    r = idx[pod]
+    started = cols.started[rows]
+    began = np.where(np.isnan(started), first[r], started)
+    kept = t >= rules.since
+    warm = (t >= began + rules.warmup_s)[kept]
+    starts_new, window = _unique(t[kept])
+    old_starts = part.starts if part is not None else np.zeros(0)
+    place: tuple[I64, I64] | None = None
+    if not len(old_starts) or not len(starts_new) or starts_new[0] > old_starts[-1]:
+        starts = np.concatenate([old_starts, starts_new])
+        col = window + len(old_starts)
+        if old_rows is not None:
+            place = (old_rows[:, None], np.arange(len(old_starts))[None, :])
+    else:  # strata that meet the part's last (a stratum's start rounded across the seal)
+        starts = np.union1d(old_starts, starts_new)
+        col = np.searchsorted(starts, starts_new)[window]
+        rows_of = old_rows if old_rows is not None else np.arange(len(pods))
+        place = (rows_of[:, None], np.searchsorted(starts, old_starts)[None, :])
+    shape = (len(pods), len(starts))
+    kr = r[kept]
+    hot = ~warm
+
+    def column(x: npt.NDArray[Any]) -> F64:
+        return np.where(out, 0, x[rows])[kept].astype(np.float64)
+
+    n, s = column(cols.requests), column(cols.errors)
+    a_n, a_s = column(cols.attempts_count), column(cols.attempts_sum)
+    unrec = np.where(out, 0, cols.unrecorded[rows])[kept]
+
+    def cells(old: F64 | None, x: F64) -> F64:
+        return _cells(old, kr[warm], col[warm], x[warm], shape, place, len(starts_new))
+
+    def per_pod(old: F64 | None, x: F64) -> F64:
+        w = np.bincount(kr[hot], weights=x[hot], minlength=len(pods)).astype(np.float64)
+        if old is not None:
+            w[old_rows if old_rows is not None else slice(None)] += old
+        return w
+
+    if part is None:
+        return Part(pods, at, first, starts, cells(None, n), cells(None, s),
+                    cells(None, a_n), cells(None, a_s), per_pod(None, n), per_pod(None, s),
+                    bool(np.any(unrec[warm] > 0)), bool(a_n.sum() > 0))
+    return Part(
+        pods, at, first, starts, cells(part.calls, n), cells(part.errors, s),
+        cells(part.attempts_calls, a_n), cells(part.attempts_sum, a_s),
+        per_pod(part.warmup_calls, n), per_pod(part.warmup_errors, s),
+        part.unrecorded or bool(np.any(unrec[warm] > 0)), part.attempts or bool(a_n.sum() > 0))
+
+
+def by_path(cols: EndpointColumns) -> dict[str, npt.NDArray[np.intp]]:
+    """Each path's rows of `cols`, in their order."""
+    if not len(cols.start):
+        return {}
+    order = np.argsort(cols.path, kind="stable")
+    p = cols.path[order]
+    cuts = np.flatnonzero(p[1:] != p[:-1]) + 1
+    return {cols.paths[int(p[at])]: rows
+            for at, rows in zip([0, *cuts.tolist()], np.split(order, cuts), strict=True)}
+
+
+def extend_all(parts: Mapping[str, Part], cols: EndpointColumns, rules: Rules
+               ) -> dict[str, Part]:
+    """`parts` with the rows of `cols` added, path by path (a new dict; `parts` is kept)."""
+    out = dict(parts)
+    for name, rows in by_path(cols).items():
+        out[name] = extend(parts.get(name), cols, rows, rules)
+    return out
+
+
+# Every pod's histogram, the parts' one after the other (`hists`), and which pods have a
+# record from `since`.
+Flat = tuple[F64, npt.NDArray[np.bool_]]
+
+
+def flat_hists(parts: Sequence[tuple[str, Part]],
+               sources: Sequence[tuple[EndpointLatency, tuple[Sequence[str], ...]]],
+               rules: Rules, base: Flat | None = None) -> Flat:
+    """The pods' warm latency histograms of `parts` from the latency records of `sources`
+    (records, and the name tables they index: paths, endpoints, cohorts), by
+    `pod_cells.add_per_pod`'s rule (records of windows that touch an overloaded span left
+    out, as `per_pod_of` does), added to `base` (those of other records, for the same
+    parts)."""
+    offsets = np.cumsum([0, *(len(p.pods) for _, p in parts)])
+    total = int(offsets[-1])
+    row_of = {(name, *pod): int(offsets[i]) + j
+              for i, (name, p) in enumerate(parts) for pod, j in p.at.items()}
+    first = (np.concatenate([p.first for _, p in parts]) if parts else np.zeros(0))
+    flat = np.zeros(total * BUCKET_COUNT) if base is None else base[0].copy()
+    seen = np.zeros(total, dtype=bool) if base is None else base[1].copy()
+    for lat, (paths, endpoints, cohorts) in sources:
+        if not len(lat):
+            continue
+        keep = ~overlapping(lat.start, rules.length_s, rules.exclude)
+        e_n, c_n = max(len(endpoints), 1), max(len(cohorts), 1)
+        key = ((lat.path[keep].astype(np.int64) * e_n + lat.endpoint[keep]) * c_n
+               + lat.cohort[keep])
+        uniq, inv = np.unique(key, return_inverse=True)
+        lut = np.array([row_of.get((paths[k // (e_n * c_n)], endpoints[k // c_n % e_n],
+                                    cohorts[k % c_n]), -1) for k in uniq.tolist()]
+                       or [-1], dtype=np.int64)
+        row = lut[inv.ravel()]
+        known = row >= 0
+        t = lat.start[keep]
+        started = lat.started[keep]
+        began = np.where(np.isnan(started), first[np.maximum(row, 0)] if total else 0.0,
+                         started)
+        recent = known & (t >= rules.since)
+        use = recent & (t >= began + rules.warmup_s)
+        seen[row[recent]] = True
+        flat += np.bincount(row[use] * BUCKET_COUNT + lat.bucket[keep][use],
+                            weights=lat.count[keep][use].astype(np.float64),
+                            minlength=total * BUCKET_COUNT)
+    return flat, seen
+
+
+def hists(parts: Sequence[tuple[str, Part]], flat: Flat) -> tuple[list[F64], list[bool]]:
+    """`flat_hists`' histograms per part (pods, buckets), and whether the part's path has
+    any record from `since`."""
+    offsets = np.cumsum([0, *(len(p.pods) for _, p in parts)])
+    hist = flat[0].reshape(-1, BUCKET_COUNT)
+    out = [hist[offsets[i]:offsets[i + 1]] for i in range(len(parts))]
+    anyl = [bool(flat[1][offsets[i]:offsets[i + 1]].any()) for i in range(len(parts))]
+    return out, anyl
+
+
+def grids(parts: Sequence[tuple[str, Part]], hist: Sequence[F64], any_latency: Sequence[bool]
+          ) -> dict[str, PodGrid] | None:
+    """The `PodGrid` of each part with strata from `since`, as `pods.pod_grids` gives it;
+    None when one would be merged into coarser columns (`MAX_GRID_CELLS`: lay out afresh)."""
+    out: dict[str, PodGrid] = {}
+    for (name, p), h, lat in zip(parts, hist, any_latency, strict=True):
+        if not len(p.starts):
+            continue
+        if len(p.pods) * len(p.starts) > MAX_GRID_CELLS:
+            return None
+        out[name] = PodGrid(
+            pods=tuple(e for e, _ in p.pods), cohorts=tuple(c for _, c in p.pods),
+            starts=p.starts, calls=p.calls, errors=p.errors, warmup_calls=p.warmup_calls,
+            warmup_errors=p.warmup_errors, last_starts=p.starts,
+            attempts_calls=p.attempts_calls if p.attempts else None,
+            attempts_sum=p.attempts_sum if p.attempts else None,
+            latency=h if lat else None, per_pod_metrics=not p.unrecorded)
+    return out
