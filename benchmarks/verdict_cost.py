@@ -79,7 +79,9 @@ def phases(now: float, settings: JudgingSettings, opened: Callable[[], Any],
         grids = _pod_grids(src, since, until, None, settings.warmup_s,
                            window_s=settings.window_s)
         out[PHASES[1]] = clock.lap()
-    judge(table, now=now, baseline=OLD, canary=NEW, since=since, pods=grids)
+        # Warm, the pod-level sums the cache keeps between verdicts, as `compute_verdict`.
+        memos = getattr(src, "track_memo", None)
+    judge(table, now=now, baseline=OLD, canary=NEW, since=since, pods=grids, memos=memos)
     out[PHASES[2]] = clock.lap()
     before()
     clock = _Clock()

@@ -49,7 +49,7 @@ passes; the verdict fails if any path fails and passes only if every path passes
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -77,7 +77,7 @@ from probes.stats.pod_metrics import (
     pod_latency_p99,
     pod_latency_p99s,
 )
-from probes.stats.pods import PodGrid
+from probes.stats.pods import PodGrid, TrackMemo
 from probes.stats.quantile import Layout
 from probes.stats.series import Columns, PathSeries, columns, overlapping, path_series
 
@@ -204,11 +204,13 @@ def _metrics(
     series: Sequence[PathSeries], tol: Tolerances, alpha_share: float, attempts_max: int,
     layout: Any = None, *, pods: Mapping[str, PodGrid] | None = None,
     cohorts: tuple[str, str] | None = None, window_s: float = DEFAULT_WINDOW_S,
+    memo: Callable[[str], TrackMemo] | None = None,
 ) -> dict[str, dict[str, MetricVerdict]]:
     """Per path, per metric name, for every path with a comparison span. `layout` is a
     callable giving the latency bucket `Layout` (read only when latency is judged). With
     `pods` (per path) and `cohorts` (baseline, canary), success rate is judged per pod, and
-    p99 and attempts too where the grid holds per-pod latency and attempts."""
+    p99 and attempts too where the grid holds per-pod latency and attempts; `memo(metric)`
+    keeps a metric's pod-level sums between verdicts (`pods.TrackMemo`)."""
     out: dict[str, dict[str, MetricVerdict]] = {s.path: {} for s in series}
     judged = [s for s in series if s.baseline is not None and s.canary is not None]
     too_many = _check_attempts(judged, attempts_max)
@@ -270,8 +272,9 @@ def _metrics(
                 out[i] = mv
         if by_pod and cohorts is not None:
             # Every path's pod-level test in one call: their pooled figures are vectorised.
-            for i, mv in zip(by_pod, M.pod_success_rates(list(by_pod.values()), *cohorts, tol,
-                                                         a, window_s), strict=True):
+            for i, mv in zip(by_pod, M.pod_success_rates(
+                    list(by_pod.values()), *cohorts, tol, a, window_s,
+                    memo(M.SUCCESS_RATE) if memo else None), strict=True):
                 out[i] = mv
         return [mv for mv in out if mv is not None]
 
@@ -322,7 +325,8 @@ def _metrics(
         return per_pod_or_pooled(
             rows, attempts_recorded, pooled,
             lambda g, b, c, m: pod_attempts(g, b, c, tol, a, window_s, attempts_max, m),
-            lambda grids, b, c: pod_attempts_many(grids, b, c, tol, a, window_s, attempts_max))
+            lambda grids, b, c: pod_attempts_many(grids, b, c, tol, a, window_s, attempts_max,
+                                                  memo(M.ATTEMPTS) if memo else None))
 
     def streams(rows: Sequence[PathSeries]) -> list[MetricVerdict]:
         k_b, k_c = cols(lambda t: t.stream_resets, rows)
@@ -393,6 +397,7 @@ def judge(
     attempts_max: int = DEFAULT_ATTEMPTS_MAX,
     pods: Mapping[str, PodGrid] | None = None,
     exclude: Sequence[tuple[float, float]] = (),
+    memos: Callable[[Hashable], TrackMemo] | None = None,
 ) -> Verdict:
     """Judge the canary cohort against the baseline on every path (module docstring).
 
@@ -405,6 +410,8 @@ def judge(
     success rate takes the pod as the unit of evidence, without it calls are pooled.
     `exclude`: time spans [from, to) whose windows are left out of the comparison for both
     cohorts (the probe was overloaded then); staleness is still judged on every window.
+    `memos`: the running probe's kept pod-level sums, one `pods.TrackMemo` per key (the
+    query and the metric), so that a verdict after a new window sums that window alone.
     Raises BadInput for parameters out of range.
     """
     if not 0.0 < alpha < 1.0:
@@ -433,10 +440,12 @@ def judge(
         series = [replace(s, newest_end=written.get(s.path, s.newest_end)) for s in series]
 
     alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
+    query = (since, tuple(wanted or ()), b, c)
     by_path = _metrics(series, tolerances, alpha_share, attempts_max,
                        lambda: _layout(windows), pods=pods,
                        cohorts=(b, c) if b is not None and c is not None else None,
-                       window_s=window_s)
+                       window_s=window_s,
+                       memo=None if memos is None else (lambda m: memos((m, *query))))
 
     path_verdicts = []
     for s in series:

@@ -44,7 +44,8 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from probes.stats.pods import PodGrid
+from probes.stats.pods import PodGrid, TrackMemo
 from probes.stats.series import columns, overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
@@ -65,6 +66,8 @@ F64 = npt.NDArray[np.float64]
 # The aggregator re-writes a window while it retains it (60 s after its end, plus 5 s of
 # grace): twice that is re-read at every verdict.
 REREAD_S = 130.0
+# Queries whose pod-level sums are kept at once (a metric of each counts once).
+_MEMOS = 8
 
 
 class _Stale(Exception):
@@ -423,6 +426,9 @@ class VerdictCache:
         self._windows: _Windows | None = None
         self._pods: _Pods | None = None
         self._first_window: dict[tuple[str, float | None], float] = {}
+        # The pod-level tests' sums kept between verdicts, by query and metric, the most
+        # recently used first out (each checks the grids it is given: `pods.TrackMemo`).
+        self._memos: OrderedDict[Hashable, TrackMemo] = OrderedDict()
         # How often it read everything again, path windows and endpoint windows (for tests).
         self.reads_afresh = {"windows": 0, "pods": 0}
 
@@ -436,6 +442,16 @@ class VerdictCache:
         self._store, self._ident, self._windows, self._pods = None, None, None, None
         self._firsts, self._last_id = None, 0
         self._first_window.clear()
+        self._memos.clear()
+
+    def track_memo(self, key: Hashable) -> TrackMemo:
+        """The kept sums of one query's metric (`probes.verdict.judge`'s `memos`): a few
+        queries at once (the probe's own verdict, a gate's path) each keep theirs."""
+        memo = self._memos.pop(key, None) or TrackMemo()
+        self._memos[key] = memo
+        while len(self._memos) > _MEMOS:
+            self._memos.popitem(last=False)
+        return memo
 
     @contextmanager
     def open(self) -> Iterator[Store]:
@@ -591,6 +607,9 @@ class CachedSource:
     @property
     def path(self) -> str:
         return self._store.path
+
+    def track_memo(self, key: Hashable) -> TrackMemo:
+        return self._cache.track_memo(key)
 
     def paths(self) -> list[str]:
         return self._store.paths()

@@ -328,6 +328,8 @@ def verdict_from_source(
         overloaded=overloaded,
         pods=pods,
         exclude=exclude,
+        # The running probe's cache keeps the pod-level sums between its verdicts.
+        memos=getattr(source, "track_memo", None),
     )
     return verdict.to_json()
 

@@ -235,11 +235,12 @@ class _PodEvidence:
 PodSums = tuple[pods.PodGrid, npt.NDArray[np.bool_], npt.NDArray[np.bool_], F64, F64]
 
 
-def _pod_evidences(items: Sequence[PodSums], ratio: float, margin: float, alpha: float
-                   ) -> list[_PodEvidence]:
-    """Every grid's pod-level test at its last look, in one batch (`pods.pod_tracks`)."""
+def _pod_evidences(items: Sequence[PodSums], ratio: float, margin: float, alpha: float,
+                   memo: pods.TrackMemo | None = None) -> list[_PodEvidence]:
+    """Every grid's pod-level test at its last look, in one batch (`pods.pod_tracks`;
+    `memo`, its sums kept from the last verdict)."""
     tracks = pods.pod_tracks([(n, s, c) for _g, _r, c, n, s in items], ratio, margin,
-                             log_threshold=math.log(1.0 / alpha), last_only=True)
+                             log_threshold=math.log(1.0 / alpha), last_only=True, memo=memo)
     return [_pod_evidence(*item, track) for item, track in zip(items, tracks, strict=True)]
 
 
@@ -258,18 +259,19 @@ def _pod_evidence(grid: pods.PodGrid, rows: npt.NDArray[np.bool_],
 
 def pod_success_rates(
     grids: Sequence[pods.PodGrid], baseline: str, canary: str, tol: Tolerances, alpha: float,
-    window_s: float,
+    window_s: float, memo: pods.TrackMemo | None = None,
 ) -> list[MetricVerdict]:
     """Success rate with the pod as the unit of evidence (`probes.stats.pods`), one per
     grid: each canary call compared with the baseline in the same window, the spread between
     pods counted, and a fail only if it holds with the canary's worst pod left out. The
-    pooled figures that head each reason are computed for every grid at once."""
+    pooled figures that head each reason are computed for every grid at once. `memo`: the
+    running probe's sums kept between verdicts (`pods.TrackMemo`)."""
     drop = tol.success_rate_drop_pp / 100.0
     items = []
     for g in grids:
         rows = np.array([c in (baseline, canary) for c in g.cohorts], dtype=bool)
         items.append((g, rows, g.of(canary)[rows], g.calls[rows], g.errors[rows]))
-    parts = _pod_evidences(items, 1.0, drop, alpha)
+    parts = _pod_evidences(items, 1.0, drop, alpha, memo)
     judged = [p for p in parts if p.totals[0] > 0 and p.totals[2] > 0]
     if judged:
         req_b, err_b, req_c, err_c = (np.array(x) for x in zip(*(p.totals for p in judged),
@@ -326,16 +328,17 @@ def needs_more(grid: pods.PodGrid, both: npt.NDArray[np.bool_], window_s: float,
 def pod_bounded_verdicts(
     pooled: Sequence[MetricVerdict], items: Sequence[PodSums], ratio: float, margin: float,
     window_s: float, *, what: str, spread: tuple[str, float, str],
+    memo: pods.TrackMemo | None = None,
 ) -> list[MetricVerdict]:
     """Each of `pooled` (a metric's verdicts on cohort totals, one per grid, at one α)
     judged again with the pod as the unit: `probes.stats.pods.pod_track` on the per-call
     values' sums `s` over calls `n` of its item (`PodSums`), H0 μ_c ≤ ratio·μ_b + margin,
     all grids in one batch. Each gets its state, reason, e-values, pod evidence and `needs`.
     `what` names what `s` counts ("retries"); `spread` = (JSON key, scale, unit) shows the
-    spread between pods τ in the metric's units."""
+    spread between pods τ in the metric's units. `memo` as `pod_success_rates`'."""
     if not pooled:
         return []
-    evidence = _pod_evidences(items, ratio, margin, pooled[0].alpha)
+    evidence = _pod_evidences(items, ratio, margin, pooled[0].alpha, memo)
     factors = _needs_factors(evidence, pooled[0].alpha)
     return [_pod_verdict(ev, p, factors.get(ev), window_s, what=what, spread=spread,
                          warmup=None) for ev, p in zip(evidence, pooled, strict=True)]

@@ -40,7 +40,7 @@ from probes.stats.pod_exceed import (
     pass_tracks,
 )
 from probes.stats.pod_quantile import WorstPods, worst_pods
-from probes.stats.pods import PodGrid, PodTrack, needs_factor, one_canary_pod
+from probes.stats.pods import PodGrid, PodTrack, TrackMemo, needs_factor, one_canary_pod
 from probes.stats.quantile import Layout
 
 __all__ = [
@@ -81,9 +81,11 @@ def attempts_recorded(grid: PodGrid) -> bool:
 
 
 def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol: Tolerances,
-                      alpha: float, window_s: float, attempts_max: int) -> list[MetricVerdict]:
+                      alpha: float, window_s: float, attempts_max: int,
+                      memo: TrackMemo | None = None) -> list[MetricVerdict]:
     """Attempts per request with the pod as the unit (module docstring), one per grid (each
-    `attempts_recorded`); the pooled figures that head each reason computed at once."""
+    `attempts_recorded`); the pooled figures that head each reason computed at once.
+    `memo`: the running probe's sums kept between verdicts (`pods.TrackMemo`)."""
     span = float(attempts_max - 1)
     parts, sums = [], []
     for g in grids:
@@ -106,7 +108,7 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
               for g, rows, is_canary, n, total, both in parts if both.any()]
     verdicts = iter(M.pod_bounded_verdicts(
         [next(heads) for _ in judged], judged, r, min((r - 1.0) / span, 1 - 1e-12), window_s,
-        what="retries", spread=("spread_attempts", span, "attempts per request")))
+        what="retries", spread=("spread_attempts", span, "attempts per request"), memo=memo))
     return [
         next(verdicts) if both.any()
         else M.missing(M.ATTEMPTS, "attempts", tolerance, alpha,

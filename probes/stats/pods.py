@@ -58,7 +58,7 @@ Decisions (`pod_states`, the one rule the live verdict and the report's replay b
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,7 @@ __all__ = [
     "MIXING_SCALES",
     "PodGrid",
     "PodTrack",
+    "TrackMemo",
     "few_pods_factor",
     "log_e_one_sided",
     "needs_factor",
@@ -167,20 +168,67 @@ def _cum(a: F64) -> F64:
 class _Acc:
     """How sums over windows are taken: at every look (running sums), or at the last only.
     `dot` weighs each window by a per-group factor first: at the last look alone that is a
-    matrix product, one pass over the cells instead of a product and a sum."""
+    matrix product, one pass over the cells instead of a product and a sum.
 
-    def __init__(self, last_only: bool) -> None:
-        self.last_only = last_only
+    With `kept` (a `TrackMemo`'s, last look only), the windows are those after the ones
+    already summed: each sum, named by its `key`, adds the kept sum of the windows before
+    them, and the sums through each group's first `fold` windows of these are kept for the
+    next call (`kept_now`). Every drop of a pod is then summed (`drops`), the next call
+    may drop another: a drop's sums are named (name, pod), −1 for none."""
 
-    def __call__(self, a: F64) -> F64:
+    def __init__(self, last_only: bool, kept: Mapping[Hashable, F64] | None = None,
+                 fold: I64 | None = None) -> None:
+        self.last_only = last_only or kept is not None
+        self.kept = kept
+        self.fold = fold
+        self.kept_now: dict[Hashable, F64] = {}
+        self._split: F64 | None = None
+
+    @property
+    def every_drop(self) -> bool:
+        return self.kept is not None
+
+    def drops(self, drop: I64, may: npt.ArrayLike) -> list[int]:
+        """The pods to leave out one at a time (−1: none): those `drop` names, or with
+        `kept`, every pod `may` (pods, any group) allows."""
+        if self.kept is None:
+            return [int(k) for k in np.unique(drop)]
+        return [-1, *np.flatnonzero(may).tolist()]
+
+    def __call__(self, a: F64, key: Hashable = None) -> F64:
+        if self.kept is not None:
+            return self._kept(a, None, key)
         return np.sum(a, axis=-1, keepdims=True) if self.last_only else _cum(a)
 
-    def dot(self, a: F64, w: F64) -> F64:
+    def dot(self, a: F64, w: F64, key: Hashable = None) -> F64:
         """Σ over windows of a[g, i, t]·w[g, t]: `a` (groups, pods, windows), `w` (groups,
         windows); (groups, pods, looks)."""
+        if self.kept is not None:
+            return self._kept(a, w, key)
         if self.last_only:
             return np.matmul(a, w[:, :, None])
         return _cum(a * w[:, None, :])
+
+    def running(self, x: F64, key: Hashable) -> F64:
+        """Running sums of `x` (groups, windows) at every window, from the kept sum `key`
+        of the windows before."""
+        out = _cum(x)
+        return out if self.kept is None else out + self._before(key)
+
+    def _before(self, key: Hashable) -> F64 | float:
+        # A fresh memo has kept nothing; a kept one has every key its last call summed.
+        return self.kept[key] if self.kept else 0.0
+
+    def _kept(self, a: F64, w: F64 | None, key: Hashable) -> F64:
+        assert self.fold is not None and self.kept is not None
+        if self._split is None or self._split.shape[1] != a.shape[-1]:
+            cols = np.arange(a.shape[-1])[None, :] < self.fold[:, None]
+            self._split = np.stack([cols, ~cols], axis=-1).astype(np.float64)
+        m = self._split if w is None else self._split * w[:, :, None]
+        parts = np.matmul(a[:, None, :], m)[:, 0] if a.ndim == 2 else np.matmul(a, m)
+        folded = self._before(key) + parts[..., :1]
+        self.kept_now[key] = folded
+        return folded + parts[..., 1:]
 
 
 def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
@@ -201,7 +249,8 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
 
 def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
                scales: tuple[float, ...] = MIXING_SCALES, *, log_threshold: float,
-               last_only: bool = False, pod_ratio: float | None = None) -> list[PodTrack]:
+               last_only: bool = False, pod_ratio: float | None = None,
+               memo: TrackMemo | None = None) -> list[PodTrack]:
     """`pod_track` for many (n, s, canary) grids at once (one per path), in one pass of
     array operations over batches of them: a verdict judges every path, and one call per
     path cost more in numpy's per-call overhead than in arithmetic. Grids are padded with
@@ -209,20 +258,131 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     `_BATCH_CELLS` padded cells, so memory stays what one large grid needs.
     `pod_ratio` (default `ratio`) weighs the baseline's pods in the spread term: a test
     against a constant (ratio 0) whose constant the baseline's pods stand for keeps their
-    spread with 1 (`probes.stats.pod_exceed`'s pass side)."""
+    spread with 1 (`probes.stats.pod_exceed`'s pass side).
+    `memo` (last look only): the sums of an earlier call kept, so that grids which only
+    gained windows since are summed over their newer windows alone (`TrackMemo`)."""
+    if memo is not None and last_only:
+        return memo.tracks(grids, (ratio, margin, scales, log_threshold, pod_ratio))
     out: list[PodTrack] = []
-    batch: list[tuple[F64, F64, Bool]] = []
-    rows = cols = 0
-    for grid in grids:
+    for lo, hi in _batches(grids):
+        out += _pod_batch(grids[lo:hi], ratio, margin, scales, log_threshold, _Acc(last_only),
+                          pod_ratio)
+    return out
+
+
+def _batches(grids: Sequence[tuple[F64, F64, Bool]]) -> list[tuple[int, int]]:
+    """`grids` cut into runs [lo, hi) of at most `_BATCH_CELLS` padded cells each."""
+    out: list[tuple[int, int]] = []
+    lo = rows = cols = 0
+    for i, grid in enumerate(grids):
         shape = np.shape(grid[0])
         r, c = max(rows, shape[0]), max(cols, shape[1] if len(shape) > 1 else 0)
-        if batch and (len(batch) + 1) * r * c > _BATCH_CELLS:
-            out += _pod_batch(batch, ratio, margin, scales, log_threshold, last_only, pod_ratio)
-            batch, r, c = [], shape[0], shape[1] if len(shape) > 1 else 0
-        batch.append(grid)
+        if i > lo and (i - lo + 1) * r * c > _BATCH_CELLS:
+            out.append((lo, i))
+            lo, r, c = i, shape[0], shape[1] if len(shape) > 1 else 0
         rows, cols = r, c
-    if batch:
-        out += _pod_batch(batch, ratio, margin, scales, log_threshold, last_only, pod_ratio)
+    if lo < len(grids):
+        out.append((lo, len(grids)))
+    return out
+
+
+class TrackMemo:
+    """What `pod_tracks(last_only=True)` summed over each grid's settled windows, kept
+    between the calls of a caller that asks again as windows arrive (the running probe's
+    verdict cache): a call whose grids are the last call's with windows added sums only
+    the windows after the kept ones, every pod's drop summed, all grids in one batch, so a
+    verdict costs what its new windows cost rather than the whole rollout's.
+
+    Grids are checked, not trusted: when a grid's kept windows changed (a pod's warm-up
+    moved, a pod added, the grids laid out afresh), or the grids or parameters are others,
+    every window is summed again, so the answer is the one without a memo but for the
+    order of floating-point sums. The newest windows may still change (the store re-writes
+    recent windows): the last `depth` of each grid are summed at every call and not kept,
+    `depth` growing to the most seen to change. One memo serves one sequence of calls (a
+    metric of one query)."""
+
+    def __init__(self) -> None:
+        self._params: tuple[Any, ...] | None = None
+        self._grids: list[tuple[F64, F64, Bool]] = []
+        self._folded = np.zeros(0, dtype=np.int64)  # per grid: its windows in `_sums`
+        self._sums: dict[Hashable, F64] = {}
+        self.depth = 2
+        self.summed_whole = 0  # calls that summed every window, for the tests
+
+    @property
+    def kept_windows(self) -> int:
+        """The windows the kept sums hold, over every grid."""
+        return int(self._folded.sum())
+
+    def tracks(self, grids: Sequence[tuple[F64, F64, Bool]], params: tuple[Any, ...]
+               ) -> list[PodTrack]:
+        """`pod_tracks(grids, *params, last_only=True)`; params (ratio, margin, scales,
+        log_threshold, pod_ratio)."""
+        ratio, margin, scales, log_threshold, pod_ratio = params
+        cells = [(np.asarray(n, dtype=np.float64), np.asarray(s, dtype=np.float64),
+                  np.asarray(c, dtype=bool)) for n, s, c in grids]
+        if any(n.ndim != 2 or s.shape != n.shape for n, s, _ in cells):
+            return pod_tracks(cells, ratio, margin, scales, log_threshold=log_threshold,
+                              last_only=True, pod_ratio=pod_ratio)
+        width = np.array([n.shape[1] for n, _, _ in cells], dtype=np.int64)
+        start = self._unchanged(cells) if params == self._params else None
+        out: list[PodTrack] = []
+        if start is None:
+            # Batch by batch, as without a memo (memory), then kept as one batch.
+            self.summed_whole += 1
+            folded = np.maximum(width - self.depth, 0)
+            kept: list[tuple[dict[Hashable, F64], int]] = []
+            for lo, hi in _batches(cells):
+                acc = _Acc(True, {}, folded[lo:hi])
+                out += _pod_batch(cells[lo:hi], ratio, margin, scales, log_threshold, acc,
+                                  pod_ratio)
+                kept.append((acc.kept_now, max(n.shape[0] for n, _, _ in cells[lo:hi])))
+            sums = _merged(kept)
+        else:
+            folded = np.maximum(start, width - self.depth)
+            acc = _Acc(True, self._sums, folded - start)
+            out = _pod_batch([(n[:, k:], s[:, k:], c) for (n, s, c), k in
+                              zip(cells, start.tolist(), strict=True)],
+                             ratio, margin, scales, log_threshold, acc, pod_ratio)
+            sums = acc.kept_now
+        self._params, self._grids, self._folded, self._sums = params, cells, folded, sums
+        return out
+
+    def _unchanged(self, grids: list[tuple[F64, F64, Bool]]) -> I64 | None:
+        """Where each grid's windows after the kept ones start (the kept count), or None
+        when the kept windows of one of them changed; `depth` grows to the windows seen to
+        change since the last call."""
+        if len(self._grids) != len(grids):
+            return None
+        for (n0, s0, c0), (n, s, c), k in zip(self._grids, grids, self._folded.tolist(),
+                                              strict=True):
+            if (n.shape[0] != n0.shape[0] or n.shape[1] < k or not np.array_equal(c, c0)
+                    or not np.array_equal(n[:, :k], n0[:, :k])
+                    or not np.array_equal(s[:, :k], s0[:, :k])):
+                return None
+            w = min(n.shape[1], n0.shape[1])
+            changed = ((n[:, k:w] != n0[:, k:w]) | (s[:, k:w] != s0[:, k:w])).any(axis=0)
+            if changed.any():
+                self.depth = max(self.depth, n.shape[1] - k - int(np.argmax(changed)))
+        return self._folded
+
+
+def _merged(batches: list[tuple[dict[Hashable, F64], int]]) -> dict[Hashable, F64]:
+    """The kept sums of consecutive batches (each with its padded pod count) as one batch's.
+    A batch lacks the sums of dropping a pod none of its grids has in that cohort: they
+    are those of dropping none, (name, −1)."""
+    if len(batches) == 1:
+        return batches[0][0]
+    pods = max(p for _, p in batches)
+    out: dict[Hashable, F64] = {}
+    for key in dict.fromkeys(k for sums, _ in batches for k in sums):
+        parts = []
+        for sums, p in batches:
+            a = sums[key] if key in sums else sums[(key[0], -1)]  # type: ignore[index]
+            if a.ndim == 3 and p < pods:
+                a = np.pad(a, ((0, 0), (0, pods - p), (0, 0)))
+            parts.append(a)
+        out[key] = np.concatenate(parts, axis=0)
     return out
 
 
@@ -233,9 +393,9 @@ _BATCH_CELLS = 250_000
 
 
 def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
-               scales: tuple[float, ...], log_threshold: float, last_only: bool,
+               scales: tuple[float, ...], log_threshold: float, acc: _Acc,
                pod_ratio: float | None = None) -> list[PodTrack]:
-    acc = _Acc(last_only)
+    last_only = acc.last_only
     g_n = len(grids)
     shapes = [np.shape(x[0]) for x in grids]
     rows = np.array([sh[0] for sh in shapes], dtype=np.int64)
@@ -261,8 +421,8 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     nb, sb = n * mask_b, s * mask_b
     n_bt, n_ct = nb.sum(axis=1), nc.sum(axis=1)  # (groups, windows)
     s_bt, s_ct = sb.sum(axis=1), sc.sum(axis=1)
-    calls_b, calls_c = acc(n_bt), acc(n_ct)  # (groups, looks)
-    sum_b, sum_c = acc(s_bt), acc(s_ct)
+    calls_b, calls_c = acc(n_bt, "calls_b"), acc(n_ct, "calls_c")  # (groups, looks)
+    sum_b, sum_c = acc(s_bt, "sum_b"), acc(s_ct, "sum_c")
 
     def running_mean(calls: F64, sums: F64) -> F64:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -273,7 +433,7 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     # Each window's variance smooths towards the baseline's running mean as of that window
     # (so per window even for the last look alone: cheap, one row); the scales use it at
     # the looks.
-    p_window_b = running_mean(_cum(n_bt), _cum(s_bt))
+    p_window_b = running_mean(acc.running(n_bt, "calls_b"), acc.running(s_bt, "sum_b"))
     p_run = running_mean(calls_b + calls_c, sum_b + sum_c)
     p_run_b = running_mean(calls_b, sum_b)
     p_t = s_bt * inv_b
@@ -287,22 +447,21 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     q_run = np.clip(ratio * p_run_b + margin, 0.0, 1.0)
     sd2 = np.maximum(np.maximum(p_run_b * (1 - p_run_b), q_run * (1 - q_run)), 1e-9)
 
-    excess = acc(sc) - acc.dot(nc, q_t)  # (groups, pods, looks); 0 off the canary
-    pod_calls_c = acc(nc)
-    own = acc.dot(nc, v_t * (1.0 + ratio * ratio * n_ct * inv_b))
-    w_b = acc.dot(nb, n_ct * inv_b)  # W_j, 0 off the baseline
+    excess = acc(sc, "sc") - acc.dot(nc, q_t, "nc.q")  # (groups, pods, looks); 0 off the canary
+    pod_calls_c = acc(nc, "nc")
+    own = acc.dot(nc, v_t * (1.0 + ratio * ratio * n_ct * inv_b), "own")
+    w_b = acc.dot(nb, n_ct * inv_b, "w_b")  # W_j, 0 off the baseline
 
     # τ²: each pod against its own cohort's window means, DerSimonian–Laird per look.
-    pod_calls_b = acc(nb)
-    resid_b = acc(sb) - acc.dot(nb, p_t)  # also picks the baseline pod the fail side drops
+    pod_calls_b = acc(nb, "nb")
+    # Also picks the baseline pod the fail side drops.
+    resid_b = acc(sb, "sb") - acc.dot(nb, p_t, "nb.p")
     v_pool = np.maximum(p_run * (1.0 - p_run), 1e-12)
     pods_c = (pod_calls_c > 0).sum(axis=1)
     pods_b = (pod_calls_b > 0).sum(axis=1)
-    looks = excess.shape[2]
-    none = np.full((g_n, looks), -1, dtype=np.int64)
     everyone = np.ones(g_n, dtype=bool)
-    tau2, df, tau2_se = _tau2([(nc, sc, none, everyone), (nb, sb, none, everyone)], v_pool,
-                              acc)
+    tau2, df, tau2_se = _tau2([(nc, sc, None, everyone, canary),
+                               (nb, sb, None, everyone, base)], v_pool, acc, "all")
 
     d_all = excess.sum(axis=1)
     vs_all = own.sum(axis=1)
@@ -335,8 +494,8 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     drop_b = np.where(several_b[:, None], _first_max(z_b, axis=1), -1)
     d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, base, drop_b,
                                                              ratio, margin, v_t, acc)
-    tau2_fail = _tau2([(nc, sc, worst_wo, np.asarray(canary.any(axis=1))),
-                       (nb, sb, drop_b, several_b)], v_pool, acc)[0]
+    tau2_fail = _tau2([(nc, sc, worst_wo, np.asarray(canary.any(axis=1)), canary),
+                       (nb, sb, drop_b, several_b, base)], v_pool, acc, "wo")[0]
     vp_wo = tau2_fail * (sq_calls_wo + ratio * ratio * sq_w_wo)
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
     # One canary pod passes nothing, as it fails nothing: the version shows only across its
@@ -436,11 +595,11 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, base: Bool, drop_b: I64, rati
     d, vs, sq_calls, sq_w = (np.zeros((g_n, looks)) for _ in range(4))
     worst = np.zeros((g_n, looks), dtype=np.int64)
     n_ct = nc.sum(axis=1)
-    pod_calls_c = acc(nc)
+    pod_calls_c = acc(nc, "fail.nc")
     calls_c = pod_calls_c.sum(axis=1)
-    for k in np.unique(drop_b):
+    for k in acc.drops(drop_b, base.any(axis=0)):
         at = drop_b == k
-        g = np.flatnonzero(at.any(axis=1))
+        g: Any = slice(None) if acc.every_drop else np.flatnonzero(at.any(axis=1))
         at = at[g]
         nb_g, sb_g, nc_g, sc_g = nb[g], sb[g], nc[g], sc[g]
         n_ct_g, pc_g, cc_g = n_ct[g], pod_calls_c[g], calls_c[g]
@@ -453,9 +612,10 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, base: Bool, drop_b: I64, rati
         with np.errstate(divide="ignore", invalid="ignore"):
             inv_b = np.where(n_bt > 0, 1.0 / np.where(n_bt > 0, n_bt, 1.0), 0.0)
         q_t = np.clip(ratio * s_bt * inv_b + margin, 0.0, 1.0)
-        excess = acc.dot(sc_g, both) - acc.dot(nc_g, both * q_t)
-        own = acc.dot(nc_g, both * v_t[g] * (1.0 + ratio * ratio * n_ct_g * inv_b))
-        w = acc.dot(nb_g, n_ct_g * inv_b) * keep[..., None]
+        excess = acc.dot(sc_g, both, ("fail.sc", k)) - acc.dot(nc_g, both * q_t, ("fail.nc.q", k))
+        own = acc.dot(nc_g, both * v_t[g] * (1.0 + ratio * ratio * n_ct_g * inv_b),
+                      ("fail.own", k))
+        w = acc.dot(nb_g, n_ct_g * inv_b, ("fail.w", k)) * keep[..., None]
         wc = _first_max(np.where(pc_g > 0, excess, -np.inf), axis=1)
         n_w = np.take_along_axis(pc_g, wc[:, None, :], axis=1)[:, 0]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -485,24 +645,31 @@ def _few_pods(tau2: F64, df: F64, tau2_se: F64, weights: F64, v_sampling: F64, s
             factor * np.where(floored, floor, 0.0) * weights)
 
 
-def _tau2(cohorts: list[tuple[F64, F64, I64, Bool]], v_pool: F64, acc: _Acc
-          ) -> tuple[F64, F64, F64]:
+def _tau2(cohorts: list[tuple[F64, F64, I64 | None, Bool, Bool]], v_pool: F64, acc: _Acc,
+          tag: str) -> tuple[F64, F64, F64]:
     """DerSimonian–Laird τ² per group and look from each cohort's pods (calls `n`, sums
     `s`: groups × pods × windows, 0 off the cohort), each pod measured against its cohort's
-    window means, leaving out the pod `drop[group, look]` (−1: none), in the groups where
-    the cohort `counts`: out of the sum of squares and out of the window means, so one sick
-    pod neither counts itself nor makes every healthy pod look off. Each distinct dropped
-    pod costs one pass over the cells of the groups that drop it (the worst pod rarely
-    changes once data accrues). With τ², its degrees of freedom (pods counted, less one per
-    cohort) and its standard error were the pods alike (Q's is √(2 df) then)."""
+    window means, leaving out the pod `drop[group, look]` (−1: none; None: none ever), in
+    the groups where the cohort `counts`: out of the sum of squares and out of the window
+    means, so one sick pod neither counts itself nor makes every healthy pod look off.
+    Each distinct dropped pod costs one pass over the cells of the groups that drop it (the
+    worst pod rarely changes once data accrues; with a memo every pod of the cohort,
+    `members`, is dropped in turn). `tag` names the kept sums. With τ², its degrees of
+    freedom (pods counted, less one per cohort) and its standard error were the pods alike
+    (Q's is √(2 df) then)."""
     q, df, denom = (np.zeros(v_pool.shape) for _ in range(3))
-    for n, s, drop, counts in cohorts:
+    for i, (n, s, drop, counts, members) in enumerate(cohorts):
         n_t, s_t = n.sum(axis=1), s.sum(axis=1)
-        calls, sums = acc(n), acc(s)
-        for k in np.unique(drop):
+        calls, sums = acc(n, f"{tag}{i}.n"), acc(s, f"{tag}{i}.s")
+        if drop is None:
+            drop = np.full(v_pool.shape, -1, dtype=np.int64)
+            ks = [-1]
+        else:
+            ks = acc.drops(drop, members.any(axis=0))
+        for k in ks:
             at = (drop == k) & counts[:, None]
-            g = np.flatnonzero(at.any(axis=1))
-            if not g.size:
+            g: Any = slice(None) if acc.every_drop else np.flatnonzero(at.any(axis=1))
+            if not acc.every_drop and not g.size:
                 continue
             at = at[g]
             n_g, s_g = n[g], s[g]
@@ -510,7 +677,7 @@ def _tau2(cohorts: list[tuple[F64, F64, I64, Bool]], v_pool: F64, acc: _Acc
             s_o = s_t[g] - (s_g[:, k] if k >= 0 else 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 mean = np.where(n_o > 0, s_o / np.where(n_o > 0, n_o, 1.0), 0.0)
-            resid = sums[g] - acc.dot(n_g, mean)
+            resid = sums[g] - acc.dot(n_g, mean, (f"{tag}{i}.n.mean", k))
             calls_g = calls[g]
             keep = calls_g > 0
             if k >= 0:

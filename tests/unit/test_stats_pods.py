@@ -16,6 +16,7 @@ from probes.stats import pods as pods_module
 from probes.stats.metrics import pod_success_rate
 from probes.stats.pods import (
     PodGrid,
+    TrackMemo,
     few_pods_factor,
     log_e_one_sided,
     needs_factor,
@@ -160,6 +161,63 @@ def test_a_batch_of_grids_is_judged_as_each_grid_alone(batch_cells: int,
                     assert a.shape == b.shape, (case, i, name)
                     np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-12,
                                                err_msg=f"case {case}, grid {i}: {name}")
+
+
+@pytest.mark.parametrize("batch_cells", [1_000_000, 300])
+def test_a_memo_gives_what_summing_afresh_gives(batch_cells: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`TrackMemo` (the running probe's verdicts, one after each window): grids that gain
+    windows, whose newest windows are written again, that gain a pod, or whose kept
+    windows change (a pod's warm-up moved) give at every call what `pod_tracks` gives
+    summing every window afresh, in one batch or several kept as one; and only a change
+    to kept windows or pods sums every window again."""
+    monkeypatch.setattr(pods_module, "_BATCH_CELLS", batch_cells)
+    rng = np.random.default_rng(20261205)
+    for case in range(12):
+        memo = TrackMemo()
+        grids = []
+        for _ in range(int(rng.integers(1, 5))):
+            pods = int(rng.integers(2, 8))
+            canary = rng.random(pods) < 0.5
+            canary[0], canary[-1] = False, True
+            grids.append([np.zeros((pods, 0)), np.zeros((pods, 0)), canary,
+                          0.001 * rng.lognormal(0.0, 1.0, pods)])
+        ratio, margin = (1.0, TOL) if case % 2 else (1.5, 0.0)
+        expected_whole = 1
+        for call in range(25):
+            changed_kept = False
+            for g in grids:
+                n, s, canary, rates = g
+                new = int(rng.integers(0, 4))
+                n_new = rng.poisson(rng.uniform(1, 60), (len(rates), new)).astype(float)
+                n_new *= rng.random(n_new.shape) > 0.2
+                s_new = rng.binomial(n_new.astype(int), np.minimum(rates, 1)[:, None])
+                n, s = np.hstack([n, n_new]), np.hstack([s, s_new.astype(float)])
+                if n.shape[1] and rng.random() < 0.3:  # the newest window written again
+                    n[:, -1] += rng.poisson(3, len(rates))
+                if call % 9 == 8 and n.shape[1] > 12:  # a kept window changes
+                    n[:, 1] += 1.0
+                    changed_kept = True
+                if call == 13:  # a pod joins, in the canary
+                    n = np.vstack([n, np.zeros((1, n.shape[1]))])
+                    s = np.vstack([s, np.zeros((1, s.shape[1]))])
+                    canary, rates = np.append(canary, True), np.append(rates, 0.002)
+                    changed_kept = True
+                g[:] = [n, s, canary, rates]
+            items = [(n, s, c) for n, s, c, _ in grids]
+            expected_whole += bool(call and changed_kept)
+            kept = pod_tracks(items, ratio, margin, log_threshold=LOG_THR, last_only=True,
+                              memo=memo)
+            afresh = pod_tracks(items, ratio, margin, log_threshold=LOG_THR, last_only=True)
+            for i, (a, b) in enumerate(zip(afresh, kept, strict=True)):
+                for name in a.__slots__:
+                    np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-9,
+                                               atol=1e-9, err_msg=f"{case}/{call}/{i} {name}")
+                assert pod_states(b, LOG_THR)[0] == pod_states(a, LOG_THR)[0]
+        assert memo.summed_whole == expected_whole, (case, memo.summed_whole, expected_whole)
+        # Only the newest window was written again: all but the last two are kept.
+        assert memo.depth == 2
+        assert memo.kept_windows == sum(max(n.shape[1] - 2, 0) for n, *_ in grids)
 
 
 def test_pods_tied_on_excess_are_picked_alike_by_the_live_verdict_and_the_replay() -> None:

@@ -123,6 +123,14 @@ def test_appended_windows_give_the_verdict_a_fresh_read_gives(estate: Any) -> No
     with Store.open(db, readonly=True) as s:
         stored = len(s.read_endpoint_columns(since=T0, latency=True).latency)
     assert kept < stored / 3, (kept, stored)
+    # The pod-level tests summed each verdict's new strata onto the sums kept from the last
+    # (`pods.TrackMemo`), every stratum again only when a pod joined (three restart onto
+    # the new version) or the strata were laid out anew.
+    memos = list(cache._memos.values())
+    assert {k[0] for k in cache._memos} == {"success_rate", "attempts_per_request"}
+    assert all(m.kept_windows > 0 for m in memos)
+    assert all(m.summed_whole <= 1 + 3 + 150 // 40 < judged for m in memos), (
+        [m.summed_whole for m in memos], judged)
 
 
 def test_the_last_window_written_again_is_read_again(estate: Any) -> None:
