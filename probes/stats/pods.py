@@ -70,6 +70,7 @@ from probes.stats._num import logsumexp
 
 __all__ = [
     "MAX_GRID_CELLS",
+    "MEMO_MAX_PODS",
     "MIXING_SCALES",
     "PodGrid",
     "PodTrack",
@@ -286,6 +287,11 @@ def _batches(grids: Sequence[tuple[F64, F64, Bool]]) -> list[tuple[int, int]]:
     return out
 
 
+# A memo sums every pod's drop at every call: one pass per pod, so past this many pods in
+# a grid the memo costs more than it saves (BENCHMARKS.md D16) and is not used.
+MEMO_MAX_PODS = 32
+
+
 class TrackMemo:
     """What `pod_tracks(last_only=True)` summed over each grid's settled windows, kept
     between the calls of a caller that asks again as windows arrive (the running probe's
@@ -299,7 +305,7 @@ class TrackMemo:
     order of floating-point sums. The newest windows may still change (the store re-writes
     recent windows): the last `depth` of each grid are summed at every call and not kept,
     `depth` growing to the most seen to change. One memo serves one sequence of calls (a
-    metric of one query)."""
+    metric of one query). Grids of more than `MEMO_MAX_PODS` pods are summed afresh."""
 
     def __init__(self) -> None:
         self._params: tuple[Any, ...] | None = None
@@ -319,9 +325,13 @@ class TrackMemo:
         """`pod_tracks(grids, *params, last_only=True)`; params (ratio, margin, scales,
         log_threshold, pod_ratio)."""
         ratio, margin, scales, log_threshold, pod_ratio = params
-        cells = [(np.asarray(n, dtype=np.float64), np.asarray(s, dtype=np.float64),
-                  np.asarray(c, dtype=bool)) for n, s, c in grids]
-        if any(n.ndim != 2 or s.shape != n.shape for n, s, _ in cells):
+        # Copies: the grids are kept to check the next call's against, and a caller's
+        # array written in place would otherwise compare equal to itself.
+        cells = [(np.array(n, dtype=np.float64), np.array(s, dtype=np.float64),
+                  np.array(c, dtype=bool)) for n, s, c in grids]
+        if (not cells or any(n.ndim != 2 or s.shape != n.shape for n, s, _ in cells)
+                or max(n.shape[0] for n, _, _ in cells) > MEMO_MAX_PODS):
+            self._params = None  # summed afresh: nothing kept
             return pod_tracks(cells, ratio, margin, scales, log_threshold=log_threshold,
                               last_only=True, pod_ratio=pod_ratio)
         width = np.array([n.shape[1] for n, _, _ in cells], dtype=np.int64)
@@ -336,7 +346,8 @@ class TrackMemo:
                 acc = _Acc(True, {}, folded[lo:hi])
                 out += _pod_batch(cells[lo:hi], ratio, margin, scales, log_threshold, acc,
                                   pod_ratio)
-                kept.append((acc.kept_now, max(n.shape[0] for n, _, _ in cells[lo:hi])))
+                # The pods the batch was padded to (`_pod_batch`: at least one).
+                kept.append((acc.kept_now, max(1, *(n.shape[0] for n, _, _ in cells[lo:hi]))))
             sums = _merged(kept)
         else:
             folded = np.maximum(start, width - self.depth)

@@ -15,6 +15,7 @@ from probes.stats import bounded
 from probes.stats import pods as pods_module
 from probes.stats.metrics import pod_success_rate
 from probes.stats.pods import (
+    MEMO_MAX_PODS,
     PodGrid,
     TrackMemo,
     few_pods_factor,
@@ -218,6 +219,35 @@ def test_a_memo_gives_what_summing_afresh_gives(batch_cells: int,
         # Only the newest window was written again: all but the last two are kept.
         assert memo.depth == 2
         assert memo.kept_windows == sum(max(n.shape[1] - 2, 0) for n, *_ in grids)
+
+
+def test_a_memo_takes_odd_grids_as_summing_afresh_does(monkeypatch: pytest.MonkeyPatch
+                                                     ) -> None:
+    """No grids; a grid of no pods alone in its batch; grids the caller writes in place
+    between calls (the memo keeps copies); grids of more pods than a memo pays for."""
+    monkeypatch.setattr(pods_module, "_BATCH_CELLS", 30)
+    memos = [TrackMemo(), TrackMemo()]
+    assert pod_tracks([], 1.0, TOL, log_threshold=LOG_THR, last_only=True,
+                      memo=memos[0]) == []
+    rng = np.random.default_rng(7)
+    buf_n = rng.poisson(40, (4, 12)).astype(float)
+    buf_s = rng.binomial(buf_n.astype(int), 0.01).astype(float)
+    canary = np.array([False, False, True, True])
+    big = grid(rng, [0.001] * (MEMO_MAX_PODS + 2), [False, True] * (MEMO_MAX_PODS // 2 + 1), 5)
+    empty = (np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0, dtype=bool))
+    for call in range(4):
+        for items, memo in zip(([empty, (buf_n, buf_s, canary)], [big]), memos, strict=True):
+            kept = pod_tracks(items, 1.0, TOL, log_threshold=LOG_THR, last_only=True,
+                              memo=memo)
+            afresh = pod_tracks(items, 1.0, TOL, log_threshold=LOG_THR, last_only=True)
+            for a, b in zip(afresh, kept, strict=True):
+                for name in a.__slots__:
+                    np.testing.assert_allclose(getattr(b, name), getattr(a, name),
+                                               rtol=1e-9, atol=1e-9, err_msg=f"{call} {name}")
+        buf_n[2:, :6] += 30.0  # kept windows rewritten in the caller's own arrays
+        buf_s[2:, :6] += 20.0
+    # Every call sums afresh: the kept windows were rewritten, or the pods are too many.
+    assert memos[0].summed_whole == 4 and memos[1].summed_whole == 0
 
 
 def test_pods_tied_on_excess_are_picked_alike_by_the_live_verdict_and_the_replay() -> None:
