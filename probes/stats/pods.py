@@ -458,7 +458,8 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     q_run = np.clip(ratio * p_run_b + margin, 0.0, 1.0)
     sd2 = np.maximum(np.maximum(p_run_b * (1 - p_run_b), q_run * (1 - q_run)), 1e-9)
 
-    excess = acc(sc, "sc") - acc.dot(nc, q_t, "nc.q")  # (groups, pods, looks); 0 off the canary
+    sum_sc, sum_sb = acc(sc, "sc"), acc(sb, "sb")
+    excess = sum_sc - acc.dot(nc, q_t, "nc.q")  # (groups, pods, looks); 0 off the canary
     pod_calls_c = acc(nc, "nc")
     own = acc.dot(nc, v_t * (1.0 + ratio * ratio * n_ct * inv_b), "own")
     w_b = acc.dot(nb, n_ct * inv_b, "w_b")  # W_j, 0 off the baseline
@@ -466,13 +467,14 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     # τ²: each pod against its own cohort's window means, DerSimonian–Laird per look.
     pod_calls_b = acc(nb, "nb")
     # Also picks the baseline pod the fail side drops.
-    resid_b = acc(sb, "sb") - acc.dot(nb, p_t, "nb.p")
+    resid_b = sum_sb - acc.dot(nb, p_t, "nb.p")
     v_pool = np.maximum(p_run * (1.0 - p_run), 1e-12)
     pods_c = (pod_calls_c > 0).sum(axis=1)
     pods_b = (pod_calls_b > 0).sum(axis=1)
     everyone = np.ones(g_n, dtype=bool)
-    tau2, df, tau2_se = _tau2([(nc, sc, None, everyone, canary),
-                               (nb, sb, None, everyone, base)], v_pool, acc, "all")
+    cohorts = [(nc, sc, pod_calls_c, sum_sc, canary), (nb, sb, pod_calls_b, sum_sb, base)]
+    tau2, df, tau2_se = _tau2([(*cohorts[0], None, everyone), (*cohorts[1], None, everyone)],
+                              v_pool, acc, "all")
 
     d_all = excess.sum(axis=1)
     vs_all = own.sum(axis=1)
@@ -503,10 +505,10 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
                                                                    pod_calls_b, 1.0)), -np.inf)
     several_b = base.sum(axis=1) > 1
     drop_b = np.where(several_b[:, None], _first_max(z_b, axis=1), -1)
-    d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(nb, sb, nc, sc, base, drop_b,
-                                                             ratio, margin, v_t, acc)
-    tau2_fail = _tau2([(nc, sc, worst_wo, np.asarray(canary.any(axis=1)), canary),
-                       (nb, sb, drop_b, several_b, base)], v_pool, acc, "wo")[0]
+    d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(
+        nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, v_t, acc)
+    tau2_fail = _tau2([(*cohorts[0], worst_wo, np.asarray(canary.any(axis=1))),
+                       (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")[0]
     vp_wo = tau2_fail * (sq_calls_wo + ratio * ratio * sq_w_wo)
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
     # One canary pod passes nothing, as it fails nothing: the version shows only across its
@@ -596,17 +598,18 @@ def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
     return np.where(fail, "fail", np.where(ok, "pass", "inconclusive"))
 
 
-def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, base: Bool, drop_b: I64, ratio: float,
-               margin: float, v_t: F64, acc: _Acc) -> tuple[F64, F64, F64, F64, I64]:
+def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, pod_calls_c: F64, base: Bool, drop_b: I64,
+               ratio: float, margin: float, v_t: F64, acc: _Acc
+               ) -> tuple[F64, F64, F64, F64, I64]:
     """The fail direction's D, sampling variance and pods' weights (Σ N_i², Σ W_j²) per
     group and look, with the baseline pod `drop_b[group, look]` (−1: none) out of the window
-    means and the canary's worst pod (returned, a pod index) out of D. One pass per distinct
-    dropped pod, over the groups that drop it."""
+    means and the canary's worst pod (returned, a pod index) out of D; `pod_calls_c` the
+    canary pods' calls summed over the windows. One pass per distinct dropped pod, over the
+    groups that drop it."""
     g_n, looks = drop_b.shape
     d, vs, sq_calls, sq_w = (np.zeros((g_n, looks)) for _ in range(4))
     worst = np.zeros((g_n, looks), dtype=np.int64)
     n_ct = nc.sum(axis=1)
-    pod_calls_c = acc(nc, "fail.nc")
     calls_c = pod_calls_c.sum(axis=1)
     for k in acc.drops(drop_b, base.any(axis=0)):
         at = drop_b == k
@@ -656,11 +659,12 @@ def _few_pods(tau2: F64, df: F64, tau2_se: F64, weights: F64, v_sampling: F64, s
             factor * np.where(floored, floor, 0.0) * weights)
 
 
-def _tau2(cohorts: list[tuple[F64, F64, I64 | None, Bool, Bool]], v_pool: F64, acc: _Acc,
-          tag: str) -> tuple[F64, F64, F64]:
+def _tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_pool: F64,
+          acc: _Acc, tag: str) -> tuple[F64, F64, F64]:
     """DerSimonian–Laird τ² per group and look from each cohort's pods (calls `n`, sums
-    `s`: groups × pods × windows, 0 off the cohort), each pod measured against its cohort's
-    window means, leaving out the pod `drop[group, look]` (−1: none; None: none ever), in
+    `s`: groups × pods × windows, 0 off the cohort; `calls`, `sums` theirs summed over the
+    windows, as `acc` sums them; the cohort's pods `members`), each pod measured against its
+    cohort's window means, leaving out the pod `drop[group, look]` (−1: none; None: none ever), in
     the groups where the cohort `counts`: out of the sum of squares and out of the window
     means, so one sick pod neither counts itself nor makes every healthy pod look off.
     Each distinct dropped pod costs one pass over the cells of the groups that drop it (the
@@ -669,9 +673,8 @@ def _tau2(cohorts: list[tuple[F64, F64, I64 | None, Bool, Bool]], v_pool: F64, a
     freedom (pods counted, less one per cohort) and its standard error were the pods alike
     (Q's is √(2 df) then)."""
     q, df, denom = (np.zeros(v_pool.shape) for _ in range(3))
-    for i, (n, s, drop, counts, members) in enumerate(cohorts):
+    for i, (n, s, calls, sums, members, drop, counts) in enumerate(cohorts):
         n_t, s_t = n.sum(axis=1), s.sum(axis=1)
-        calls, sums = acc(n, f"{tag}{i}.n"), acc(s, f"{tag}{i}.s")
         if drop is None:
             drop = np.full(v_pool.shape, -1, dtype=np.int64)
             ks = [-1]
