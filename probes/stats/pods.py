@@ -109,8 +109,15 @@ _SMOOTH_CALLS = 50.0
 # worst pod is capped there, at the most the other pods allow (`_capped`).
 _CAP_Z = 2.0
 # A cohort's worst pod this many standard errors beyond what the other pods' spread allows
-# is set aside as sick (`_outlier`): about 3e-5 one-sided per pod and look for a normal pod.
-_ASIDE_Z = 4.0
+# is set aside as sick (`_outlier`): about 3e-7 one-sided per pod and look for a normal pod.
+_ASIDE_Z = 5.0
+# The fewest pods a cohort must have for one of them to be set aside: with fewer, the
+# others' spread is too uncertain to call one of them sick.
+_ASIDE_MIN_PODS = 3
+# The fewest baseline pods that judge a canary of one pod: fewer show too little of the
+# spread a new pod is judged against (at σ 0.5 between pods, 3-5 baseline pods failed a
+# healthy one-pod canary in 1-4 % of rollouts at α 1 %; BENCHMARKS.md D21).
+_ONE_POD_BASELINE = 6
 
 
 def log_e_one_sided(d: npt.ArrayLike, v: npt.ArrayLike,
@@ -521,8 +528,10 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
                                       (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")
     # A worst pod the others' spread cannot account for is sick, not the version's: set
     # aside (out of the window means, τ² and D) and named. The canary keeps its only pod.
-    aside_c = np.where(_outlier(*dropped[0], tau2_fail, v_pool) & (pods_c >= 2), worst_wo, -1)
-    aside_b = np.where(_outlier(*dropped[1], tau2_fail, v_pool) & (drop_b >= 0), drop_b, -1)
+    aside_c = np.where(_outlier(*dropped[0], tau2_fail, v_pool) & (pods_c >= _ASIDE_MIN_PODS),
+                       worst_wo, -1)
+    aside_b = np.where(_outlier(*dropped[1], tau2_fail, v_pool) & (drop_b >= 0)
+                       & (pods_b >= _ASIDE_MIN_PODS), drop_b, -1)
     tau2_p, df_p, se_p, _ = _tau2([(*cohorts[0], aside_c, some_c),
                                    (*cohorts[1], aside_b, several_b)], v_pool, acc, "aside")
     out_b = (aside_b >= 0)[:, None, :]
@@ -548,16 +557,42 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     # the others say it stands apart (`_capped`), against window means without the
     # baseline's worst pod (a sick baseline pod would otherwise mask a regression on every
     # canary pod); τ² without either worst pod, trimmed alike so equal cohorts stay alike.
-    d_wo, _ = _capped(ex_pp, pod_calls_c, sd2, tau2_fail)
-    vs_wo = own_pp.sum(axis=1)
-    vp_wo = tau2_fail * (sq_calls + ratio * ratio * sq_w_fail)
+    # Two canary pods leave the worst out instead: the other's bound is too wide a guide
+    # (τ² without either cohort's worst pod has next to no degrees of freedom then), and a
+    # cap near it failed alike pods ±50 % apart in 3 % of rollouts (BENCHMARKS.md D21).
+    d_cap, _ = _capped(ex_pp, pod_calls_c, sd2, tau2_fail)
+    n_w = _pick(pod_calls_c, worst_wo)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share_wo = np.where(calls_c > 0, (calls_c - n_w) / np.where(calls_c > 0, calls_c, 1.0),
+                            0.0)
+    two = pods_c == 2
+    d_wo = np.where(two, ex_pp.sum(axis=1) - _pick(ex_pp, worst_wo), d_cap)
+    vs_wo = own_pp.sum(axis=1) - np.where(two, _pick(own_pp, worst_wo), 0.0)
+    vp_wo = tau2_fail * np.where(
+        two, sq_calls - n_w ** 2 + ratio * ratio * sq_w_fail * share_wo ** 2,
+        sq_calls + ratio * ratio * sq_w_fail)
     # A canary of one pod is judged as a new pod drawn from the baseline's: its excess
     # against the spread the baseline's pods show (τ² from them alone, as the one canary
     # pod adds no degrees of freedom), with the few-pods allowance: a prediction interval
     # for a new pod (Higgins, Thompson & Spiegelhalter 2009, with a t-type factor for τ²'s
     # few degrees of freedom as Hartung-Knapp intervals have), the same as its pass's.
+    # It fails only beyond the baseline's worst pod as well (by its own calls, the pod the
+    # fail side drops): pods' rates have long upper tails (lognormal), which a spread
+    # estimated as a variance understates, and a new pod like the baseline's worst is not
+    # a sick version. Either side needs `_ONE_POD_BASELINE` baseline pods to measure the
+    # spread a new pod is judged against.
+    n_wb, s_wb = _pick(pod_calls_b, drop_b), _pick(sum_sb, drop_b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate_wb = np.where(n_wb > 0, s_wb / np.where(n_wb > 0, n_wb, 1.0), 0.0)
+        rate_c = np.where(calls_c > 0, sum_c / np.where(calls_c > 0, calls_c, 1.0), 0.0)
+        v_beyond = calls_c * sd2 * (1.0 + ratio * ratio * calls_c / np.where(n_wb > 0, n_wb, 1.0))
+    d_beyond = calls_c * (rate_c - np.clip(ratio * rate_wb + margin, 0.0, 1.0))
+    beyond = np.where(n_wb > 0, log_e_one_sided(d_beyond / sd, v_beyond / sd2, scales), -np.inf)
+    one_pod = pods_b >= _ONE_POD_BASELINE
+    log_one = np.minimum(log_e_one_sided(d_p / sd, v_pass, scales), beyond)
     log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
-                        log_e_one_sided(d_p / sd, v_pass, scales))
+                        np.where(one_pod, log_one, -np.inf))
+    log_pass = np.where((pods_c >= 2) | one_pod, log_pass, -np.inf)
     log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
     empty = (calls_b <= 0) | (calls_c <= 0)
     neg = np.full_like(d_all, -np.inf)
