@@ -6,8 +6,9 @@ boundary and has it written), then shutdown (stop sending, give in-flight calls 
 timeout to finish, write every open window, close the store). SIGTERM and SIGINT trigger
 shutdown; a second signal does not skip the final flush. The parts with a job of their own
 live beside it: `_window_writer` (writes and retries), `_inventory_task` (the pod inventory
-with Kubernetes discovery), `_api_server` (binding and serving the API), `_gc_tuning` (the
-collector, opt-in), `_malloc` (freed arrays returned to the system).
+with Kubernetes discovery), `_progress` (the lines a run logs and its summary),
+`_api_server` (binding and serving the API), `_gc_tuning` (the collector, opt-in), `_malloc`
+(freed arrays returned to the system).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from probes._api_server import bind_api, serve_api
-from probes._exceptions import SkewprobeError, SourceUnavailable
+from probes._exceptions import SkewprobeError, SourceUnavailable, StoreError
 from probes._gc_tuning import CollectorTuning, settled_in_flight
 from probes._inventory_task import InventoryKeeper
 from probes._malloc import return_large_frees
+from probes._progress import NO_ANSWER, ProgressReporter
 from probes._spec import ApiTlsSpec, Config
 from probes._types import CallResult, Endpoint
 from probes._window_writer import WindowWriter
@@ -80,6 +82,8 @@ class Recorder:
         self.dropped_total = 0
         # Sends later than the overload watch's budget (the rule reads it).
         self.lagged = 0
+        # Endpoints that answered a call since the progress reporter last took the set.
+        self.answered: set[str] = set()
 
     def record(self, result: CallResult, endpoint: Endpoint) -> None:
         if not self.aggregator.add(result, endpoint.labels):
@@ -92,6 +96,9 @@ class Recorder:
         self.calls_by_cohort[result.cohort] = self.calls_by_cohort.get(result.cohort, 0) + 1
         if not result.ok:
             self.errors_by_cohort[result.cohort] = self.errors_by_cohort.get(result.cohort, 0) + 1
+            if result.outcome.outcome in NO_ANSWER:
+                return
+        self.answered.add(endpoint.name)
 
     def dropped(self, path: str, reason: str, count: int = 1) -> None:
         self.dropped_total += count
@@ -120,6 +127,8 @@ class RunOptions:
     on_window: Callable[[Sequence[Any]], None] | None = None
     # (i, n): probe only the endpoints of shard i of n (`--shard i/n`).
     shard: tuple[int, int] | None = None
+    # A progress line this often (`probes._progress`); "all endpoints down" after half that.
+    progress_every_s: float = 60.0
 
 
 class ProbeRunner:
@@ -166,6 +175,8 @@ class ProbeRunner:
         self._events: list[Event] = []
         # Pods back on another proxy version: `restart` events for the report's time axis.
         self.restarts = RestartTracker(config.cohort.by)
+        self.progress = ProgressReporter(self, every_s=options.progress_every_s,
+                                         down_after_s=options.progress_every_s / 2)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -178,6 +189,12 @@ class ProbeRunner:
             # One writer per store: a second probe would replace the first's windows.
             with WriterLock.acquire(self.options.store_path):
                 self.store = self.writer.store = Store.open(self.options.store_path)
+                try:
+                    # A damaged store would take windows it cannot give back: refused.
+                    self.store.check()
+                except StoreError:
+                    self.store.close()
+                    raise
                 if self.inventory is not None:
                     self.inventory.store = self.store
                 self.verdict_cache = VerdictCache(self.options.store_path)
@@ -191,6 +208,22 @@ class ProbeRunner:
             if self._api_socket is not None:  # not handed to the server
                 self._api_socket.close()
                 self._api_socket = None
+        self.progress.finish(self.options.store_path, self._final_verdict)
+        if lost := self.writer.windows_unwritten:
+            raise StoreError(f"{self.options.store_path}: {lost:,} windows could not be "
+                             f"written and are lost ({self.writer.last_error})")
+
+    def _final_verdict(self) -> Mapping[str, Any] | None:
+        """The verdict on the store as the run left it (the last published one when judged
+        from Prometheus); None, logged, when it cannot be computed."""
+        if self.config.source == "prometheus":
+            return self.last_verdict
+        try:
+            return store_verdict(self.options.store_path, self.config, now=time.time(),
+                                 overload=self.overload.reason).to_json()
+        except SkewprobeError as exc:
+            log.warning("verdict not computed: %s", exc)
+            return None
 
     async def _main(self) -> None:
         self.probers = {p.name: build_prober(p) for p in self.config.paths if p.stream is None}
@@ -230,6 +263,7 @@ class ProbeRunner:
             if self.inventory is not None:
                 tasks.add(asyncio.create_task(self.inventory.follow(), name="inventory"))
             tasks.add(asyncio.create_task(self._flusher(), name="flusher"))
+            tasks.add(asyncio.create_task(self.progress.run(), name="progress"))
             if self._api_socket is not None:
                 api_task = asyncio.create_task(self._serve_api(), name="api")
                 tasks.add(api_task)
@@ -341,6 +375,14 @@ class ProbeRunner:
     @property
     def windows_written(self) -> int:
         return self.writer.windows_written
+
+    @property
+    def windows_unwritten(self) -> int:
+        return self.writer.windows_unwritten
+
+    @property
+    def endpoint_count(self) -> int:
+        return 0 if self.engine is None else len(self.engine.endpoints)
 
     async def _publish_verdict(self) -> None:
         """Refresh the skewprobe_verdict gauges from the store (or Prometheus), once per
