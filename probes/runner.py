@@ -6,9 +6,9 @@ boundary and has it written), then shutdown (stop sending, give in-flight calls 
 timeout to finish, write every open window, close the store). SIGTERM and SIGINT trigger
 shutdown; a second signal does not skip the final flush. The parts with a job of their own
 live beside it: `_window_writer` (writes and retries), `_inventory_task` (the pod inventory
-with Kubernetes discovery), `_progress` (the lines a run logs and its summary),
-`_api_server` (binding and serving the API), `_gc_tuning` (the collector, opt-in), `_malloc`
-(freed arrays returned to the system).
+with Kubernetes discovery, and the snapshots every run stores), `_progress` (the lines a
+run logs and its summary), `_api_server` (binding and serving the API), `_gc_tuning` (the
+collector, opt-in), `_malloc` (freed arrays returned to the system).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 from probes._api_server import bind_api, serve_api
 from probes._exceptions import SkewprobeError, SourceUnavailable, StoreError
 from probes._gc_tuning import CollectorTuning, settled_in_flight
-from probes._inventory_task import InventoryKeeper
+from probes._inventory_task import EndpointInventory, InventoryKeeper
 from probes._malloc import return_large_frees
 from probes._progress import NO_ANSWER, ProgressReporter
 from probes._spec import ApiTlsSpec, Config
@@ -164,6 +164,9 @@ class ProbeRunner:
             InventoryKeeper(config, self.source, self.metrics, SkewMetrics(self.registry))
             if config.kubernetes else None
         )
+        # Inventory snapshots in the store, from the pods or else from the endpoints probed.
+        self.snapshots = self.inventory or EndpointInventory(
+            config, self.metrics, lambda: self.engine.endpoints if self.engine else ())
         self.streams = StreamRecorder(self.aggregator, self.metrics)
         self.stream_prober: StreamProber | None = None
         self._lifetime_at = 0.0
@@ -195,8 +198,7 @@ class ProbeRunner:
                 except StoreError:
                     self.store.close()
                     raise
-                if self.inventory is not None:
-                    self.inventory.store = self.store
+                self.snapshots.store = self.store
                 self.verdict_cache = VerdictCache(self.options.store_path)
                 try:
                     await self._main()
@@ -290,8 +292,7 @@ class ProbeRunner:
                 task.cancel()
             await asyncio.gather(*tasks, gc_task, return_exceptions=True)
             await self._write(force=True)
-            if self.inventory is not None:
-                self.inventory.snapshot(force=True)
+            self.snapshots.snapshot(force=True)
             await asyncio.gather(*(p.aclose() for p in self.probers.values()))
             restore()
             restore_gc()
@@ -347,8 +348,7 @@ class ProbeRunner:
             next_boundary = math.floor(now / length) * length + length + grace
             await asyncio.sleep(max(0.0, next_boundary - now))
             await self._write(force=False)
-            if self.inventory is not None:
-                self.inventory.snapshot(force=False)
+            self.snapshots.snapshot(force=False)
             r = self.recorder
             reason = self.overload.update(r.calls, r.lagged, r.dropped_total)
             self.metrics.set_overloaded(reason is not None)

@@ -153,3 +153,35 @@ def test_store_check_passes_a_sound_store(tmp_path: Path) -> None:
     store_with_a_failing_canary(tmp_path / "s.db", now=1_790_000_000.0)
     with Store.open(tmp_path / "s.db") as s:
         s.check()
+
+
+def test_a_run_on_static_targets_records_the_inventory_plan_and_inventory_read(
+        tmp_path: Path) -> None:
+    config = tmp_path / "probe.yaml"
+    config.write_text(discard_config(window="1s", timeout="200ms"))
+    store = tmp_path / "probe.db"
+    done = _run("--config", config, "--store", store, "--listen", "none", "--duration", "2s",
+                "--quiet")
+    assert done.returncode == 0, done.stderr
+
+    def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*SKEWPROBE, *map(str, args)], capture_output=True, text=True,
+                              timeout=60, check=False)
+
+    inventory = cli("inventory", "--store", store)
+    assert inventory.returncode == 0, inventory.stderr
+    assert "proxy versions: 1.20.3: 1" in inventory.stdout
+    # Static targets record no control plane: it is given (without it: exit 3, one line).
+    plan = cli("plan", "--store", store, "--to", "1.21.0", "--control-plane", "1.21.0")
+    assert plan.returncode == 0, plan.stderr
+    assert f"pods from: store {store} (inventory snapshot at " in plan.stdout
+    # A store without snapshots: the error names no time when none was given.
+    from tests.servers.stores import store_with_a_failing_canary
+
+    bare = tmp_path / "bare.db"
+    store_with_a_failing_canary(bare, now=1_790_000_000.0)
+    for command in (["inventory"], ["plan", "--to", "1.21.0"]):
+        refused = cli(*command, "--store", bare)
+        assert refused.returncode == EXIT_UNAVAILABLE, refused.stderr
+        assert refused.stderr == (f"skewprobe: error: {bare}: no inventory snapshot (a run "
+                                  "records one after its first window)\n")
