@@ -47,7 +47,12 @@ from probes.inventory import SkewMetrics
 from probes.measure.cost import cpu_limit_cores, estimate
 from probes.measure.overload import OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
-from probes.metrics import OVERALL, ProbeMetrics
+from probes.metrics import (
+    DURATION_BUCKETS,
+    OVERALL,
+    PROMETHEUS_DURATION_BUCKETS,
+    ProbeMetrics,
+)
 from probes.pairs import prometheus_verdict, store_verdict
 from probes.store import Event, Store
 from probes.store.lock import WriterLock
@@ -138,7 +143,9 @@ class ProbeRunner:
         self.config = config
         self.options = options
         self.registry = CollectorRegistry()
-        self.metrics = ProbeMetrics(self.registry)
+        # Judged from Prometheus, the verdict's p99 is read from the exported buckets.
+        self.metrics = ProbeMetrics(self.registry, duration_buckets=(
+            PROMETHEUS_DURATION_BUCKETS if config.source == "prometheus" else DURATION_BUCKETS))
         grace = max((p.timeout_s for p in config.paths), default=1.0) + 0.5
         self.aggregator = WindowAggregator(length_s=config.window_s, grace_s=grace)
         self.overload = OverloadWatch()
