@@ -32,12 +32,13 @@ from probes._spec import Config
 from probes._types import split_pair
 from probes.config import parse_config
 from probes.discovery.changes import RESTART
+from probes.inventory_cli import CONTROL_PLANE_EVENT
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.pairs import store_verdict
 from probes.report.cli import write_report
 from probes.report.summary import format_figures, summarise
 from probes.runner import ProbeRunner, RunOptions
-from probes.store import Store
+from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.verdict_service import format_table
 
@@ -173,8 +174,10 @@ async def _demo(
           f"{regression}; probing for {duration:.0f}s")
     runner = ProbeRunner(config, RunOptions(store_path=store, listen=None, duration_s=duration))
     progress = asyncio.create_task(_progress(runner, time.monotonic(), quiet))
+    started = time.time()
     try:
         await runner.run()
+        _record_control_plane(store, started)
     finally:
         progress.cancel()
         with contextlib.suppress(ProcessLookupError):
@@ -185,6 +188,15 @@ async def _demo(
     # "Upgrading now would reset N streams older than…": the demo's streams are young.
     lifetimes = runner.streams.lifetime_report(runner.open_at_stop, threshold_s=30.0)
     return _finish(store, config, [r.summary for r in lifetimes], out, _busy(runner))
+
+
+def _record_control_plane(store_path: str, at: float) -> None:
+    """The fleet's emulated control plane runs its `--from` version (`targets.fleet`): a
+    control-plane event as a probe with Kubernetes discovery records one, so `skewprobe plan
+    --store` and `inventory --store` on the demo's store know it."""
+    plane = {"version": BASELINE, "revision": "", "source": "the demo fleet's emulated mesh"}
+    with Store.open(store_path) as store:
+        store.write_events([Event(CONTROL_PLANE_EVENT, at, detail={"versions": [plane]})])
 
 
 def _busy(runner: ProbeRunner) -> str:
@@ -244,7 +256,7 @@ def _finish(store_path: str, config: Config, lifetimes: list[str], out: str,
         print(f"restarts seen through discovery: {len(restarts)} "
               f"({', '.join(sorted(e.endpoint for e in restarts))})")
     for event in events:
-        if event.kind == RESTART:
+        if event.kind in (RESTART, CONTROL_PLANE_EVENT):
             continue
         stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
         print(f"event {stamp} {event.kind} {event.path} cohort {event.cohort}: "

@@ -52,3 +52,17 @@ def test_a_demo_that_still_shows_its_failure_ends_as_usual(tmp_path: Path) -> No
     _store(store, overloaded_from_start=False)
     config = parse_config(discard_config())
     assert _finish(str(store), config, [], str(tmp_path / "report"), BUSY) == 0
+
+
+def test_the_demo_records_its_fleets_control_plane(tmp_path: Path) -> None:
+    """For `skewprobe plan --store` and `inventory --store` on the demo's store: the fleet's
+    emulated mesh runs its --from version."""
+    from probes.demo import BASELINE, _record_control_plane
+    from probes.inventory_cli import CONTROL_PLANE_EVENT, planes_from_detail
+
+    store = tmp_path / "demo.db"
+    _store(store, overloaded_from_start=False)
+    _record_control_plane(str(store), 1_790_000_000.0)
+    with Store.open(store, readonly=True) as s:
+        events = s.read_events(kinds=[CONTROL_PLANE_EVENT])
+    assert [p.version for p in planes_from_detail(events[-1].detail)] == [BASELINE]
