@@ -77,6 +77,13 @@ class WindowWriter:
         """Path windows not written: still pending, or pushed out of the queue."""
         return self._evicted + sum(len(p[0]) for p in self._pending)
 
+    def raise_if_lost(self) -> None:
+        """StoreError (exit 4) saying how many windows were not written, if any were not."""
+        if lost := self.windows_unwritten:
+            assert self.store is not None
+            raise StoreError(f"{self.store.path}: {lost:,} windows could not be written and "
+                             f"are lost ({self.last_error})")
+
     def _wrote(self, written: list[PathWindow], error: str | None) -> None:
         self._writing = None
         if error is not None:
