@@ -93,13 +93,16 @@ def verdict_words(verdict: Mapping[str, Any] | None) -> str:
 
 
 class ProgressReporter:
-    """`run()` as a task of the run; `finish()` once the run has ended."""
+    """`run()` as a task of the run; `finish()` once the run has ended. Without `calls`
+    (only stream paths: their messages are not calls) nothing is said of endpoints up or
+    down."""
 
     def __init__(self, state: RunState, *, every_s: float = 60.0,
-                 down_after_s: float = 30.0) -> None:
+                 down_after_s: float = 30.0, calls: bool = True) -> None:
         self.state = state
         self.every_s = every_s
         self.down_after_s = down_after_s
+        self.calls = calls
         # Checks for "all down" this often: a third of its threshold, so it is said in time.
         self.check_s = min(every_s, down_after_s / 3)
         self.started = time.time()
@@ -116,7 +119,8 @@ class ProgressReporter:
             recorder = self.state.recorder
             answered, recorder.answered = recorder.answered, set()
             up |= answered
-            self._check_down(answered, time.time())
+            if self.calls:
+                self._check_down(answered, time.time())
             if time.monotonic() >= next_line:
                 next_line += self.every_s
                 if log.isEnabledFor(logging.INFO):
@@ -146,10 +150,11 @@ class ProgressReporter:
     def _line(self, up: set[str]) -> str:
         calls, errors = self._delta()
         n = self.state.endpoint_count
+        endpoints = f"{len(up)} up, {max(0, n - len(up))} down" if self.calls else f"{n}"
         return (f"{_duration(time.time() - self.started)}: calls in the last "
                 f"{_duration(self.every_s)}: {_per_cohort(calls, errors)}; endpoints "
-                f"{len(up)} up, {max(0, n - len(up))} down; {self.state.windows_written:,} "
-                f"windows written; verdict {verdict_words(self.state.last_verdict)}")
+                f"{endpoints}; {self.state.windows_written:,} windows written; verdict "
+                f"{verdict_words(self.state.last_verdict)}")
 
     def _delta(self) -> tuple[Counter[str], Counter[str]]:
         calls, errors = self._totals()

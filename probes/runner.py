@@ -186,7 +186,8 @@ class ProbeRunner:
         # Pods back on another proxy version: `restart` events for the report's time axis.
         self.restarts = RestartTracker(config.cohort.by)
         self.progress = ProgressReporter(self, every_s=options.progress_every_s,
-                                         down_after_s=options.progress_every_s / 2)
+                                         down_after_s=options.progress_every_s / 2,
+                                         calls=any(p.stream is None for p in config.paths))
 
     # -- lifecycle -----------------------------------------------------------------------
 
