@@ -1,8 +1,8 @@
 """`skewprobe ...`: the command line.
 
 Exit codes (docs/design.md, "External contracts"): 0 pass / ok, 1 fail, 2 bad input,
-3 inconclusive, 4 data source unavailable. Every error is one line on stderr, never a
-traceback.
+3 inconclusive, 4 data source unavailable, 5 (`demo` only) the machine too busy. Every error
+is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
