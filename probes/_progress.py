@@ -81,14 +81,14 @@ def _per_cohort(calls: Counter[str], errors: Counter[str]) -> str:
 
 
 def verdict_words(verdict: Mapping[str, Any] | None) -> str:
-    """A verdict JSON as a few words: its state and, unless a pass, its first reason."""
+    """A verdict JSON as a few words: its state and, unless a pass, why: the first reason
+    of the first path in that state, else the verdict's own first reason."""
     if verdict is None:
         return "none yet"
     state = str(verdict.get("verdict"))
-    reasons = [*verdict.get("reasons", [])]
-    for path in verdict.get("paths", []):
-        if path.get("verdict") == state:
-            reasons += [f"{path['path']}: {r}" for r in path.get("reasons", [])[:1]]
+    reasons = [f"{p['path']}: {p['reasons'][0]}" for p in verdict.get("paths", [])
+               if p.get("verdict") == state and p.get("reasons")]
+    reasons += verdict.get("reasons", [])
     return state if state == "pass" or not reasons else f"{state} ({reasons[0]})"
 
 

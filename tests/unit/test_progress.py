@@ -90,3 +90,8 @@ def test_verdict_words() -> None:
     assert verdict_words({"verdict": "pass", "reasons": ["x"]}) == "pass"
     assert verdict_words({"verdict": "inconclusive", "reasons": ["why"]}) == (
         "inconclusive (why)")
+    # A failing path's reason before the verdict's notes (an overloaded span left out).
+    assert verdict_words({"verdict": "fail", "reasons": ["windows left out"], "paths": [
+        {"path": "catalog", "verdict": "pass", "reasons": ["fine"]},
+        {"path": "checkout", "verdict": "fail", "reasons": ["success rate: -1 pp"]},
+    ]}) == "fail (checkout: success rate: -1 pp)"
