@@ -129,12 +129,13 @@ def test_windows_a_full_disk_would_not_take_are_counted_and_exit_4(tmp_path: Pat
     config.write_text(discard_config(window="1s", timeout="200ms"))
     store = mnt / "probe.db"
     # The filler waits for the store's first commit (at most 600 × 0.1 s: a hang guard, the
-    # first window is due a second after start), then fills the disk.
+    # first window is due a second after start), then fills the disk; whenever that is, the
+    # final flush at the end of the 6 s has windows to write and finds the disk full.
     script = (f'i=0; until [ -s "{store}-wal" ] || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); '
               f'done; cat /dev/zero > "{mnt}/filler" 2>/dev/null; echo filled')
     done = on_tiny_disk(mnt, 1024, [
         "sh", "-c", f'({script}) & exec "$@"', "sh", *SKEWPROBE, "run", "--config",
-        str(config), "--store", str(store), "--listen", "none", "--duration", "4s"])
+        str(config), "--store", str(store), "--listen", "none", "--duration", "6s"])
     assert "filled" in done.stdout
     assert done.returncode == EXIT_UNAVAILABLE, done.stderr
     assert "Traceback" not in done.stderr
