@@ -112,6 +112,8 @@ class ProgressReporter:
         self._said_down = False
 
     async def run(self) -> None:
+        # The run starts now: its silence too, whenever the reporter was made.
+        self.started = self._silent_since = time.time()
         next_line = time.monotonic() + self.every_s
         up: set[str] = set()
         while True:
