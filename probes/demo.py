@@ -59,6 +59,7 @@ targets:
 cohort: {{by: proxy_version}}
 window: 5s
 verdict: {{alpha: 0.01, min_samples: 100, warmup: 5s}}  # the demo's pods start warm
+inventory: {{snapshot_every: 5s}}  # the report's pod shares follow a one-minute rollout
 paths:
   - name: checkout
     http: {{method: GET, path: /api/checkout}}
