@@ -1,8 +1,8 @@
 """`skewprobe ...`: the command line.
 
 Exit codes (docs/design.md, "External contracts"): 0 pass / ok, 1 fail, 2 bad input,
-3 inconclusive, 4 data source unavailable. Every error is one line on stderr, never a
-traceback.
+3 inconclusive, 4 data source unavailable, 5 (`demo` only) the machine too busy. Every error
+is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--store", help="SQLite store (default: the config's store.path)")
     run.add_argument("--listen", help="API address (default 127.0.0.1:9464); 'none' disables it")
     run.add_argument("--duration", type=_duration, help="stop after this long (e.g. 60s)")
+    run.add_argument("--quiet", action="store_true",
+                     help="no cost line, progress lines or summary; warnings and errors only")
     run.add_argument("--shard", metavar="I/N",
                      help="probe only shard I of N of the endpoints (stable hash of the name);"
                           " I may be a StatefulSet pod's name, its ordinal last (probe-2/3)")
@@ -212,9 +214,12 @@ def _run(args: argparse.Namespace) -> int:
     from probes.runner import ProbeRunner, RunOptions
 
     config = load_config(args.config)
-    # What the paths will cost, logged once at start, is part of `run`'s output.
-    cost = logging.getLogger("skewprobe.cost")
-    cost.setLevel(min(cost.getEffectiveLevel(), logging.INFO))
+    # What the paths will cost (once at start), a progress line a minute and the summary
+    # at the end (`probes._progress`) are `run`'s output, unless --quiet.
+    if not args.quiet:
+        for name in ("skewprobe.cost", "skewprobe.progress"):
+            logger = logging.getLogger(name)
+            logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
     listen = config.listen if args.listen is None else args.listen
     access = resolve_access(config.api, token_file=args.token_file, cert=args.api_cert,
                             key=args.api_key, client_ca=args.api_client_ca)

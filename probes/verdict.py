@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -154,20 +154,29 @@ def _ago(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
+_ALL_LEFT_OUT: Final = ("every window{what} was written while the probe was overloaded (its"
+                        " own sends late), so none is compared")
+
+
 def _gate(
     s: PathSeries, baseline: str | None, canary: str | None, *, now: float, window_s: float,
-    min_samples: int, overloaded: bool,
+    min_samples: int, overloaded: bool, left_out: bool = False,
 ) -> list[str]:
-    """Why this path cannot pass, whatever its statistics say (empty: nothing stops it)."""
+    """Why this path cannot pass, whatever its statistics say (empty: nothing stops it).
+    `left_out`: the path has windows, but some were left out (the probe was overloaded)."""
+    # Data that exists but was left out is named as such, never as "no data".
+    outside = " outside the windows left out because the probe was overloaded" * left_out
     if not s.cohorts:
-        return ["no data for this path"]
+        return [_ALL_LEFT_OUT.format(what=" of this path") if left_out
+                else "no data for this path"]
     if baseline is None or canary is None or baseline == canary:
-        return ["no baseline and canary cohorts to compare"]
+        return [f"no baseline and canary cohorts to compare{outside}"]
     have = ", ".join(s.cohorts)
     if baseline not in s.newest_end:
-        return [f"no data from the baseline cohort {baseline} (cohorts with data: {have})"]
+        return [f"no data from the baseline cohort {baseline}{outside} (cohorts with data:"
+                f" {have})"]
     if canary not in s.newest_end:
-        return [f"no data from the canary cohort {canary} (cohorts with data: {have})"]
+        return [f"no data from the canary cohort {canary}{outside} (cohorts with data: {have})"]
     if s.span is None:
         return ["the baseline and canary cohorts have no window in common"]
     reasons = []
@@ -433,10 +442,12 @@ def judge(
     choice = pick_cohorts(present, baseline, canary)
     b, c = choice.baseline, choice.canary
     series = path_series(_without(cols, exclude), b, c, since=since, paths=wanted)
+    left_out: set[str] = set()
     if exclude:
         # Stale means the probe stopped writing, whatever was left out of the comparison.
-        written = {s.path: s.newest_end for s in path_series(cols, b, c, since=since,
-                                                              paths=wanted)}
+        every = path_series(cols, b, c, since=since, paths=wanted)
+        written = {s.path: s.newest_end for s in every}
+        left_out = {s.path for s in every if s.cohorts}
         series = [replace(s, newest_end=written.get(s.path, s.newest_end)) for s in series]
 
     alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
@@ -450,7 +461,7 @@ def judge(
     path_verdicts = []
     for s in series:
         gates = _gate(s, b, c, now=now, window_s=window_s, min_samples=min_samples,
-                      overloaded=overloaded)
+                      overloaded=overloaded, left_out=s.path in left_out)
         found = by_path[s.path]
         mvs = tuple(found[name] for name in METRIC_ORDER if name in found)
         if gates:
@@ -474,7 +485,8 @@ def judge(
     overall = _combine(p.verdict for p in path_verdicts)
     notes = list(choice.reasons)
     if not path_verdicts:
-        notes.append("no data" + (f" at or after {rfc3339(since)}" if since is not None else ""))
+        at = f" at or after {rfc3339(since)}" if since is not None else ""
+        notes.append(_ALL_LEFT_OUT.format(what=at) if left_out else f"no data{at}")
     for p in path_verdicts:
         if p.verdict != PASS:
             notes.append(f"{p.path}: {p.verdict}: {p.reasons[0]}")

@@ -14,12 +14,13 @@ cannot be written); 4 the store cannot be opened or read. Errors are one line on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,13 +82,23 @@ def _writable(out: Path) -> None:
         raise BadInput(f"cannot write the report to {out}: {exc.strerror or exc}") from None
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+def _write_all(texts: Mapping[Path, str]) -> None:
+    """Write every file or none: each to a temporary file beside it first, renamed into
+    place only once all are written (a rename needs no space), so a full disk leaves
+    neither half a report nor a temporary file."""
+    tmps = {path: path.with_name(f".{path.name}.tmp") for path in texts}
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+        for path, text in texts.items():
+            try:
+                tmps[path].write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+        for path, tmp in tmps.items():
+            os.replace(tmp, path)
+    finally:
+        for tmp in tmps.values():
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
 
 
 def write_report(
@@ -142,9 +153,9 @@ def write_report(
     files = ReportFiles(out / "report.html", out / "report.md", out / "report.json",
                         len(current.sections),
                         tuple(s.path for s in current.sections if s.first is not None))
-    _write(files.json, json.dumps(report_json(report, charts), indent=2) + "\n")
-    _write(files.markdown, report_markdown(report))
-    _write(files.html, report_html(report, charts, colours))
+    _write_all({files.json: json.dumps(report_json(report, charts), indent=2) + "\n",
+                files.markdown: report_markdown(report),
+                files.html: report_html(report, charts, colours)})
     return files
 
 

@@ -257,3 +257,30 @@ def test_errors_while_the_probe_was_overloaded_fail_nothing(tmp_path: Path) -> N
     with Store.open(tmp_path / "unmarked.db") as s, Store.open(store, readonly=True) as src:
         s.write(src.read_windows(), src.read_endpoint_windows())
     assert compute_verdict(str(tmp_path / "unmarked.db"), config, now=now)["verdict"] == "fail"
+
+
+def test_a_path_whose_windows_were_all_left_out_says_overload_not_no_data(
+        tmp_path: Path) -> None:
+    # The demo on a busy machine: overloaded from before its first window to its end. Every
+    # window is left out; the reason names the overload, not "no data".
+    now = time.time()
+    store = tmp_path / "probe.db"
+    store_with_a_failing_canary(store, now)
+    with Store.open(store) as s:
+        first_last = s.time_range()
+        assert first_last is not None
+        s.write_events([Event(OVERLOAD_EVENT, first_last[0],
+                              detail={"reason": "probe overloaded: z"})])
+    judged = compute_verdict(str(store), parse_config(CONFIG), now=first_last[1] + 60,
+                             overload=None)
+    assert judged["verdict"] == "inconclusive"
+    assert judged["verdict"] == "inconclusive" and not judged["paths"]
+    assert any(r.startswith("every window was written while the probe was overloaded")
+               for r in judged["reasons"]), judged["reasons"]
+    assert not any(r.startswith("no data") for r in judged["reasons"]), judged["reasons"]
+    # Asked for the path by name: its own reason says so too.
+    named = compute_verdict(str(store), parse_config(CONFIG), now=first_last[1] + 60,
+                            overload=None, path="checkout")
+    reasons = named["paths"][0]["reasons"]
+    assert reasons[0].startswith("every window of this path was written while the probe was "
+                                 "overloaded"), reasons

@@ -401,3 +401,21 @@ def test_the_config_sets_the_warm_up(store: Path, tmp_path: Path) -> None:
     assert band["calls"] == _path(doc, "checkout")["success_rate_per_pod"]["pods"]["warmup"][
         "calls"]
     assert "warm-up (first 1 min of each pod)" in files.markdown.read_text()
+
+
+def test_the_probed_share_counts_only_endpoints_with_a_version() -> None:
+    """Three checkout pods on 1.20.3, three on 1.21.0 and an etcd endpoint without the
+    cohort label: half the pods are on 1.21.0 (not 3 of 7, 43 %); etcd is counted apart."""
+    from probes.report._endpoints import EndpointTotal
+    from probes.report._grid import TimeGrid
+    from probes.report._rollout import from_endpoints
+
+    def total(endpoint: str, cohort: str) -> EndpointTotal:
+        return EndpointTotal(0.0, "checkout", endpoint, cohort, "shop", endpoint, 10, 0)
+
+    totals = [total(f"old-{i}", "1.20.3") for i in range(3)]
+    totals += [total(f"new-{i}", "1.21.0") for i in range(3)] + [total("etcd-0", "unknown")]
+    rollout = from_endpoints(totals, TimeGrid(0.0, 60.0, 1, 1))
+    assert rollout.versions == ("1.20.3", "1.21.0")
+    assert rollout.share_at("1.21.0", 0.0) == 0.5
+    assert rollout.pods.tolist() == [6.0] and rollout.unversioned.tolist() == [1.0]
