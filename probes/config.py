@@ -497,7 +497,8 @@ def _path(raw: Mapping[str, Any], where: list[str | int], b: _Builder) -> PathSp
             tls=b.tls(s.get("tls"), [*where, "stream", "tls"]),
         )
     relay = (RelaySpec(destination=raw["relay"]["destination"],
-                       callees=raw["relay"].get("callees") or {})
+                       callees=raw["relay"].get("callees") or {},
+                       version=raw["relay"].get("version", "1.1"))
              if "relay" in raw else None)
     expect = raw.get("expect") or {}
     timeout = b.duration(raw.get("timeout", "1s"), [*where, "timeout"])

@@ -414,7 +414,7 @@ def check_step(plan: Mapping[str, Any], number: int, *,
     if step["kind"] == "control_plane":
         outside = step["outside_if_made_now"]
         if outside["pods"]:
-            names = ", ".join(f"{w['namespace']}/{w['workload']} ({w['proxy_version']})"
+            names = ", ".join(f"{w['namespace']}/{w['workload']} ({', '.join(w['versions'])})"
                               for w in outside["workloads"][:5])
             reasons.append(f"{outside['pods']} pods would be outside the supported skew of"
                            f" {step['to']}: {names}")
