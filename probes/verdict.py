@@ -24,9 +24,9 @@ is kept between calls and asking after every window costs nothing in error rate.
 
 Success rate, given the pods × windows grids (`pods`), takes the pod as the unit of
 evidence (`probes.stats.pods`): compared within each window, the spread between pods part
-of the noise, and a fail only if it holds with the canary's worst pod left out. Attempts per
+of the noise, and a fail that no single canary pod makes. Attempts per
 request does the same where the grids hold per-pod attempts (store schema v2), and p99
-fails only with each cohort's worst pod left out (`probes.stats.pod_metrics`). Stream
+fails only on what no single pod of either cohort makes (`probes.stats.pod_metrics`). Stream
 resets (and every metric without grids, as from Prometheus, or over a span a v1 store
 wrote) assume, stated plainly, that within each cohort the calls are independent with a
 common distribution over the span: a drift while the split between cohorts changes, bursts

@@ -263,7 +263,7 @@ def pod_success_rates(
 ) -> list[MetricVerdict]:
     """Success rate with the pod as the unit of evidence (`probes.stats.pods`), one per
     grid: each canary call compared with the baseline in the same window, the spread between
-    pods counted, and a fail only if it holds with the canary's worst pod left out. The
+    pods counted, and a fail that no single canary pod makes (`probes.stats.pods`). The
     pooled figures that head each reason are computed for every grid at once. `memo`: the
     running probe's sums kept between verdicts (`pods.TrackMemo`)."""
     drop = tol.success_rate_drop_pp / 100.0

@@ -9,7 +9,7 @@ siblings here, each fed from the pods × windows grid's per-pod attempts and lat
   rule as the success rate (`metrics.pod_bounded_verdict`, `probes.stats.pods`);
 - p99 latency: each call an exceedance of a cut at the baseline's p99, per pod, through the
   same test, so the spread between pods is noise on both sides: a fail with each cohort's
-  worst pod left out, a pass that holds across the canary's pods
+  worst pod left out or capped, a pass that holds across the canary's pods
   (`probes.stats.pod_exceed`); the worst pod's finding from the pods' histograms
   (`probes.stats.pod_quantile`).
 
@@ -174,7 +174,7 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
                      alpha: float, window_s: float) -> list[MetricVerdict]:
     """p99 latency with the pod as the unit (module docstring), one per grid (each
     `latency_recorded`): fail and pass on exceedances per pod, the spread between pods as
-    noise, a fail with each cohort's worst pod left out. The pooled figures that head each
+    noise, a fail that no single pod of either cohort makes. The pooled figures that head each
     reason are computed for every grid at once."""
     parts = []
     for g in grids:
