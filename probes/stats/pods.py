@@ -118,6 +118,11 @@ _ASIDE_MIN_PODS = 3
 # spread a new pod is judged against (at σ 0.5 between pods, 3-5 baseline pods failed a
 # healthy one-pod canary in 1-4 % of rollouts at α 1 %; BENCHMARKS.md D21).
 _ONE_POD_BASELINE = 6
+# How many of the baseline's pod standard deviations (τ) beyond them a canary of one pod
+# must be to fail, on top of the evidence (D21).
+_ONE_POD_TAIL = 2.0
+# How many standard errors above its estimate τ² is taken for a canary of one pod.
+_ONE_POD_SE = 2.0
 
 
 def log_e_one_sided(d: npt.ArrayLike, v: npt.ArrayLike,
@@ -497,8 +502,8 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     pods_b = (pod_calls_b > 0).sum(axis=1)
     everyone = np.ones(g_n, dtype=bool)
     cohorts = [(nc, sc, pod_calls_c, sum_sc, canary), (nb, sb, pod_calls_b, sum_sb, base)]
-    tau2, _, _, _ = _tau2([(*cohorts[0], None, everyone),
-                           (*cohorts[1], None, everyone)], v_pool, acc, "all")
+    tau2, df, tau2_se, _ = _tau2([(*cohorts[0], None, everyone),
+                                 (*cohorts[1], None, everyone)], v_pool, acc, "all")
 
     d_all = excess.sum(axis=1)
     vs_all = own.sum(axis=1)
@@ -576,20 +581,30 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     # pod adds no degrees of freedom), with the few-pods allowance: a prediction interval
     # for a new pod (Higgins, Thompson & Spiegelhalter 2009, with a t-type factor for τ²'s
     # few degrees of freedom as Hartung-Knapp intervals have), the same as its pass's.
-    # It fails only beyond the baseline's worst pod as well (by its own calls, the pod the
-    # fail side drops): pods' rates have long upper tails (lognormal), which a spread
-    # estimated as a variance understates, and a new pod like the baseline's worst is not
-    # a sick version. Either side needs `_ONE_POD_BASELINE` baseline pods to measure the
-    # spread a new pod is judged against.
-    n_wb, s_wb = _pick(pod_calls_b, drop_b), _pick(sum_sb, drop_b)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate_wb = np.where(n_wb > 0, s_wb / np.where(n_wb > 0, n_wb, 1.0), 0.0)
-        rate_c = np.where(calls_c > 0, sum_c / np.where(calls_c > 0, calls_c, 1.0), 0.0)
-        v_beyond = calls_c * sd2 * (1.0 + ratio * ratio * calls_c / np.where(n_wb > 0, n_wb, 1.0))
-    d_beyond = calls_c * (rate_c - np.clip(ratio * rate_wb + margin, 0.0, 1.0))
-    beyond = np.where(n_wb > 0, log_e_one_sided(d_beyond / sd, v_beyond / sd2, scales), -np.inf)
+    # It fails only beyond `_ONE_POD_TAIL` τ of the baseline's pods besides: pods' rates
+    # have long upper tails (lognormal), which a spread estimated as a variance
+    # understates, and a new pod at the top of the baseline's spread is not a sick
+    # version. Either side needs `_ONE_POD_BASELINE` baseline pods to measure the spread
+    # a new pod is judged against.
     one_pod = pods_b >= _ONE_POD_BASELINE
-    log_one = np.minimum(log_e_one_sided(d_p / sd, v_pass, scales), beyond)
+    # Its spread is every baseline pod's, none set aside: a pod at the top of a long tail
+    # is what a new pod may be too.
+    # While the pods' calls are few, τ² cannot be told from 0: it is taken at an upper
+    # bound (`_ONE_POD_SE` standard errors above it), so that a pod is never judged
+    # against a spread the baseline has not yet had the calls to show.
+    # (The pass takes τ² as estimated, with the few-pods allowance: it measured within α
+    # at twice the tolerance, and the upper bound would cost it several times the calls.)
+    weights_all = sq_calls + r_pods * r_pods * sq_w
+
+    def one_pod_variance(tau2_one: F64) -> F64:
+        vp, floor = _few_pods(tau2_one, df, tau2_se, weights_all, vs_all, sd2,
+                              log_threshold, scales)
+        return (vs_all + floor + vp) / sd2
+
+    log_one = log_e_one_sided((d_all - _ONE_POD_TAIL * np.sqrt(tau2) * calls_c) / sd,
+                              one_pod_variance(tau2 + _ONE_POD_SE * tau2_se), scales)
+    log_pass = np.where(pods_c >= 2, log_pass,
+                        log_e_one_sided(-d_all / sd, one_pod_variance(tau2), scales))
     log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
                         np.where(one_pod, log_one, -np.inf))
     log_pass = np.where((pods_c >= 2) | one_pod, log_pass, -np.inf)
