@@ -42,7 +42,8 @@ cohort's own anytime-valid bounds at α_share); `counts`; `tolerance`; `alpha` (
 p99 e-values are exact up to 10^6/α_share and reported as that beyond it.
 
 Never a pass without evidence: no data, only one cohort, fewer than `min_samples` requests
-in a cohort, data older than two windows, or an overloaded probe make the path inconclusive
+in a cohort, data older than two windows, or an overloaded probe (`overloaded`, where no
+spans of late sends are known: a Prometheus source) make the path inconclusive
 with a reason. A path fails if any metric fails and passes only if every metric that applies
 passes; the verdict fails if any path fails and passes only if every path passes.
 """
@@ -361,15 +362,15 @@ def _check_attempts(series: Sequence[PathSeries], attempts_max: int) -> set[str]
 
 
 def _without(cols: Columns, spans: Sequence[tuple[float, float]]) -> Columns:
-    """`cols` with the windows that overlap any of `spans` emptied (they count for nothing)."""
+    """`cols` with the latency of the windows that overlap any of `spans` left out of the
+    pooled p99 (late sends); their calls, errors, attempts and streams still count."""
     if not spans:
         return cols
     out = overlapping(cols.start, cols.length, spans)
     if not out.any():
         return cols
-    return replace(cols, requests=np.where(out, 0, cols.requests),
-                   streams_opened=np.where(out, 0, cols.streams_opened),
-                   stream_seconds=np.where(out, 0.0, cols.stream_seconds))
+    pool = cols.pool
+    return replace(cols, pool=lambda group, n: pool(np.where(out, -1, group), n))
 
 
 def _combine(verdicts: Iterable[str]) -> str:
@@ -408,8 +409,8 @@ def judge(
     `attempts_max` bounds the upstream attempts of one call (the proxies' retries + 1).
     `pods`: per path, the pods × windows grid (`probes.stats.pods.pod_grids`); with it,
     success rate takes the pod as the unit of evidence, without it calls are pooled.
-    `exclude`: time spans [from, to) whose windows are left out of the comparison for both
-    cohorts (the probe was overloaded then); staleness is still judged on every window.
+    `exclude`: time spans [from, to) whose windows are left out of the p99 comparison for
+    both cohorts (the probe's sends were late then); every other metric counts them.
     `memos`: the running probe's kept pod-level sums, one `pods.TrackMemo` per key (the
     query and the metric), so that a verdict after a new window sums that window alone.
     Raises BadInput for parameters out of range.
@@ -433,11 +434,6 @@ def judge(
     choice = pick_cohorts(present, baseline, canary)
     b, c = choice.baseline, choice.canary
     series = path_series(_without(cols, exclude), b, c, since=since, paths=wanted)
-    if exclude:
-        # Stale means the probe stopped writing, whatever was left out of the comparison.
-        written = {s.path: s.newest_end for s in path_series(cols, b, c, since=since,
-                                                              paths=wanted)}
-        series = [replace(s, newest_end=written.get(s.path, s.newest_end)) for s in series]
 
     alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
     query = (since, tuple(wanted or ()), b, c)

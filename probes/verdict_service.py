@@ -26,7 +26,7 @@ from probes._spec import (
     Config,
     Tolerances,
 )
-from probes._timeparse import parse_time, rfc3339
+from probes._timeparse import parse_time
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.pods import PodGrid, read_pod_grids
@@ -45,6 +45,7 @@ __all__ = [
     "compute_prometheus_verdict",
     "compute_verdict",
     "format_table",
+    "late_spans",
     "load_judging_config",
     "overload_spans",
     "prometheus_judge",
@@ -143,8 +144,10 @@ def compute_verdict(
     `overload` is why the probe is overloaded now (None: it is not). The running probe
     knows; `skewprobe verdict`, reading the store after the fact, leaves the default and the
     state is read from the probe's last overload event at or before `now`, if the probe was
-    still writing then. Either way, windows written while the probe was overloaded are left
-    out of the comparison for both cohorts, and the verdict is vetoed only while it is.
+    still writing then. Either way, the probe's overload spans whose sends were late by a
+    meaningful share of the p99 margin (`late_spans`) are left out of the p99 comparison
+    for both cohorts, and said so in the p99 reason; every other metric is judged from
+    every window (a skipped call was never made, so it is neither success nor failure).
     """
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
@@ -174,21 +177,74 @@ def _store_verdict(
         newest = None if overload is None else store.newest_window_end(until=now)
         if overload is not None and (newest is None
                                      or now - newest > 2 * settings.window_s):
-            overload = None  # the probe has stopped: judge the sound windows it wrote
-    exclude = [(lo, hi) for lo, hi, _ in spans]
-    result = verdict_from_source(source(exclude), settings, **query, now=now,
-                                 overloaded=overload is not None, exclude=exclude)
-    notes = [overload] if isinstance(overload, str) else []
-    if spans and overload is None:
-        lo, hi, why = spans[-1]
-        until = "its last window" if hi == math.inf else rfc3339(hi)
-        notes.append(f"windows from {rfc3339(lo)} to {until} are left out of the comparison: "
-                     f"the probe was overloaded then ({why})"
-                     + (f", and {len(spans) - 1} earlier overloaded span(s)"
-                        if len(spans) > 1 else ""))
+            overload = None  # the probe has stopped: no longer overloaded
+    late = late_spans(store, spans, settings.tolerances)
+    exclude = [(lo, hi) for lo, hi, _ in late]
+    # An overloaded probe no longer vetoes the verdict: its late sends touch latency alone
+    # (left out above), and the calls it skipped were never made, so never counted.
+    result = verdict_from_source(source(exclude), settings, **query, now=now, exclude=exclude)
+    notes = []
+    if isinstance(overload, str):
+        notes.append(f"{overload}: success rate, attempts and stream resets are judged from "
+                     "every window whose calls were made")
+    left = _left_out(store, late, result)
+    if left:
+        notes.append(left)
+        result = _with_latency_reason(result, left)
     if notes:
         result = {**result, "reasons": [*notes, *result.get("reasons", [])]}
     return result
+
+
+# A window is left out of p99 when the probe's sends were later than this share of the p99
+# margin then: a lateness of half the margin, added to one cohort's tail more than the
+# other's by chance, could pass for a difference of that size.
+LATE_SHARE_OF_MARGIN = 0.5
+
+
+def late_spans(store: Store, spans: Sequence[tuple[float, float, str]],
+               tolerances: Tolerances) -> list[tuple[float, float, float]]:
+    """The overload `spans` whose windows are left out of the p99 comparison, as (from, to,
+    largest lateness in s): those in which some send left more than `LATE_SHARE_OF_MARGIN`
+    of the p99 margin late. Only p99: a late send still succeeds or fails as it would have."""
+    limit = LATE_SHARE_OF_MARGIN * tolerances.latency_p99_margin_ms / 1000.0
+    out = []
+    for lo, hi, _ in spans:
+        lag, _n = store.lateness(lo, hi)
+        if lag > limit:
+            out.append((lo, hi, lag))
+    return out
+
+
+def _left_out(store: Store, late: Sequence[tuple[float, float, float]],
+              result: Mapping[str, Any]) -> str | None:
+    """What the comparison in `result` left out of p99 for late sends, as a reason."""
+    origin = (result.get("window") or {}).get("from")
+    if not late or origin is None:
+        return None
+    since = parse_time(origin, now=math.inf)
+    windows, worst = 0, 0.0
+    for lo, hi, _ in late:
+        if hi > since:
+            lag, n = store.lateness(max(lo, since), hi)
+            windows, worst = windows + n, max(worst, lag)
+    if not windows:
+        return None
+    return (f"{windows} window{'s' if windows != 1 else ''} left out of p99: the probe's sends "
+            f"were up to {worst * 1000:.0f} ms late then")
+
+
+def _with_latency_reason(result: Mapping[str, Any], reason: str) -> Mapping[str, Any]:
+    """`result` with `reason` added to each path's p99 metric."""
+    def path(p: Mapping[str, Any]) -> Mapping[str, Any]:
+        metrics = dict(p.get("metrics", {}))
+        m = metrics.get("latency_p99_ms")
+        if m is None:
+            return p
+        metrics["latency_p99_ms"] = {**m, "reason": f"{m.get('reason', '')}; {reason}"}
+        return {**p, "metrics": metrics}
+
+    return {**result, "paths": [path(p) for p in result.get("paths", [])]}
 
 
 def overload_spans(store: Store, now: float, window_s: float) -> list[tuple[float, float, str]]:
@@ -281,7 +337,7 @@ def verdict_from_source(
     """Resolve the query against `source` and judge (`compute_verdict` for the origin).
     `asked`: when the query was asked, if later than `now` (a Prometheus source answers a
     step before it): a `since` between the two is not in the future, it has no window yet.
-    `exclude`: spans whose windows are left out of the comparison (overloaded probe)."""
+    `exclude`: spans whose windows are left out of the p99 comparison (late sends)."""
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     paths = [path] if isinstance(path, str) else (list(path) if path else None)

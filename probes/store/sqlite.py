@@ -634,6 +634,15 @@ class Store:
                          (hi,))
         return None if not row or row[0][0] is None else float(row[0][0])
 
+    def lateness(self, since: float, until: float) -> tuple[float, int]:
+        """Over the path windows that share time with [since, until): the largest send
+        lateness (`lag_max_s`) and how many window starts there are."""
+        row = self._read("read lateness",
+                         "SELECT MAX(lag_max_s), COUNT(DISTINCT start) FROM path_windows"
+                         " WHERE start < ? AND start + length > ?", (until, since))
+        return (0.0 if not row or row[0][0] is None else float(row[0][0]),
+                int(row[0][1]) if row else 0)
+
     def first_window(self, cohort: str, since: float | None = None) -> float | None:
         """Start of the earliest window of `cohort` at or after `since` (None: no data).
 

@@ -14,11 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from probes._timeparse import rfc3339
 from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT, index_of
-from probes.store import Store
+from probes.measure.overload import OVERLOAD_EVENT
+from probes.store import Event, Store
 from probes.verdict_service import JudgingSettings, compute_verdict, verdict_from_source
 
 T0 = 1_790_000_000.0
@@ -33,10 +35,11 @@ Rates = Callable[[str, str, float], float]
 
 def write_estate(store: Store, pods: dict[str, str], rates: Rates, minutes: float,
                  seed: int, path: str = "checkout", *, scale: Rates | None = None,
-                 retries: Rates | None = None) -> None:
+                 retries: Rates | None = None, lag_s: float = 0.0) -> None:
     """With `scale` each pod's calls draw lognormal latencies (median 20 ms × scale, σ 0.3)
     and with `retries` attempts (1, or 2 with that chance), both kept per pod as schema v2
-    does; without them the pods' windows carry neither, as a v1 store's rows."""
+    does; without them the pods' windows carry neither, as a v1 store's rows. `lag_s`: how
+    late the probe's sends were, at most, in every window."""
     rng = np.random.default_rng(seed)
     fixed = np.bincount(index_of(np.full(CALLS, 0.02)), minlength=BUCKET_COUNT)
     for k in range(int(minutes * 60 / WINDOW_S)):
@@ -65,7 +68,7 @@ def write_estate(store: Store, pods: dict[str, str], rates: Rates, minutes: floa
                 outcomes={"ok": n - e, "http_5xx": e},
                 latency=tuple(int(x) for x in sum(dense[c.endpoint][0] for c in mine)),
                 attempts_sum=sum(c.attempts_sum for c in mine),
-                attempts_count=sum(c.attempts_count for c in mine),
+                attempts_count=sum(c.attempts_count for c in mine), lag_max_s=lag_s,
             ))
         store.write(windows, cells)
 
@@ -151,32 +154,68 @@ def test_an_undecided_healthy_canary_says_how_many_calls_a_pass_needs(tmp_path: 
     assert "more canary calls" in m["reason"]
 
 
-def test_an_overloaded_span_empties_the_same_windows_for_the_pods_as_for_the_path(
+def test_a_late_send_span_leaves_out_latency_alone_for_the_pods_as_for_the_path(
     tmp_path: Path,
 ) -> None:
-    # Every canary pod fails every call in the window starting at minute 10; the probe was
-    # overloaded from 5 s into that window. The window is touched by the span, so it counts
-    # for nothing: not in the pooled path windows, not in the per-pod grid either.
-    bad = T0 + 600
+    # Every canary pod fails every call, and answers 10x slower, in the minute from minute
+    # 10; the probe's sends were late then (the span starts 5 s into its first window).
+    # Left out (`exclude`): that minute's latency, for the path and every pod alike; its
+    # calls and errors still count.
+    bad = (T0 + 600, T0 + 660)
 
     def rates(_pod: str, cohort: str, t: float) -> float:
-        return 1.0 if cohort == NEW and T0 + t == bad else 0.001
+        return 1.0 if cohort == NEW and bad[0] <= T0 + t < bad[1] else 0.001
+
+    def scale(_pod: str, cohort: str, t: float) -> float:
+        return 10.0 if cohort == NEW and bad[0] <= T0 + t < bad[1] else 1.0
 
     db = str(tmp_path / "estate.db")
     with Store.open(db) as store:
-        write_estate(store, FLEET, rates, 30, seed=3)
+        write_estate(store, FLEET, rates, 30, seed=3, scale=scale)
     now = T0 + 30 * 60
     with Store.open(db, readonly=True) as store:
         judged = {
-            name: success(dict(verdict_from_source(
-                store, JudgingSettings(), baseline=OLD, canary=NEW, now=now, exclude=spans)))
-            for name, spans in (("kept", ()), ("excluded", [(bad + 5, bad + 65)]))
+            name: dict(verdict_from_source(
+                store, JudgingSettings(), baseline=OLD, canary=NEW, now=now, exclude=spans))
+            for name, spans in (("kept", ()), ("excluded", [(bad[0] + 5, bad[1])]))
         }
-    kept, excluded = judged["kept"], judged["excluded"]
-    assert kept["verdict"] == "fail"  # the bad window alone is a clear regression
-    assert excluded["verdict"] != "fail", excluded["reason"]
-    # One window of 180 failed every canary call: 1/180 of the canary's success rate.
-    assert excluded["canary"] - kept["canary"] > 0.9 / 180
+    kept, excluded = (judged[k]["paths"][0]["metrics"] for k in ("kept", "excluded"))
+    assert kept["success_rate"] == excluded["success_rate"]
+    assert excluded["success_rate"]["verdict"] == "fail"
+    assert kept["latency_p99_ms"]["verdict"] == "fail"  # the slow minute is 3 % of calls
+    assert excluded["latency_p99_ms"]["verdict"] != "fail", excluded["latency_p99_ms"]
+    # Per pod too: each pod's p99 is judged without that minute.
+    assert excluded["latency_p99_ms"]["rule"] == kept["latency_p99_ms"]["rule"] == "pods"
+
+
+@pytest.mark.parametrize("lag_s", [0.04, 0.002])
+def test_a_busy_probe_still_judges_errors_and_leaves_p99_out_only_for_meaningful_lateness(
+    tmp_path: Path, lag_s: float,
+) -> None:
+    # The probe was overloaded from minute 5 to its last window (more than 1 % of sends over
+    # 10 ms late), with every canary pod 3 pp worse. Errors are judged all the same; p99
+    # leaves those windows out only if sends were late by more than half its 5 ms margin.
+    db = str(tmp_path / "estate.db")
+    with Store.open(db) as store:
+        write_estate(store, FLEET, lambda _p, c, _t: 0.03 if c == NEW else 0.001, 20, seed=4,
+                     scale=lambda _p, _c, _t: 1.0, lag_s=lag_s)
+        store.write_events([Event(OVERLOAD_EVENT, T0 + 330, detail={
+            "reason": "probe overloaded: 1.4% of 900 calls sent more than 10 ms late"})])
+    now = T0 + 20 * 60 + 1
+    result = dict(compute_verdict(db, JudgingSettings(), baseline=OLD, canary=NEW, now=now))
+    metrics = result["paths"][0]["metrics"]
+    assert metrics["success_rate"]["verdict"] == "fail", metrics["success_rate"]["reason"]
+    assert result["verdict"] == "fail"
+    assert any(r.startswith("probe overloaded") and "judged from every window" in r
+               for r in result["reasons"]), result["reasons"]
+    # The span starts three windows before the event that declared it: minute 5 on.
+    left = "90 windows left out of p99: the probe's sends were up to 40 ms late then"
+    if lag_s > 0.0025:
+        assert left in metrics["latency_p99_ms"]["reason"]
+        assert left in result["reasons"]
+    else:
+        assert "left out of p99" not in metrics["latency_p99_ms"]["reason"]
+        assert not any("left out of p99" in r for r in result["reasons"])
 
 
 def _warmup_calls(tmp_path: Path, name: str, started: Callable[[str, float], str | None],
