@@ -51,7 +51,8 @@ from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
 from probes.verdict_cache import VerdictCache
-from probes.verdict_service import FROM_STORE, verdict_time
+from probes.verdict_service import FROM_STORE, JudgingSettings, verdict_time
+from probes.verdict_settings import settings_event
 
 __all__ = [
     "ProbeRunner",
@@ -178,6 +179,9 @@ class ProbeRunner:
             # One writer per store: a second probe would replace the first's windows.
             with WriterLock.acquire(self.options.store_path):
                 self.store = self.writer.store = Store.open(self.options.store_path)
+                # How this run judges, so `skewprobe verdict --store` judges alike after it.
+                self.store.write_events([settings_event(
+                    JudgingSettings.from_config(self.config), time.time())])
                 if self.inventory is not None:
                     self.inventory.store = self.store
                 self.verdict_cache = VerdictCache(self.options.store_path)
