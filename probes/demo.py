@@ -36,7 +36,7 @@ from probes.pairs import store_verdict
 from probes.report.cli import write_report
 from probes.report.summary import format_figures, summarise
 from probes.runner import ProbeRunner, RunOptions
-from probes.store import Store
+from probes.store import BOOKKEEPING_EVENTS, Store
 from probes.store.lock import WriterLock
 from probes.verdict_service import format_table
 
@@ -233,7 +233,7 @@ def _finish(store_path: str, config: Config, lifetimes: list[str], out: str) -> 
         print(f"restarts seen through discovery: {len(restarts)} "
               f"({', '.join(sorted(e.endpoint for e in restarts))})")
     for event in events:
-        if event.kind == RESTART:
+        if event.kind == RESTART or event.kind in BOOKKEEPING_EVENTS:
             continue
         stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
         print(f"event {stamp} {event.kind} {event.path} cohort {event.cohort}: "

@@ -389,11 +389,12 @@ class ProbeRunner:
         return True, f"probing {len(self.engine.endpoints)} endpoints"
 
     async def verdict_json(self, query: VerdictQuery) -> Mapping[str, Any]:
-        """The verdict from the store; inconclusive, with the reason first, while the probe
-        is overloaded (`OverloadWatch`). With `source: prometheus`, from every probe's series
-        in Prometheus (each probe's overload is read there); SourceUnavailable (HTTP 503)
-        when Prometheus does not answer. With `at`, the verdict as it stood then, the
-        probe's overload state then read from the store, as `skewprobe verdict --at` does."""
+        """The verdict from the store; while the probe is overloaded (`OverloadWatch`) the
+        reason comes first, and p99 leaves out the windows of its late sends. With
+        `source: prometheus`, from every probe's series in Prometheus (each probe's overload
+        is read there); SourceUnavailable (HTTP 503) when Prometheus does not answer. With
+        `at`, the verdict as it stood then, the probe's overload state then read from the
+        store, as `skewprobe verdict --at` does."""
         # VerdictQuery's fields but `at` are the verdict functions' query keywords.
         query_args: dict[str, Any] = dataclasses.asdict(query)
         at = query_args.pop("at")

@@ -26,7 +26,7 @@ from probes._spec import (
     Config,
     Tolerances,
 )
-from probes._timeparse import parse_time
+from probes._timeparse import parse_time, rfc3339
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.pods import PodGrid, read_pod_grids
@@ -182,7 +182,8 @@ def _store_verdict(
     exclude = [(lo, hi) for lo, hi, _ in late]
     # An overloaded probe no longer vetoes the verdict: its late sends touch latency alone
     # (left out above), and the calls it skipped were never made, so never counted.
-    result = verdict_from_source(source(exclude), settings, **query, now=now, exclude=exclude)
+    result = verdict_from_source(source(exclude), settings, **query, now=now, exclude=exclude,
+                                 starts_from=store)
     notes = []
     if isinstance(overload, str):
         notes.append(f"{overload}: success rate, attempts and stream resets are judged from "
@@ -333,11 +334,15 @@ def verdict_from_source(
     asked: float | None = None,
     overloaded: bool = False,
     exclude: Sequence[tuple[float, float]] = (),
+    starts_from: WindowSource | None = None,
 ) -> Mapping[str, Any]:
     """Resolve the query against `source` and judge (`compute_verdict` for the origin).
     `asked`: when the query was asked, if later than `now` (a Prometheus source answers a
     step before it): a `since` between the two is not in the future, it has no window yet.
-    `exclude`: spans whose windows are left out of the p99 comparison (late sends)."""
+    `exclude`: spans whose windows are left out of the p99 comparison (late sends).
+    `starts_from`: where a path still in warm-up reads its pods' starts, to say when its
+    first warm window ends (default `source`; the store under a cache, so as not to read
+    through the cache a span it does not keep)."""
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     paths = [path] if isinstance(path, str) else (list(path) if path else None)
@@ -387,7 +392,68 @@ def verdict_from_source(
         # The running probe's cache keeps the pod-level sums between its verdicts.
         memos=getattr(source, "track_memo", None),
     )
-    return verdict.to_json()
+    out = verdict.to_json()
+    if pods and verdict.baseline is not None and verdict.canary is not None:
+        warming = _warming(starts_from or source, pods, (verdict.baseline, verdict.canary),
+                           since=since_t, until=until, now=now, warmup_s=settings.warmup_s,
+                           window_s=window_s)
+        if warming:
+            out = _with_warming(out, warming)
+    return out
+
+
+def _warming(source: WindowSource, grids: Mapping[str, PodGrid], cohorts: tuple[str, str], *,
+             since: float | None, until: float, now: float, warmup_s: float, window_s: float,
+             ) -> dict[str, str]:
+    """Per path whose baseline or canary has no warm call yet, when its first warm window
+    (one where both cohorts have a pod out of its warm-up) ends, as a reason. Read only
+    then: early in a rollout, or for a path whose pods all started recently."""
+    read = getattr(source, "read_endpoint_columns", None)
+    cold = [name for name, g in grids.items() if warmup_s > 0 and {*cohorts} <= {*g.cohorts}
+            and any(not g.calls[g.of(c)].sum() for c in cohorts)]
+    if read is None or not cold or since is None:
+        return {}
+    cols = read(since=since - warmup_s, until=until, paths=cold, cohorts=list(cohorts))
+    out: dict[str, str] = {}
+    for p_name in cold:
+        if p_name not in cols.paths:
+            continue
+        rows = np.flatnonzero(cols.path == cols.paths.index(p_name))
+        soonest = {}
+        for c_name in cohorts:
+            if c_name not in cols.cohorts:
+                continue
+            mine = rows[cols.cohort[rows] == cols.cohorts.index(c_name)]
+            ends = []
+            for e in np.unique(cols.endpoint[mine]):
+                pod = mine[cols.endpoint[mine] == e]
+                # The pod's start as the grid takes it: its newest row's, else its first row.
+                began = cols.started[pod[-1]]
+                began = float(cols.start[pod].min()) if np.isnan(began) else float(began)
+                warm = (math.ceil((began + warmup_s) / window_s) * window_s
+                        if math.isfinite(began) else since)  # -inf: of unknown age, warm
+                ends.append(max(warm, since))
+            if ends:
+                soonest[c_name] = min(ends)
+        if len(soonest) == 2:
+            end = max(soonest.values()) + window_s
+            if end > now:
+                out[p_name] = (f"warming up: the first warm window ends at "
+                               f"{rfc3339(end)[11:19]} UTC (in {end - now:.0f} s)")
+    return out
+
+
+def _with_warming(result: Mapping[str, Any], warming: Mapping[str, str]) -> dict[str, Any]:
+    """`result` with each undecided warming path's reason first (in the overall reasons
+    too, where the path's first reason was)."""
+    said = {p["path"]: warming[p["path"]] for p in result.get("paths", [])
+            if p["path"] in warming and p.get("verdict") == "inconclusive"}
+    paths = [{**p, "reasons": [said[p["path"]], *p.get("reasons", [])]}
+             if p["path"] in said else p for p in result.get("paths", [])]
+    reasons = [next((f"{name}: inconclusive: {why}" for name, why in said.items()
+                     if r.startswith(f"{name}: inconclusive: ")), r)
+               for r in result.get("reasons", [])]
+    return {**result, "paths": paths, "reasons": reasons}
 
 
 # Time strata per pod a verdict reads at most (a day of 10 s windows is 8,640).

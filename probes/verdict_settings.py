@@ -21,13 +21,12 @@ from typing import Any
 from probes._exceptions import StoreCorrupt
 from probes._spec import CohortSpec, Tolerances
 from probes._timeparse import rfc3339
-from probes.store import Event, Store
+from probes.store import SETTINGS_EVENT, Event, Store
 from probes.verdict_service import JudgingSettings, load_judging_config
 
 __all__ = ["SETTINGS_EVENT", "SETTINGS_VERSION", "Resolved", "resolve", "settings_event",
            "settings_json", "stored_settings"]
 
-SETTINGS_EVENT = "settings"
 SETTINGS_VERSION = 1
 
 

@@ -34,7 +34,7 @@ from probes.stats.cohorts import pick_cohorts, version_key
 from probes.stats.metrics import concentration_finding
 from probes.stats.pods import read_pod_grids
 from probes.stats.sequential import STATE_NAMES
-from probes.store import Event, Store
+from probes.store import BOOKKEEPING_EVENTS, Event, Store
 
 __all__ = [
     "METRIC_LABELS",
@@ -348,7 +348,8 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
         notes.append("the store has no inventory snapshots: the rollout's progress is the "
                      "share of probed endpoints (all paths) on each version, sampled at the "
                      "start of each bucket, not of the fleet's pods")
-    events = tuple(store.read_events(since, until))
+    events = tuple(e for e in store.read_events(since, until)
+                   if e.kind not in BOOKKEEPING_EVENTS)
     order = cohort_order(data.cohorts)
     names = [data.paths[p] for p in direct]
     per_pod = _per_pod(store, data, b, c, settings, names) if comparable else {}

@@ -51,6 +51,7 @@ from probes.store._schema import (
     migrate,
 )
 from probes.store.records import Event, InventoryRow, InventorySnapshot
+from probes.store.starts import START_EVENTS, known_starts
 from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
@@ -481,6 +482,10 @@ class Store:
                 a = np.fromiter(conn.execute(select, args), dtype=np.dtype((np.float64, 9))
                                 ).astype(np.float64, copy=False)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
+                # What the probe saw of pods' starts, for rows without a start_time label.
+                start_events = conn.execute(
+                    "SELECT endpoint, cohort, at, kind FROM events WHERE kind IN (?, ?, ?)",
+                    START_EVENTS).fetchall()
                 if latency and a_sum != "NULL":
                     keep_blob, keep_key = blobs.append, blob_keys.extend
                     for row in conn.execute(
@@ -530,18 +535,23 @@ class Store:
             ids = b[:, 1:4].astype(np.int64)
             p_lookup, e_lookup, c_lookup = (_positions(x, y) for x, y in (
                 (path_id, path), (endpoint_id, endpoint), (cohort_id, cohort)))
+            h_endpoint = e_lookup[ids[:, 1]]
+            h_cohort = c_lookup[ids[:, 2]]
+            h_started = known_starts(started_of[ids[:, 1]], b[:, 0], h_endpoint, h_cohort,
+                                     endpoints, cohort_names, start_events)
             hist = EndpointLatency(
                 start=np.repeat(b[:, 0], per),
                 path=np.repeat(p_lookup[ids[:, 0]], per),
-                endpoint=np.repeat(e_lookup[ids[:, 1]], per),
-                cohort=np.repeat(c_lookup[ids[:, 2]], per),
-                started=np.repeat(started_of[ids[:, 1]], per),
+                endpoint=np.repeat(h_endpoint, per),
+                cohort=np.repeat(h_cohort, per),
+                started=np.repeat(h_started, per),
                 bucket=bucket.astype(np.int64), count=count.astype(np.int64),
             )
         return EndpointColumns(
             paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
             path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
-            started=started_of[endpoint_id], attempts_sum=attempts_sum,
+            started=known_starts(started_of[endpoint_id], start, endpoint, cohort, endpoints,
+                                 cohort_names, start_events), attempts_sum=attempts_sum,
             attempts_count=attempts_count, unrecorded=unrecorded, latency=hist,
         )
 

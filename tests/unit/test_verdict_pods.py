@@ -20,7 +20,7 @@ from probes._timeparse import rfc3339
 from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.measure.overload import OVERLOAD_EVENT
-from probes.store import Event, Store
+from probes.store import APPEARED_EVENT, PRESENT_EVENT, RESTART_EVENT, Event, Store
 from probes.verdict_service import JudgingSettings, compute_verdict, verdict_from_source
 
 T0 = 1_790_000_000.0
@@ -259,6 +259,67 @@ def test_warm_up_counts_from_the_pods_start_time_where_its_endpoint_carries_one(
         return rfc3339(restart) if pod == "shop-7-new" and T0 + t >= restart else old
 
     assert _warmup_calls(tmp_path, "restarted", restarted)["calls"] == 12 * CALLS
+
+
+def _warm_up_with(tmp_path: Path, name: str, events: list[Event],
+                  warmup_s: float = 120.0) -> dict:
+    """The success rate's warm-up band over 30 min of the estate, with `events` stored (what
+    the probe saw of its pods' starts) and no start_time labels."""
+    db = str(tmp_path / f"{name}.db")
+    with Store.open(db) as store:
+        write_estate(store, FLEET, healthy, 30, seed=5)
+        store.write_events(events)
+    result = compute_verdict(db, JudgingSettings(warmup_s=warmup_s), baseline=OLD, canary=NEW,
+                             now=T0 + 1800, since=rfc3339(T0), overload=None)
+    return success(dict(result))["pods"]["warmup"]
+
+
+def test_warm_up_applies_only_where_a_start_is_known(tmp_path: Path) -> None:
+    # Without events (a store written before them): each pod's first 2 min in the store.
+    assert _warm_up_with(tmp_path, "none", [])["calls"] == len(FLEET) * 12 * CALLS
+    # Present when the probe started, with no start time: of unknown age, warm at once.
+    present = [Event(PRESENT_EVENT, T0 - 1, cohort=c, endpoint=p) for p, c in FLEET.items()]
+    assert _warm_up_with(tmp_path, "present", present)["calls"] == 0
+    # A restart the probe saw (shop-7-new back on its version at minute 5), and a pod that
+    # appeared at minute 10 (shop-8-new): each cold for 2 min from then, whatever came before.
+    seen = [Event(RESTART_EVENT, T0 + 300, cohort=NEW, endpoint="shop-7-new"),
+            Event(APPEARED_EVENT, T0 + 600, cohort=NEW, endpoint="shop-8-new")]
+    assert _warm_up_with(tmp_path, "seen", present + seen)["calls"] == 2 * 12 * CALLS
+    # warmup: 0s turns it off.
+    assert _warm_up_with(tmp_path, "off", seen, warmup_s=0.0)["calls"] == 0
+
+
+def test_a_path_in_warm_up_says_when_its_first_warm_window_ends(tmp_path: Path) -> None:
+    # The baseline's pods were there when the probe started; the canary's two pods appeared
+    # at minute 10. Asked 60 s later, the first window out of their warm-up starts 2 min
+    # after they appeared, and ends a window later.
+    db = str(tmp_path / "warming.db")
+    appeared = T0 + 600
+    with Store.open(db) as store:
+        store.write_events([Event(PRESENT_EVENT, T0 - 1, cohort=OLD, endpoint=f"shop-{i}")
+                            for i in range(3)]
+                           + [Event(APPEARED_EVENT, appeared, cohort=NEW, endpoint=f"new-{i}")
+                              for i in range(2)])
+        for k in range(76):
+            t = T0 + k * WINDOW_S
+            pods = [(f"shop-{i}", OLD) for i in range(3)]
+            pods += [(f"new-{i}", NEW) for i in range(2)] if t >= appeared else []
+            cells = [EndpointWindow(start=t, path="checkout", endpoint=p, cohort=c,
+                                    requests=CALLS, errors=0) for p, c in pods]
+            store.write([PathWindow(start=t, length=WINDOW_S, path="checkout", cohort=c,
+                                    outcomes={"ok": CALLS * sum(x == c for _, x in pods)},
+                                    latency=(0,) * BUCKET_COUNT)
+                         for c in sorted({c for _, c in pods})], cells)
+    now = appeared + 60 + 1
+    result = dict(compute_verdict(db, JudgingSettings(), now=now, overload=None))
+    ends = appeared + 120 + WINDOW_S
+    want = f"warming up: the first warm window ends at {rfc3339(ends)[11:19]} UTC (in 69 s)"
+    [path] = result["paths"]
+    assert path["verdict"] == "inconclusive" and path["reasons"][0] == want, path["reasons"]
+    assert f"checkout: inconclusive: {want}" in result["reasons"]
+    # Once that window has ended there is a warm window in common: no longer said.
+    later = dict(compute_verdict(db, JudgingSettings(), now=ends + 1, overload=None))
+    assert not any("warming up" in r for r in later["reasons"])
 
 
 def metric(result: dict, name: str) -> dict:
