@@ -205,13 +205,15 @@ def _metrics(
     series: Sequence[PathSeries], tol: Tolerances, alpha_share: float, attempts_max: int,
     layout: Any = None, *, pods: Mapping[str, PodGrid] | None = None,
     cohorts: tuple[str, str] | None = None, window_s: float = DEFAULT_WINDOW_S,
-    memo: Callable[[str], TrackMemo] | None = None,
+    memo: Callable[[str], TrackMemo] | None = None, latency_left_out: Iterable[str] = (),
 ) -> dict[str, dict[str, MetricVerdict]]:
     """Per path, per metric name, for every path with a comparison span. `layout` is a
     callable giving the latency bucket `Layout` (read only when latency is judged). With
     `pods` (per path) and `cohorts` (baseline, canary), success rate is judged per pod, and
     p99 and attempts too where the grid holds per-pod latency and attempts; `memo(metric)`
-    keeps a metric's pod-level sums between verdicts (`pods.TrackMemo`)."""
+    keeps a metric's pod-level sums between verdicts (`pods.TrackMemo`);
+    `latency_left_out`: paths whose every latency record was left out (late sends), whose
+    p99 is then undecided, not absent."""
     out: dict[str, dict[str, MetricVerdict]] = {s.path: {} for s in series}
     judged = [s for s in series if s.baseline is not None and s.canary is not None]
     too_many = _check_attempts(judged, attempts_max)
@@ -339,6 +341,12 @@ def _metrics(
     run(M.LATENCY_P99, "ms",
         {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms},
         lambda t: t.latency.sum() > 0, lambda t: t.latency.sum() > 0, latency)
+    for name in latency_left_out:
+        if name in out and M.LATENCY_P99 not in out[name]:
+            out[name][M.LATENCY_P99] = M.missing(
+                M.LATENCY_P99, "ms",
+                {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms},
+                a, "p99 latency: every window was left out of it")
     run(M.ATTEMPTS, "attempts", {"max_ratio": tol.attempts_ratio, "attempts_max": attempts_max},
         lambda t: t.attempts_count > 0, lambda t: t.attempts_count > 0, attempts, too_many)
     run(M.STREAM_RESETS, "per_hour",
@@ -434,6 +442,13 @@ def judge(
     choice = pick_cohorts(present, baseline, canary)
     b, c = choice.baseline, choice.canary
     series = path_series(_without(cols, exclude), b, c, since=since, paths=wanted)
+    left_out: set[str] = set()
+    if exclude:
+        # Paths whose latency was all left out: p99 undecided, never silently gone.
+        def timed(rows: Sequence[PathSeries]) -> set[str]:
+            return {s.path for s in rows if any(t is not None and t.latency.sum() > 0
+                                                for t in (s.baseline, s.canary))}
+        left_out = timed(path_series(cols, b, c, since=since, paths=wanted)) - timed(series)
 
     alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
     query = (since, tuple(wanted or ()), b, c)
@@ -441,7 +456,8 @@ def judge(
                        lambda: _layout(windows), pods=pods,
                        cohorts=(b, c) if b is not None and c is not None else None,
                        window_s=window_s,
-                       memo=None if memos is None else (lambda m: memos((m, *query))))
+                       memo=None if memos is None else (lambda m: memos((m, *query))),
+                       latency_left_out=left_out)
 
     path_verdicts = []
     for s in series:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import random
 import time
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from probes._spec import Tolerances
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.api import VerdictQuery
 from probes.config import parse_config
@@ -21,10 +24,17 @@ from probes.metrics import ProbeMetrics
 from probes.runner import ProbeRunner, Recorder, RunOptions
 from probes.store import Event, Store
 from probes.store.prometheus import PrometheusSettings
-from probes.verdict_service import compute_verdict, stored_overload
+from probes.verdict_service import compute_verdict, late_spans, overload_spans, stored_overload
 from tests.servers.hostile import HostileServer
 from tests.servers.ports import free_port
-from tests.servers.probe_run import discard_config
+from tests.servers.probe_run import (
+    Windows,
+    discard_config,
+    example_fleet,
+    http_config,
+    probe_runner,
+    running,
+)
 from tests.servers.stores import store_with_a_failing_canary
 
 CONFIG = discard_config()
@@ -265,3 +275,50 @@ def test_errors_while_the_probe_was_overloaded_still_count(tmp_path: Path) -> No
         s.write(src.read_windows(), src.read_endpoint_windows())
     unmarked = compute_verdict(str(tmp_path / "unmarked.db"), config, now=now)
     assert unmarked["paths"] == judged["paths"]
+
+
+async def test_a_probe_overloaded_all_along_still_fails_a_regression_on_its_calls(
+    tmp_path: Path,
+) -> None:
+    # As on a busy node: every send counts as late (a budget of 1 µs), so the overload rule
+    # trips at the first window and never clears. 1.21.0 (two of four pods) makes twice the
+    # attempts on checkout and fails 1 pp more of its calls: the calls made still judge it
+    # (issue 31, point 4), the probe says it is overloaded, and p99 leaves out the windows
+    # only if the sends were late by more than half its margin.
+    endpoints, db = tmp_path / "endpoints.json", tmp_path / "probe.db"
+    windows = Windows()
+    host = f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.1"
+    judged: dict[str, Any] = {}
+    async with example_fleet(endpoints, base_host=host, seed=31, notice_s=0.1) as fleet:
+        await fleet.restart(0, "1.21.0")
+        await fleet.restart(1, "1.21.0")
+        config = http_config(endpoints, rate="20/s", paths={"checkout": "/api/checkout"})
+        runner = probe_runner(config, str(db), on_window=windows.on_window)
+        runner.overload.budget_s = 1e-6
+        async with running(runner, stop_within_s=30):
+            for _ in range(OVERLOADED_WINDOWS_MAX):
+                await windows.next()
+                if runner.overload.reason is None:
+                    continue
+                judged = dict(await runner.verdict_json(VerdictQuery()))
+                if judged["verdict"] == "fail":
+                    break
+    assert judged.get("verdict") == "fail", judged.get("reasons")
+    assert judged["reasons"][0].startswith("probe overloaded: ")
+    [checkout] = judged["paths"]
+    assert checkout["metrics"]["attempts_per_request"]["verdict"] == "fail"
+    with Store.open(db, readonly=True) as s:
+        states = [e.detail["reason"] for e in s.read_events(kinds=[OVERLOAD_EVENT])]
+        newest = s.newest_window_end()
+        assert newest is not None
+        late = late_spans(s, overload_spans(s, newest + 0.5, 1.0), Tolerances())
+    assert states and all(states), states  # overloaded from its first windows to its last
+    # The store alone judges the same way, and says what p99 left out, if anything.
+    stored = compute_verdict(str(db), parse_config(config), now=newest + 0.5)
+    assert stored["verdict"] == "fail", stored["reasons"]
+    p99 = stored["paths"][0]["metrics"]["latency_p99_ms"]["reason"]
+    assert ("left out of p99: the probe's sends were up to" in p99) == bool(late), p99
+
+
+# A hang guard: the attempts fail within a few windows of 1 s at these rates.
+OVERLOADED_WINDOWS_MAX = 90

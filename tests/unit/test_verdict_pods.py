@@ -218,6 +218,23 @@ def test_a_busy_probe_still_judges_errors_and_leaves_p99_out_only_for_meaningful
         assert not any("left out of p99" in r for r in result["reasons"])
 
 
+def test_p99_with_every_window_left_out_is_undecided_not_gone(tmp_path: Path) -> None:
+    # Overloaded before the rollout and all along, sends 40 ms late: no window is left for
+    # p99, which stays in the verdict, undecided, saying why; errors still fail the canary.
+    db = str(tmp_path / "estate.db")
+    with Store.open(db) as store:
+        write_estate(store, FLEET, lambda _p, c, _t: 0.03 if c == NEW else 0.001, 10, seed=6,
+                     scale=lambda _p, _c, _t: 1.0, lag_s=0.04)
+        store.write_events([Event(OVERLOAD_EVENT, T0 - 60, detail={"reason": "probe overloaded"})])
+    result = dict(compute_verdict(db, JudgingSettings(), baseline=OLD, canary=NEW,
+                                  now=T0 + 600 + 1))
+    p99 = result["paths"][0]["metrics"]["latency_p99_ms"]
+    assert p99["verdict"] == "inconclusive"
+    assert "every window was left out" in p99["reason"]
+    assert "60 windows left out of p99" in p99["reason"], p99["reason"]
+    assert result["verdict"] == "fail"
+
+
 def _warmup_calls(tmp_path: Path, name: str, started: Callable[[str, float], str | None],
                   minutes: float = 10) -> dict:
     """The verdict's warm-up band over an estate whose pods carry `started(pod, t)` as
