@@ -51,7 +51,7 @@ passes; the verdict fails if any path fails and passes only if every path passes
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -80,7 +80,7 @@ from probes.stats.pod_metrics import (
 )
 from probes.stats.pods import PodGrid, TrackMemo
 from probes.stats.quantile import Layout
-from probes.stats.series import Columns, PathSeries, columns, overlapping, path_series
+from probes.stats.series import PathSeries, columns, path_series, without_latency
 
 __all__ = [
     "FAIL",
@@ -369,18 +369,6 @@ def _check_attempts(series: Sequence[PathSeries], attempts_max: int) -> set[str]
     return bad
 
 
-def _without(cols: Columns, spans: Sequence[tuple[float, float]]) -> Columns:
-    """`cols` with the latency of the windows that overlap any of `spans` left out of the
-    pooled p99 (late sends); their calls, errors, attempts and streams still count."""
-    if not spans:
-        return cols
-    out = overlapping(cols.start, cols.length, spans)
-    if not out.any():
-        return cols
-    pool = cols.pool
-    return replace(cols, pool=lambda group, n: pool(np.where(out, -1, group), n))
-
-
 def _combine(verdicts: Iterable[str]) -> str:
     vs = list(verdicts)
     if FAIL in vs:
@@ -441,7 +429,7 @@ def judge(
     present = [cols.cohorts[i] for i in np.flatnonzero(seen)]
     choice = pick_cohorts(present, baseline, canary)
     b, c = choice.baseline, choice.canary
-    series = path_series(_without(cols, exclude), b, c, since=since, paths=wanted)
+    series = path_series(without_latency(cols, exclude), b, c, since=since, paths=wanted)
     left_out: set[str] = set()
     if exclude:
         # Paths whose latency was all left out: p99 undecided, never silently gone.
