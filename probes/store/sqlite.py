@@ -51,7 +51,7 @@ from probes.store._schema import (
     migrate,
 )
 from probes.store.records import Event, InventoryRow, InventorySnapshot
-from probes.store.starts import START_EVENTS, known_starts
+from probes.store.starts import START_EVENTS, START_EVENTS_SQL, known_starts
 from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
@@ -482,10 +482,13 @@ class Store:
                 a = np.fromiter(conn.execute(select, args), dtype=np.dtype((np.float64, 9))
                                 ).astype(np.float64, copy=False)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
-                # What the probe saw of pods' starts, for rows without a start_time label.
-                start_events = conn.execute(
-                    "SELECT endpoint, cohort, at, kind FROM events WHERE kind IN (?, ?, ?)",
-                    START_EVENTS).fetchall()
+                started_of = np.full(max((r[0] for r in endpoint_rows), default=0) + 1, np.nan)
+                for i, _, labels in endpoint_rows:
+                    started_of[i] = _started(labels)
+                # What the probe saw of pods' starts, for rows without a start_time label
+                # (read only if some endpoint has none: Kubernetes' pods all have one).
+                start_events = conn.execute(START_EVENTS_SQL, START_EVENTS).fetchall() if (
+                    len(a) and np.isnan(started_of[a[:, 2].astype(np.int64)]).any()) else []
                 if latency and a_sum != "NULL":
                     keep_blob, keep_key = blobs.append, blob_keys.extend
                     for row in conn.execute(
@@ -520,9 +523,6 @@ class Store:
         path_names, path = index(path_id, names)
         endpoints, endpoint = index(endpoint_id, endpoint_names)
         cohort_names, cohort = index(cohort_id, names)
-        started_of = np.full(max(endpoint_names, default=0) + 1, np.nan)
-        for i, _, labels in endpoint_rows:
-            started_of[i] = _started(labels)
         hist = EndpointLatency.empty()
         if blobs:
             try:

@@ -21,9 +21,15 @@ import numpy.typing as npt
 
 from probes.store.records import APPEARED_EVENT, PRESENT_EVENT, RESTART_EVENT
 
-__all__ = ["START_EVENTS", "known_starts"]
+__all__ = ["START_EVENTS", "START_EVENTS_SQL", "known_starts"]
 
 START_EVENTS = (PRESENT_EVENT, APPEARED_EVENT, RESTART_EVENT)
+# The events `known_starts` reads (parameters: START_EVENTS): of `present` only each pod's
+# first, since a probe that restarts often writes one per pod each time.
+START_EVENTS_SQL = (
+    "SELECT endpoint, cohort, MIN(at), kind FROM events WHERE kind = ?"
+    " GROUP BY endpoint, cohort"
+    " UNION ALL SELECT endpoint, cohort, at, kind FROM events WHERE kind IN (?, ?)")
 
 F64 = npt.NDArray[np.float64]
 
