@@ -178,7 +178,7 @@ def _store_verdict(
         if overload is not None and (newest is None
                                      or now - newest > 2 * settings.window_s):
             overload = None  # the probe has stopped: no longer overloaded
-    late = late_spans(store, spans, settings.tolerances)
+    late = late_spans(store, spans, settings.tolerances, now=now)
     exclude = [(lo, hi) for lo, hi, _ in late]
     # An overloaded probe no longer vetoes the verdict: its late sends touch latency alone
     # (left out above), and the calls it skipped were never made, so never counted.
@@ -188,7 +188,7 @@ def _store_verdict(
     if isinstance(overload, str):
         notes.append(f"{overload}: success rate, attempts and stream resets are judged from "
                      "every window whose calls were made")
-    left = _left_out(store, late, result)
+    left = _left_out(store, late, result, now)
     if left:
         notes.append(left)
         result = _with_latency_reason(result, left)
@@ -204,22 +204,25 @@ LATE_SHARE_OF_MARGIN = 0.5
 
 
 def late_spans(store: Store, spans: Sequence[tuple[float, float, str]],
-               tolerances: Tolerances) -> list[tuple[float, float, float]]:
+               tolerances: Tolerances, *, now: float = math.inf
+               ) -> list[tuple[float, float, float]]:
     """The overload `spans` whose windows are left out of the p99 comparison, as (from, to,
-    largest lateness in s): those in which some send left more than `LATE_SHARE_OF_MARGIN`
-    of the p99 margin late. Only p99: a late send still succeeds or fails as it would have."""
+    largest lateness in s): those in which some send, before `now`, left more than
+    `LATE_SHARE_OF_MARGIN` of the p99 margin late. Only p99: a late send still succeeds or
+    fails as it would have."""
     limit = LATE_SHARE_OF_MARGIN * tolerances.latency_p99_margin_ms / 1000.0
     out = []
     for lo, hi, _ in spans:
-        lag, _n = store.lateness(lo, hi)
+        lag, _n = store.lateness(lo, min(hi, now))
         if lag > limit:
             out.append((lo, hi, lag))
     return out
 
 
 def _left_out(store: Store, late: Sequence[tuple[float, float, float]],
-              result: Mapping[str, Any]) -> str | None:
-    """What the comparison in `result` left out of p99 for late sends, as a reason."""
+              result: Mapping[str, Any], now: float) -> str | None:
+    """What the comparison in `result` (at `now`) left out of p99 for late sends, as a
+    reason."""
     origin = (result.get("window") or {}).get("from")
     if not late or origin is None:
         return None
@@ -227,7 +230,7 @@ def _left_out(store: Store, late: Sequence[tuple[float, float, float]],
     windows, worst = 0, 0.0
     for lo, hi, _ in late:
         if hi > since:
-            lag, n = store.lateness(max(lo, since), hi)
+            lag, n = store.lateness(max(lo, since), min(hi, now))
             windows, worst = windows + n, max(worst, lag)
     if not windows:
         return None

@@ -398,7 +398,8 @@ def _late_sends(store: Store, since: float, until: float, paths: list[str] | Non
     from probes.verdict_service import late_spans, overload_spans
 
     length = window_length(store, since, until, paths)
-    late = late_spans(store, overload_spans(store, until, length), settings.tolerances)
+    late = late_spans(store, overload_spans(store, until, length), settings.tolerances,
+                      now=until)
     return {"window_s": length, "exclude": [(lo, hi) for lo, hi, _ in late]}
 
 
