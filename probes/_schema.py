@@ -347,9 +347,7 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
                 "min_samples": {"type": "integer", "minimum": 1},
-                "warmup": {**_duration, "description": (
-                    "each pod's first seconds from its known start, kept out of the "
-                    "comparison (default 2m); 0s turns warm-up off")},
+                "warmup": _duration,
                 "tolerances": {
                     "type": "object",
                     "additionalProperties": False,
