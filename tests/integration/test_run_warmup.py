@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from pathlib import Path
+from typing import Any
 
 from probes._timeparse import parse_time
 from probes.api import VerdictQuery
 from probes.store import Store
+from probes.verdict_service import JudgingSettings, compute_verdict
 from targets.fleet import Fleet
 from tests.servers.probe_run import Windows, example_fleet, probe_runner, running
 
@@ -74,11 +77,22 @@ async def test_present_pods_are_judged_at_once_and_a_restart_seen_warms_up(
             restarted = fleet.endpoints()[2].name
             await fleet.restart(2, NEW)
             publish(fleet, targets)
+            late: dict[str, Any] = {}
+            agreed = False
             for _ in range(MAX_WINDOWS):
                 await windows.next()
-                if windows.requests["checkout", NEW] >= canary_before + 400:
+                if windows.requests["checkout", NEW] < canary_before + 400:
+                    continue
+                # The store alone (as `skewprobe verdict --store`) judges the pods' starts as
+                # the running probe did: compared when no window arrived in between.
+                before = runner.windows_written
+                late = dict(await runner.verdict_json(VerdictQuery()))
+                stored = compute_verdict(str(db), JudgingSettings.from_config(runner.config),
+                                         now=time.time())
+                if runner.windows_written == before:
+                    assert stored["paths"] == late["paths"]
+                    agreed = True
                     break
-            late = dict(await runner.verdict_json(VerdictQuery()))
 
     # Early: the four pods were there when the probe started, with no start time: warm,
     # but for at most each one's first window (written before the probe's first look).
@@ -91,6 +105,7 @@ async def test_present_pods_are_judged_at_once_and_a_restart_seen_warms_up(
     assert success["pods"]["warmup"]["calls"] <= sum(first[k][0] for k in present)
     assert not any("warm" in r for r in early["reasons"]), early["reasons"]
 
+    assert agreed, f"a window arrived during every comparison in {MAX_WINDOWS} windows"
     # Late: the pod the probe saw restart onto 1.21.0 is cold for all its calls so far (2
     # min of warm-up), the others as before.
     to = late["window"]["to"]
