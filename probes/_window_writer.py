@@ -118,9 +118,12 @@ class WindowWriter:
         try:
             while self._pending:
                 pws, unwritten, evs = self._pending[0]
-                self.store.write(pws, unwritten.endpoint_windows())
+                # Events first: a pod's start events are in the store before any of its
+                # windows, so a verdict never reads the windows without them
+                # (`probes.store.starts`); written again on a retry, they are kept once.
                 if evs:
                     self.store.write_events(evs)
+                self.store.write(pws, unwritten.endpoint_windows())
                 written += pws
                 self._pending.popleft()
         except StoreError as exc:

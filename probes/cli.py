@@ -27,6 +27,7 @@ from probes._stdout import emit, quiet_stdout
 
 if TYPE_CHECKING:
     from probes.pairs import PairedVerdict
+    from probes.verdict_settings import Resolved
 
 __all__ = [
     "EXIT_STDOUT_CLOSED",
@@ -102,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--prometheus", metavar="URL",
                         help="judge every probe's series in this Prometheus (HTTP API)")
     verdict.add_argument("--selector", help='label matchers for --prometheus (job="skewprobe")')
-    verdict.add_argument("--config", help="config for tolerances and alpha (default: built-in)")
+    verdict.add_argument("--config", help="config for tolerances and alpha (default: those "
+                         "`run` recorded in the --store, else built-in)")
     verdict.add_argument("--path", action="append", help="only this path (repeatable)")
     verdict.add_argument("--baseline", help="baseline proxy version (default: oldest)")
     verdict.add_argument("--canary", help="canary proxy version (default: newest)")
@@ -239,9 +241,18 @@ def _verdict(args: argparse.Namespace) -> int:
     import time
 
     from probes.verdict_service import load_judging_config, verdict_time
+    from probes.verdict_settings import Resolved, resolve
 
-    config = load_judging_config(args.config)
     now = verdict_time(args.at, now=time.time())
+    if args.prometheus:
+        resolved = Resolved(load_judging_config(args.config),
+                            "defaults" if args.config is None else "config")
+    else:
+        # The settings `run` recorded, unless --config says otherwise; said on stderr.
+        resolved = resolve(args.config, args.store, now)
+        if resolved.origin == "store":
+            print(f"skewprobe: {resolved.note()}", file=sys.stderr)
+    config = resolved.settings
     query = dict(path=args.path, baseline=args.baseline, canary=args.canary, since=args.since,
                  now=now)
     if args.prometheus:
@@ -257,23 +268,29 @@ def _verdict(args: argparse.Namespace) -> int:
         prom = dataclasses.replace(base or PrometheusSettings(url=""), url=args.prometheus)
         if args.selector is not None:
             prom = dataclasses.replace(prom, selector=args.selector)
-        return _emit_verdict(args, prometheus_verdict(prom, config, **query))
-    return _store_verdict(args, config, query)
+        return _emit_verdict(args, prometheus_verdict(prom, config, **query), resolved)
+    return _store_verdict(args, config, query, resolved)
 
 
-def _store_verdict(args: argparse.Namespace, config: Any, query: dict[str, Any]) -> int:
+def _store_verdict(args: argparse.Namespace, config: Any, query: dict[str, Any],
+                   resolved: Resolved) -> int:
     """The verdict from a store: direct paths as before; each relay path as its caller ×
     callee matrix (`probes.pairs`), whose failing pair fails the whole verdict."""
     from probes.pairs import store_verdict
 
-    return _emit_verdict(args, store_verdict(args.store, config, **query))
+    return _emit_verdict(args, store_verdict(args.store, config, **query), resolved)
 
 
-def _emit_verdict(args: argparse.Namespace, judged: PairedVerdict) -> int:
-    """Print a verdict (JSON or the table with each pair matrix); its state's exit code."""
+def _emit_verdict(args: argparse.Namespace, judged: PairedVerdict, resolved: Resolved) -> int:
+    """Print a verdict (JSON, with the settings used, or the table with each pair matrix);
+    its state's exit code."""
     from probes.verdict_service import format_table
+    from probes.verdict_settings import settings_json
 
-    emit(json.dumps(judged.to_json(), indent=2) if args.json else judged.format(format_table))
+    if args.json:
+        emit(json.dumps({**judged.to_json(), "settings": settings_json(resolved)}, indent=2))
+    else:
+        emit(judged.format(format_table))
     return _VERDICT_EXIT[judged.verdict]
 
 

@@ -58,7 +58,8 @@ from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
 from probes.verdict_cache import VerdictCache
-from probes.verdict_service import FROM_STORE, verdict_time
+from probes.verdict_service import FROM_STORE, JudgingSettings, verdict_time
+from probes.verdict_settings import settings_event
 
 __all__ = [
     "ProbeRunner",
@@ -207,6 +208,9 @@ class ProbeRunner:
                 except StoreError:
                     self.store.close()
                     raise
+                # How this run judges, so `skewprobe verdict --store` judges alike after it.
+                self.store.write_events([settings_event(
+                    JudgingSettings.from_config(self.config), time.time())])
                 self.snapshots.store = self.store
                 self.verdict_cache = VerdictCache(self.options.store_path)
                 try:
@@ -434,11 +438,12 @@ class ProbeRunner:
         return True, f"probing {len(self.engine.endpoints)} endpoints"
 
     async def verdict_json(self, query: VerdictQuery) -> Mapping[str, Any]:
-        """The verdict from the store; inconclusive, with the reason first, while the probe
-        is overloaded (`OverloadWatch`). With `source: prometheus`, from every probe's series
-        in Prometheus (each probe's overload is read there); SourceUnavailable (HTTP 503)
-        when Prometheus does not answer. With `at`, the verdict as it stood then, the
-        probe's overload state then read from the store, as `skewprobe verdict --at` does."""
+        """The verdict from the store; while the probe is overloaded (`OverloadWatch`) the
+        reason comes first, and p99 leaves out the windows of its late sends. With
+        `source: prometheus`, from every probe's series in Prometheus (each probe's overload
+        is read there); SourceUnavailable (HTTP 503) when Prometheus does not answer. With
+        `at`, the verdict as it stood then, the probe's overload state then read from the
+        store, as `skewprobe verdict --at` does."""
         # VerdictQuery's fields but `at` are the verdict functions' query keywords.
         query_args: dict[str, Any] = dataclasses.asdict(query)
         at = query_args.pop("at")

@@ -42,7 +42,8 @@ cohort's own anytime-valid bounds at α_share); `counts`; `tolerance`; `alpha` (
 p99 e-values are exact up to 10^6/α_share and reported as that beyond it.
 
 Never a pass without evidence: no data, only one cohort, fewer than `min_samples` requests
-in a cohort, data older than two windows, or an overloaded probe make the path inconclusive
+in a cohort, data older than two windows, or an overloaded probe (`overloaded`, where no
+spans of late sends are known: a Prometheus source) make the path inconclusive
 with a reason. A path fails if any metric fails and passes only if every metric that applies
 passes; the verdict fails if any path fails and passes only if every path passes.
 """
@@ -50,8 +51,8 @@ passes; the verdict fails if any path fails and passes only if every path passes
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ from probes.stats.pod_metrics import (
 )
 from probes.stats.pods import PodGrid, TrackMemo
 from probes.stats.quantile import Layout
-from probes.stats.series import Columns, PathSeries, columns, overlapping, path_series
+from probes.stats.series import PathSeries, columns, path_series, without_latency
 
 __all__ = [
     "FAIL",
@@ -154,29 +155,20 @@ def _ago(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-_ALL_LEFT_OUT: Final = ("every window{what} was written while the probe was overloaded (its"
-                        " own sends late), so none is compared")
-
-
 def _gate(
     s: PathSeries, baseline: str | None, canary: str | None, *, now: float, window_s: float,
-    min_samples: int, overloaded: bool, left_out: bool = False,
+    min_samples: int, overloaded: bool,
 ) -> list[str]:
-    """Why this path cannot pass, whatever its statistics say (empty: nothing stops it).
-    `left_out`: the path has windows, but some were left out (the probe was overloaded)."""
-    # Data that exists but was left out is named as such, never as "no data".
-    outside = " outside the windows left out because the probe was overloaded" * left_out
+    """Why this path cannot pass, whatever its statistics say (empty: nothing stops it)."""
     if not s.cohorts:
-        return [_ALL_LEFT_OUT.format(what=" of this path") if left_out
-                else "no data for this path"]
+        return ["no data for this path"]
     if baseline is None or canary is None or baseline == canary:
-        return [f"no baseline and canary cohorts to compare{outside}"]
+        return ["no baseline and canary cohorts to compare"]
     have = ", ".join(s.cohorts)
     if baseline not in s.newest_end:
-        return [f"no data from the baseline cohort {baseline}{outside} (cohorts with data:"
-                f" {have})"]
+        return [f"no data from the baseline cohort {baseline} (cohorts with data: {have})"]
     if canary not in s.newest_end:
-        return [f"no data from the canary cohort {canary}{outside} (cohorts with data: {have})"]
+        return [f"no data from the canary cohort {canary} (cohorts with data: {have})"]
     if s.span is None:
         return ["the baseline and canary cohorts have no window in common"]
     reasons = []
@@ -213,13 +205,15 @@ def _metrics(
     series: Sequence[PathSeries], tol: Tolerances, alpha_share: float, attempts_max: int,
     layout: Any = None, *, pods: Mapping[str, PodGrid] | None = None,
     cohorts: tuple[str, str] | None = None, window_s: float = DEFAULT_WINDOW_S,
-    memo: Callable[[str], TrackMemo] | None = None,
+    memo: Callable[[str], TrackMemo] | None = None, latency_left_out: Iterable[str] = (),
 ) -> dict[str, dict[str, MetricVerdict]]:
     """Per path, per metric name, for every path with a comparison span. `layout` is a
     callable giving the latency bucket `Layout` (read only when latency is judged). With
     `pods` (per path) and `cohorts` (baseline, canary), success rate is judged per pod, and
     p99 and attempts too where the grid holds per-pod latency and attempts; `memo(metric)`
-    keeps a metric's pod-level sums between verdicts (`pods.TrackMemo`)."""
+    keeps a metric's pod-level sums between verdicts (`pods.TrackMemo`);
+    `latency_left_out`: paths whose every latency record was left out (late sends), whose
+    p99 is then undecided, not absent."""
     out: dict[str, dict[str, MetricVerdict]] = {s.path: {} for s in series}
     judged = [s for s in series if s.baseline is not None and s.canary is not None]
     too_many = _check_attempts(judged, attempts_max)
@@ -347,6 +341,12 @@ def _metrics(
     run(M.LATENCY_P99, "ms",
         {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms},
         lambda t: t.latency.sum() > 0, lambda t: t.latency.sum() > 0, latency)
+    for name in latency_left_out:
+        if name in out and M.LATENCY_P99 not in out[name]:
+            out[name][M.LATENCY_P99] = M.missing(
+                M.LATENCY_P99, "ms",
+                {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms},
+                a, "p99 latency: every window was left out of it")
     run(M.ATTEMPTS, "attempts", {"max_ratio": tol.attempts_ratio, "attempts_max": attempts_max},
         lambda t: t.attempts_count > 0, lambda t: t.attempts_count > 0, attempts, too_many)
     run(M.STREAM_RESETS, "per_hour",
@@ -367,18 +367,6 @@ def _check_attempts(series: Sequence[PathSeries], attempts_max: int) -> set[str]
             ):
                 bad.add(s.path)
     return bad
-
-
-def _without(cols: Columns, spans: Sequence[tuple[float, float]]) -> Columns:
-    """`cols` with the windows that overlap any of `spans` emptied (they count for nothing)."""
-    if not spans:
-        return cols
-    out = overlapping(cols.start, cols.length, spans)
-    if not out.any():
-        return cols
-    return replace(cols, requests=np.where(out, 0, cols.requests),
-                   streams_opened=np.where(out, 0, cols.streams_opened),
-                   stream_seconds=np.where(out, 0.0, cols.stream_seconds))
 
 
 def _combine(verdicts: Iterable[str]) -> str:
@@ -417,8 +405,8 @@ def judge(
     `attempts_max` bounds the upstream attempts of one call (the proxies' retries + 1).
     `pods`: per path, the pods × windows grid (`probes.stats.pods.pod_grids`); with it,
     success rate takes the pod as the unit of evidence, without it calls are pooled.
-    `exclude`: time spans [from, to) whose windows are left out of the comparison for both
-    cohorts (the probe was overloaded then); staleness is still judged on every window.
+    `exclude`: time spans [from, to) whose windows are left out of the p99 comparison for
+    both cohorts (the probe's sends were late then); every other metric counts them.
     `memos`: the running probe's kept pod-level sums, one `pods.TrackMemo` per key (the
     query and the metric), so that a verdict after a new window sums that window alone.
     Raises BadInput for parameters out of range.
@@ -441,14 +429,14 @@ def judge(
     present = [cols.cohorts[i] for i in np.flatnonzero(seen)]
     choice = pick_cohorts(present, baseline, canary)
     b, c = choice.baseline, choice.canary
-    series = path_series(_without(cols, exclude), b, c, since=since, paths=wanted)
+    series = path_series(without_latency(cols, exclude), b, c, since=since, paths=wanted)
     left_out: set[str] = set()
     if exclude:
-        # Stale means the probe stopped writing, whatever was left out of the comparison.
-        every = path_series(cols, b, c, since=since, paths=wanted)
-        written = {s.path: s.newest_end for s in every}
-        left_out = {s.path for s in every if s.cohorts}
-        series = [replace(s, newest_end=written.get(s.path, s.newest_end)) for s in series]
+        # Paths whose latency was all left out: p99 undecided, never silently gone.
+        def timed(rows: Sequence[PathSeries]) -> set[str]:
+            return {s.path for s in rows if any(t is not None and t.latency.sum() > 0
+                                                for t in (s.baseline, s.canary))}
+        left_out = timed(path_series(cols, b, c, since=since, paths=wanted)) - timed(series)
 
     alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
     query = (since, tuple(wanted or ()), b, c)
@@ -456,12 +444,13 @@ def judge(
                        lambda: _layout(windows), pods=pods,
                        cohorts=(b, c) if b is not None and c is not None else None,
                        window_s=window_s,
-                       memo=None if memos is None else (lambda m: memos((m, *query))))
+                       memo=None if memos is None else (lambda m: memos((m, *query))),
+                       latency_left_out=left_out)
 
     path_verdicts = []
     for s in series:
         gates = _gate(s, b, c, now=now, window_s=window_s, min_samples=min_samples,
-                      overloaded=overloaded, left_out=s.path in left_out)
+                      overloaded=overloaded)
         found = by_path[s.path]
         mvs = tuple(found[name] for name in METRIC_ORDER if name in found)
         if gates:
@@ -485,8 +474,7 @@ def judge(
     overall = _combine(p.verdict for p in path_verdicts)
     notes = list(choice.reasons)
     if not path_verdicts:
-        at = f" at or after {rfc3339(since)}" if since is not None else ""
-        notes.append(_ALL_LEFT_OUT.format(what=at) if left_out else f"no data{at}")
+        notes.append("no data" + (f" at or after {rfc3339(since)}" if since is not None else ""))
     for p in path_verdicts:
         if p.verdict != PASS:
             notes.append(f"{p.path}: {p.verdict}: {p.reasons[0]}")

@@ -109,8 +109,8 @@ class CostEstimate:
         if not self.over:
             return None
         return (f"expected {self.total_cores:.2f} cores, above the {self.usable_cores:g} one "
-                "probe can use: its sends will fall behind and the overload rule will make "
-                f"every verdict inconclusive; split the endpoints over {self.shards} probes "
+                "probe can use: its sends will fall behind and the overload rule will leave "
+                f"p99 without evidence; split the endpoints over {self.shards} probes "
                 f"(--shard i/{self.shards}, or the chart's shards: {self.shards}; README, "
                 "\"When to shard\") or lower the paths' rates")
 

@@ -912,19 +912,16 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
     """Per path, the pods × windows grid read from `source` (its `read_endpoint_columns`,
     the SQLite store's) as every reader takes it: from `warmup_s` before `since`, so a pod
     seen then is warm at `since`; `stratum_s` sums windows into coarser strata; windows
-    touching an `exclude` span (an overloaded probe) keep telling when a pod was first seen,
-    not its calls. With `per_pod`, the grids carry the pods' attempts and latency too
+    touching an `exclude` span (late sends) keep their calls but not their latency. With
+    `per_pod`, the grids carry the pods' attempts and latency too
     (`probes.stats.pod_cells`). None when the source keeps no per-pod counts (Prometheus
     series)."""
-    from probes.stats.series import overlapping
-
     read = getattr(source, "read_endpoint_columns", None)
     if read is None:
         return None
     lo = None if since is None else since - warmup_s
     cols = read(since=lo, until=until, paths=paths, cohorts=cohorts, stratum_s=stratum_s,
                 **({"latency": True} if per_pod else {}))
-    out = overlapping(cols.start, stratum_s or window_s, exclude)
     extra = None
     if per_pod:
         from probes.stats.pod_cells import per_pod_of
@@ -932,7 +929,7 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
         extra = per_pod_of(cols, stratum_s or window_s, exclude)
     return pod_grids(
         cols.start, cols.path, cols.endpoint, cols.cohort,
-        np.where(out, 0, cols.requests), np.where(out, 0, cols.errors),
+        cols.requests, cols.errors,
         paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
         warmup_s=warmup_s, started=cols.started, per_pod=extra,
     )

@@ -51,6 +51,7 @@ from probes.store._schema import (
     migrate,
 )
 from probes.store.records import Event, InventoryRow, InventorySnapshot
+from probes.store.starts import START_EVENTS, START_EVENTS_SQL, known_starts
 from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
@@ -481,6 +482,13 @@ class Store:
                 a = np.fromiter(conn.execute(select, args), dtype=np.dtype((np.float64, 9))
                                 ).astype(np.float64, copy=False)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
+                started_of = np.full(max((r[0] for r in endpoint_rows), default=0) + 1, np.nan)
+                for i, _, labels in endpoint_rows:
+                    started_of[i] = _started(labels)
+                # What the probe saw of pods' starts, for rows without a start_time label
+                # (read only if some endpoint has none: Kubernetes' pods all have one).
+                start_events = conn.execute(START_EVENTS_SQL, START_EVENTS).fetchall() if (
+                    len(a) and np.isnan(started_of[a[:, 2].astype(np.int64)]).any()) else []
                 if latency and a_sum != "NULL":
                     keep_blob, keep_key = blobs.append, blob_keys.extend
                     for row in conn.execute(
@@ -515,9 +523,6 @@ class Store:
         path_names, path = index(path_id, names)
         endpoints, endpoint = index(endpoint_id, endpoint_names)
         cohort_names, cohort = index(cohort_id, names)
-        started_of = np.full(max(endpoint_names, default=0) + 1, np.nan)
-        for i, _, labels in endpoint_rows:
-            started_of[i] = _started(labels)
         hist = EndpointLatency.empty()
         if blobs:
             try:
@@ -530,18 +535,23 @@ class Store:
             ids = b[:, 1:4].astype(np.int64)
             p_lookup, e_lookup, c_lookup = (_positions(x, y) for x, y in (
                 (path_id, path), (endpoint_id, endpoint), (cohort_id, cohort)))
+            h_endpoint = e_lookup[ids[:, 1]]
+            h_cohort = c_lookup[ids[:, 2]]
+            h_started = known_starts(started_of[ids[:, 1]], b[:, 0], h_endpoint, h_cohort,
+                                     endpoints, cohort_names, start_events)
             hist = EndpointLatency(
                 start=np.repeat(b[:, 0], per),
                 path=np.repeat(p_lookup[ids[:, 0]], per),
-                endpoint=np.repeat(e_lookup[ids[:, 1]], per),
-                cohort=np.repeat(c_lookup[ids[:, 2]], per),
-                started=np.repeat(started_of[ids[:, 1]], per),
+                endpoint=np.repeat(h_endpoint, per),
+                cohort=np.repeat(h_cohort, per),
+                started=np.repeat(h_started, per),
                 bucket=bucket.astype(np.int64), count=count.astype(np.int64),
             )
         return EndpointColumns(
             paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
             path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
-            started=started_of[endpoint_id], attempts_sum=attempts_sum,
+            started=known_starts(started_of[endpoint_id], start, endpoint, cohort, endpoints,
+                                 cohort_names, start_events), attempts_sum=attempts_sum,
             attempts_count=attempts_count, unrecorded=unrecorded, latency=hist,
         )
 
@@ -633,6 +643,15 @@ class Store:
                          "SELECT MAX(start + length) FROM path_windows WHERE start + length <= ?",
                          (hi,))
         return None if not row or row[0][0] is None else float(row[0][0])
+
+    def lateness(self, since: float, until: float) -> tuple[float, int]:
+        """Over the path windows that share time with [since, until): the largest send
+        lateness (`lag_max_s`) and how many window starts there are."""
+        row = self._read("read lateness",
+                         "SELECT MAX(lag_max_s), COUNT(DISTINCT start) FROM path_windows"
+                         " WHERE start < ? AND start + length > ?", (until, since))
+        return (0.0 if not row or row[0][0] is None else float(row[0][0]),
+                int(row[0][1]) if row else 0)
 
     def first_window(self, cohort: str, since: float | None = None) -> float | None:
         """Start of the earliest window of `cohort` at or after `since` (None: no data).
