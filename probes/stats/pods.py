@@ -502,8 +502,8 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     pods_b = (pod_calls_b > 0).sum(axis=1)
     everyone = np.ones(g_n, dtype=bool)
     cohorts = [(nc, sc, pod_calls_c, sum_sc, canary), (nb, sb, pod_calls_b, sum_sb, base)]
-    tau2, df, tau2_se, _ = _tau2([(*cohorts[0], None, everyone),
-                                 (*cohorts[1], None, everyone)], v_pool, acc, "all")
+    tau2, df, _, _, q_all = _tau2([(*cohorts[0], None, everyone),
+                                   (*cohorts[1], None, everyone)], v_pool, acc, "all")
 
     d_all = excess.sum(axis=1)
     vs_all = own.sum(axis=1)
@@ -529,7 +529,7 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     ex_pp, own_pp, sq_w_fail, worst_wo = _fail_side(
         nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, v_t, acc)
     some_c = np.asarray(canary.any(axis=1))
-    tau2_fail, _, _, dropped = _tau2([(*cohorts[0], worst_wo, some_c),
+    tau2_fail, _, _, dropped, _ = _tau2([(*cohorts[0], worst_wo, some_c),
                                       (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")
     # A worst pod the others' spread cannot account for is sick, not the version's: set
     # aside (out of the window means, τ² and D) and named. The canary keeps its only pod.
@@ -537,7 +537,7 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
                        worst_wo, -1)
     aside_b = np.where(_outlier(*dropped[1], tau2_fail, v_pool) & (drop_b >= 0)
                        & (pods_b >= _ASIDE_MIN_PODS), drop_b, -1)
-    tau2_p, df_p, se_p, _ = _tau2([(*cohorts[0], aside_c, some_c),
+    tau2_p, df_p, se_p, _, _ = _tau2([(*cohorts[0], aside_c, some_c),
                                    (*cohorts[1], aside_b, several_b)], v_pool, acc, "aside")
     out_b = (aside_b >= 0)[:, None, :]
     ex_p = np.where(out_b, ex_pp, excess)
@@ -596,15 +596,20 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     # at twice the tolerance, and the upper bound would cost it several times the calls.)
     weights_all = sq_calls + r_pods * r_pods * sq_w
 
+    # Its τ² comes from the baseline's pods alone, at their per-call variance: the pooled
+    # one counts the canary's errors, and a sick canary pod must not widen the yardstick
+    # it is judged by.
+    tau2_b, se_b = _tau2_at(*q_all, df, np.maximum(p_run_b * (1.0 - p_run_b), 1e-12))
+
     def one_pod_variance(tau2_one: F64) -> F64:
-        vp, floor = _few_pods(tau2_one, df, tau2_se, weights_all, vs_all, sd2,
-                              log_threshold, scales)
+        vp, floor = _few_pods(tau2_one, df, se_b, weights_all, vs_all, sd2, log_threshold,
+                              scales)
         return (vs_all + floor + vp) / sd2
 
-    log_one = log_e_one_sided((d_all - _ONE_POD_TAIL * np.sqrt(tau2) * calls_c) / sd,
-                              one_pod_variance(tau2 + _ONE_POD_SE * tau2_se), scales)
+    log_one = log_e_one_sided((d_all - _ONE_POD_TAIL * np.sqrt(tau2_b) * calls_c) / sd,
+                              one_pod_variance(tau2_b + _ONE_POD_SE * se_b), scales)
     log_pass = np.where(pods_c >= 2, log_pass,
-                        log_e_one_sided(-d_all / sd, one_pod_variance(tau2), scales))
+                        log_e_one_sided(-d_all / sd, one_pod_variance(tau2_b), scales))
     log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
                         np.where(one_pod, log_one, -np.inf))
     log_pass = np.where((pods_c >= 2) | one_pod, log_pass, -np.inf)
@@ -781,7 +786,8 @@ def _few_pods(tau2: F64, df: F64, tau2_se: F64, weights: F64, v_sampling: F64, s
 
 
 def _tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_pool: F64,
-          acc: _Acc, tag: str) -> tuple[F64, F64, F64, list[tuple[F64, F64]]]:
+          acc: _Acc, tag: str
+          ) -> tuple[F64, F64, F64, list[tuple[F64, F64]], tuple[F64, F64]]:
     """DerSimonian–Laird τ² per group and look from each cohort's pods (calls `n`, sums
     `s`: groups × pods × windows, 0 off the cohort; `calls`, `sums` theirs summed over the
     windows, as `acc` sums them; the cohort's pods `members`), each pod measured against its
@@ -792,8 +798,9 @@ def _tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_po
     worst pod rarely changes once data accrues; with a memo every pod of the cohort,
     `members`, is dropped in turn). `tag` names the kept sums. With τ², its degrees of
     freedom (pods counted, less one per cohort) and its standard error were the pods alike
-    (Q's is √(2 df) then), and per cohort the dropped pod's residual against the others'
-    window means and its calls (0 where none is dropped), for `_outliers`."""
+    (Q's is √(2 df) then), per cohort the dropped pod's residual against the others'
+    window means and its calls (0 where none is dropped), for `_outlier`, and Q's sum of
+    squares with its denominator, for a τ² at another per-call variance (`_tau2_at`)."""
     q, df, denom = (np.zeros(v_pool.shape) for _ in range(3))
     dropped: list[tuple[F64, F64]] = []
     for i, (n, s, calls, sums, members, drop, counts) in enumerate(cohorts):
@@ -835,13 +842,18 @@ def _tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_po
             if k >= 0:
                 out_resid[g] += np.where(at, resid[:, k], 0.0)
                 out_calls[g] += np.where(at, calls_g[:, k], 0.0)
+    tau2, se = _tau2_at(q, denom, df, v_pool)
+    return tau2, df, se, dropped, (q, denom)
+
+
+def _tau2_at(q: F64, denom: F64, df: F64, v: F64) -> tuple[F64, F64]:
+    """DerSimonian–Laird τ² and its standard error from Q's sum of squares `q` and its
+    denominator (`_tau2`) at the per-call variance `v`."""
+    ok = (df > 0) & (denom > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        tau2 = np.where((df > 0) & (denom > 0),
-                        np.maximum(0.0, (q / v_pool - df) * v_pool
-                                   / np.where(denom > 0, denom, 1.0)), 0.0)
-        se = np.where((df > 0) & (denom > 0),
-                      np.sqrt(2.0 * df) * v_pool / np.where(denom > 0, denom, 1.0), 0.0)
-    return tau2, df, se, dropped
+        inv = np.where(ok, 1.0 / np.where(denom > 0, denom, 1.0), 0.0)
+    return (np.where(ok, np.maximum(0.0, (q - df * v) * inv), 0.0),
+            np.where(ok, np.sqrt(2.0 * df) * v * inv, 0.0))
 
 
 def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: float,
