@@ -788,20 +788,41 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
     not its calls. With `per_pod`, the grids carry the pods' attempts and latency too
     (`probes.stats.pod_cells`). None when the source keeps no per-pod counts (Prometheus
     series)."""
-    from probes.stats.series import overlapping
 
     read = getattr(source, "read_endpoint_columns", None)
     if read is None:
         return None
     lo = None if since is None else since - warmup_s
+    length_s = stratum_s or window_s
+    stream = getattr(source, "stream_endpoint_columns", None)
+    if per_pod and stream is not None:
+        from probes.stats.pod_cells import LatencyFold
+
+        # The latency records a chunk at a time, summed into each pod's histogram as they
+        # come: a day's records held whole grew with pods past the store's size (D19).
+        with stream(since=lo, until=until, paths=paths, cohorts=cohorts,
+                    stratum_s=stratum_s) as (cols, chunks):
+            fold = LatencyFold(cols, since=since, warmup_s=warmup_s, length_s=length_s,
+                               exclude=exclude)
+            for chunk in chunks:
+                fold.add(chunk)
+        return fold.grids(_grids_of(cols, since, warmup_s, length_s, exclude, per_pod))
     cols = read(since=lo, until=until, paths=paths, cohorts=cohorts, stratum_s=stratum_s,
                 **({"latency": True} if per_pod else {}))
-    out = overlapping(cols.start, stratum_s or window_s, exclude)
+    return _grids_of(cols, since, warmup_s, length_s, exclude, per_pod)
+
+
+def _grids_of(cols: Any, since: float | None, warmup_s: float, length_s: float,
+              exclude: Sequence[tuple[float, float]], per_pod: bool) -> dict[str, PodGrid]:
+    """`pod_grids` of endpoint columns read for `read_pod_grids`, rows `length_s` long."""
+    from probes.stats.series import overlapping
+
+    out = overlapping(cols.start, length_s, exclude)
     extra = None
     if per_pod:
         from probes.stats.pod_cells import per_pod_of
 
-        extra = per_pod_of(cols, stratum_s or window_s, exclude)
+        extra = per_pod_of(cols, length_s, exclude)
     return pod_grids(
         cols.start, cols.path, cols.endpoint, cols.cohort,
         np.where(out, 0, cols.requests), np.where(out, 0, cols.errors),

@@ -30,12 +30,13 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 import numpy as np
+import numpy.typing as npt
 
 from probes._exceptions import StoreCorrupt, StoreError
 from probes._types import EndpointWindow, PathWindow
@@ -57,6 +58,9 @@ __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
 
 DEFAULT_PATH = "skewprobe.db"
 _CHUNK = 4096  # small fetches keep buffers in the allocator: 20 % faster than 64k rows
+# Endpoint rows whose latency records a cold verdict holds at once (`stream_endpoint_columns`):
+# ~9 records a row of 10 calls, 44 bytes each decoded, so about 50 MB a chunk.
+LATENCY_CHUNK_ROWS = 131_072
 _FAR = 1e300
 # Endpoint ids cached by labels object; cleared when it holds this many (label churn).
 _OBJECT_CACHE_MAX = 50_000
@@ -449,7 +453,32 @@ class Store:
         With `stratum_s`, summed in SQLite into strata that long from `since` (each row's
         start is its stratum's): a day of a rollout in a few times fewer rows. With
         `latency`, also the rows' latency histograms (one entry per stored bucket record,
-        each at its row's stratum)."""
+        each at its row's stratum): `stream_endpoint_columns` gives them a chunk at a time."""
+        with self.stream_endpoint_columns(since, until, paths, cohorts, stratum_s=stratum_s,
+                                          latency=latency) as (cols, chunks):
+            parts = list(chunks)
+        if not parts:
+            return cols
+        return replace(cols, latency=EndpointLatency.joined(parts))
+
+    @contextmanager
+    def stream_endpoint_columns(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        paths: Iterable[str] | None = None,
+        cohorts: Iterable[str] | None = None,
+        *,
+        stratum_s: float | None = None,
+        latency: bool = True,
+        chunk_rows: int | None = None,
+    ) -> Iterator[tuple[EndpointColumns, Iterator[EndpointLatency]]]:
+        """`read_endpoint_columns` (its `latency` left empty) and the rows' latency records
+        as an iterator of chunks, each of at most `chunk_rows` rows' records
+        (`LATENCY_CHUNK_ROWS` unless given), indexed into
+        the columns' name tables; both read in one transaction, which lasts while the block
+        runs (iterate inside it). A cold verdict folds the chunks into each pod's histogram
+        as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS D19)."""
         where, args = self._where(since, until, paths, cohorts)
         a_sum, a_count, _ = self._endpoint_v2.split(", ")
         origin = 0.0 if since is None else float(since)
@@ -467,12 +496,11 @@ class Store:
             select = ("SELECT start, path_id, endpoint_id, cohort_id, requests, errors,"
                       f" COALESCE({a_sum}, 0), COALESCE({a_count}, 0), {a_count} IS NULL"
                       f" FROM endpoint_windows WHERE {where} ORDER BY start")
-        blobs: list[bytes] = []
-        blob_keys: list[float] = []
         with self._lock, mapped(self._path, "read endpoint windows"):
             conn = self._conn
             # One read transaction: every histogram read belongs to a row of counts read.
             conn.execute("BEGIN")
+            chunks: Iterator[EndpointLatency] = iter(())
             try:
                 names = dict(conn.execute("SELECT id, name FROM names").fetchall())
                 # Rows streamed into arrays, never held as a list of tuples: tens of
@@ -481,69 +509,50 @@ class Store:
                 a = np.fromiter(conn.execute(select, args), dtype=np.dtype((np.float64, 9))
                                 ).astype(np.float64, copy=False)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
-                if latency and a_sum != "NULL":
-                    keep_blob, keep_key = blobs.append, blob_keys.extend
-                    for row in conn.execute(
-                            f"SELECT latency, {stratum}, path_id, endpoint_id, cohort_id"
-                            f" FROM endpoint_windows WHERE {where} AND LENGTH(latency) > 0",
-                            args):
-                        keep_blob(row[0])
-                        keep_key(row[1:])
+                cols, ids, started_of = _endpoint_columns(a, names, endpoint_rows)
+                if latency and a_sum != "NULL" and len(a):
+                    chunks = self._latency_chunks(
+                        conn.execute(f"SELECT latency, {stratum}, path_id, endpoint_id,"
+                                     f" cohort_id FROM endpoint_windows WHERE {where}"
+                                     " AND LENGTH(latency) > 0", args),
+                        cols, ids, started_of, max(1, chunk_rows or LATENCY_CHUNK_ROWS))
+                yield cols, chunks
             finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()  # a chunk iterator left part-read: its cursor goes first
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")  # a read: nothing to keep
-        endpoint_names = {i: name for i, name, _ in endpoint_rows}
-        if len(a):
-            start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
-            requests, errors, attempts_sum, attempts_count, unrecorded = (
-                a[:, k].astype(np.int64) for k in range(4, 9))
-        else:
-            start = np.zeros(0)
-            path_id = endpoint_id = cohort_id = requests = errors = np.zeros(0, dtype=np.int64)
-            attempts_sum = attempts_count = unrecorded = requests
 
-        def index(ids: Any, name_of: Mapping[int, str]) -> tuple[tuple[str, ...], Any]:
-            # Two endpoint ids may share a name (different labels): one pod either way.
-            present = np.unique(ids)
-            found = sorted({name_of[int(i)] for i in present})
-            position = {n: k for k, n in enumerate(found)}
-            lookup = np.zeros(int(present.max()) + 1 if present.size else 1, dtype=np.int32)
-            for i in present:
-                lookup[i] = position[name_of[int(i)]]
-            return tuple(found), lookup[ids]
-
-        path_names, path = index(path_id, names)
-        endpoints, endpoint = index(endpoint_id, endpoint_names)
-        cohort_names, cohort = index(cohort_id, names)
-        started_of = np.full(max(endpoint_names, default=0) + 1, np.nan)
-        for i, _, labels in endpoint_rows:
-            started_of[i] = _started(labels)
-        hist = EndpointLatency.empty()
-        if blobs:
-            try:
-                ptr, bucket, count = decode_many(blobs, LATENCY)
-            except ValueError as exc:
-                raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
-                                   f" ({exc})") from exc
-            per = np.diff(ptr)
-            b = np.array(blob_keys, dtype=np.float64).reshape(-1, 4)
-            ids = b[:, 1:4].astype(np.int64)
-            p_lookup, e_lookup, c_lookup = (_positions(x, y) for x, y in (
-                (path_id, path), (endpoint_id, endpoint), (cohort_id, cohort)))
-            hist = EndpointLatency(
-                start=np.repeat(b[:, 0], per),
-                path=np.repeat(p_lookup[ids[:, 0]], per),
-                endpoint=np.repeat(e_lookup[ids[:, 1]], per),
-                cohort=np.repeat(c_lookup[ids[:, 2]], per),
-                started=np.repeat(started_of[ids[:, 1]], per),
-                bucket=bucket.astype(np.int64), count=count.astype(np.int64),
-            )
-        return EndpointColumns(
-            paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
-            path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
-            started=started_of[endpoint_id], attempts_sum=attempts_sum,
-            attempts_count=attempts_count, unrecorded=unrecorded, latency=hist,
-        )
+    def _latency_chunks(self, cursor: sqlite3.Cursor, cols: EndpointColumns,
+                        ids: tuple[Any, Any, Any], started_of: Any, chunk_rows: int
+                        ) -> Iterator[EndpointLatency]:
+        """The latency records of `cursor`'s rows (blob, stratum, path, endpoint and cohort
+        ids), `chunk_rows` rows at a time, indexed as `cols` (whose stored `ids` they are;
+        `started_of` by stored endpoint id)."""
+        p_lookup, e_lookup, c_lookup = (_positions(i, idx) for i, idx in zip(
+            ids, (cols.path, cols.endpoint, cols.cohort), strict=True))
+        try:
+            while batch := cursor.fetchmany(chunk_rows):
+                try:
+                    ptr, bucket, count = decode_many([r[0] for r in batch], LATENCY)
+                except ValueError as exc:
+                    raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed"
+                                       f" latency ({exc})") from exc
+                per = np.diff(ptr)
+                b = np.array([r[1:] for r in batch], dtype=np.float64)
+                del batch  # the blobs, decoded
+                row = b[:, 1:4].astype(np.int64)
+                yield EndpointLatency(
+                    start=np.repeat(b[:, 0], per),
+                    path=np.repeat(p_lookup[row[:, 0]], per),
+                    endpoint=np.repeat(e_lookup[row[:, 1]], per),
+                    cohort=np.repeat(c_lookup[row[:, 2]], per),
+                    started=np.repeat(started_of[row[:, 1]], per),
+                    bucket=bucket.astype(np.int64), count=count.astype(np.int64),
+                )
+        finally:
+            cursor.close()
 
     def read_endpoint_totals(
         self,
@@ -706,6 +715,46 @@ class Store:
         for r in rows:
             by_time[r[0]].append(InventoryRow(r[1], r[2], r[3], r[4], r[5]))
         return [InventorySnapshot(t, tuple(by_time[t])) for t in times]
+
+
+def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],
+                      endpoint_rows: Sequence[tuple[int, str, str]]
+                      ) -> tuple[EndpointColumns, tuple[Any, Any, Any], Any]:
+    """The endpoint rows `a` (start, path, endpoint and cohort ids, requests, errors,
+    attempts sum and count, unrecorded) as `EndpointColumns` without latency, the rows'
+    stored (path, endpoint, cohort) ids, and each stored endpoint id's start time."""
+    endpoint_names = {i: name for i, name, _ in endpoint_rows}
+    if len(a):
+        start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
+        requests, errors, attempts_sum, attempts_count, unrecorded = (
+            a[:, k].astype(np.int64) for k in range(4, 9))
+    else:
+        start = np.zeros(0)
+        path_id = endpoint_id = cohort_id = requests = errors = np.zeros(0, dtype=np.int64)
+        attempts_sum = attempts_count = unrecorded = requests
+
+    def index(ids: Any, name_of: Mapping[int, str]) -> tuple[tuple[str, ...], Any]:
+        # Two endpoint ids may share a name (different labels): one pod either way.
+        present = np.unique(ids)
+        found = sorted({name_of[int(i)] for i in present})
+        position = {n: k for k, n in enumerate(found)}
+        lookup = np.zeros(int(present.max()) + 1 if present.size else 1, dtype=np.int32)
+        for i in present:
+            lookup[i] = position[name_of[int(i)]]
+        return tuple(found), lookup[ids]
+
+    path_names, path = index(path_id, names)
+    endpoints, endpoint = index(endpoint_id, endpoint_names)
+    cohort_names, cohort = index(cohort_id, names)
+    started_of = np.full(max(endpoint_names, default=0) + 1, np.nan)
+    for i, _, labels in endpoint_rows:
+        started_of[i] = _started(labels)
+    return EndpointColumns(
+        paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
+        path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
+        started=started_of[endpoint_id], attempts_sum=attempts_sum,
+        attempts_count=attempts_count, unrecorded=unrecorded, latency=EndpointLatency.empty(),
+    ), (path_id, endpoint_id, cohort_id), started_of
 
 
 def _positions(ids: Any, index: Any) -> Any:

@@ -15,6 +15,7 @@ matrices whose columns are `outcome_names` and `reset_reasons`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,14 @@ class EndpointLatency:
     def empty(cls) -> EndpointLatency:
         f, i = np.zeros(0), np.zeros(0, dtype=np.int32)
         return cls(f, i, i, i, f, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+    @classmethod
+    def joined(cls, parts: Sequence[EndpointLatency]) -> EndpointLatency:
+        """The records of `parts`, one after the other."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(*(np.concatenate([getattr(p, f.name) for p in parts])
+                     for f in dataclasses.fields(cls)))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
