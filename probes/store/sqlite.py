@@ -60,7 +60,7 @@ DEFAULT_PATH = "skewprobe.db"
 _CHUNK = 4096  # small fetches keep buffers in the allocator: 20 % faster than 64k rows
 # Endpoint rows whose latency records a cold verdict holds at once (`stream_endpoint_columns`):
 # ~9 records a row of 10 calls, 44 bytes each decoded, so about 50 MB a chunk.
-LATENCY_CHUNK_ROWS = 131_072
+LATENCY_CHUNK_ROWS = 32_768
 _FAR = 1e300
 # Endpoint ids cached by labels object; cleared when it holds this many (label churn).
 _OBJECT_CACHE_MAX = 50_000
