@@ -123,3 +123,34 @@ def test_read_whole_is_every_chunk_joined(db: str) -> None:
     for f in dataclasses.fields(whole.latency):
         np.testing.assert_array_equal(np.concatenate([getattr(p, f.name) for p in parts]),
                                       getattr(whole.latency, f.name), err_msg=f.name)
+
+
+@pytest.mark.parametrize("chunk_rows", [7, 100_000])
+def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int) -> None:
+    # The strata are summed in numpy from ranges of rows (a stratum may straddle two):
+    # the same rows, in the same order, as SQLite's GROUP BY over every row gives.
+    import sqlite3
+
+    since, stratum = T0 + 7.0, 3 * W  # strata not aligned to the windows' starts
+    with Store.open(db, readonly=True) as store, store.stream_endpoint_columns(
+            since=since, stratum_s=stratum, latency=False, chunk_rows=chunk_rows) as (cols, _):
+        pass
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(
+            f"SELECT {since!r} + {stratum!r} * CAST((start - {since!r}) / {stratum!r}"
+            " AS INTEGER) AS s, p.name, e.name, c.name, SUM(requests), SUM(errors),"
+            " SUM(attempts_sum), SUM(attempts_count) FROM endpoint_windows"
+            " JOIN names AS p ON p.id = path_id JOIN names AS c ON c.id = cohort_id"
+            " JOIN endpoints AS e ON e.id = endpoint_id WHERE start >= ?"
+            " GROUP BY s, path_id, endpoint_id, cohort_id ORDER BY s, path_id, endpoint_id,"
+            " cohort_id", (since,)).fetchall()
+    finally:
+        conn.close()
+    got = list(zip(cols.start.tolist(), (cols.paths[i] for i in cols.path),
+                   (cols.endpoints[i] for i in cols.endpoint),
+                   (cols.cohorts[i] for i in cols.cohort), cols.requests.tolist(),
+                   cols.errors.tolist(), cols.attempts_sum.tolist(),
+                   cols.attempts_count.tolist(), strict=True))
+    assert got == [tuple(r) for r in rows]
+    assert len(set(cols.start.tolist())) > 50
