@@ -558,7 +558,7 @@ class VerdictCache:
         with store.stream_endpoint_columns(since=origin, until=seal, stratum_s=stratum_s,
                                            latency=with_latency) as (sealed, chunks):
             # The rows first (each pod's first stratum), then their latency records pooled
-            # a chunk at a time: a day's records held whole were gigabytes (BENCHMARKS.md D20).
+            # a chunk at a time: a day's records held whole were gigabytes (BENCHMARKS.md D23).
             if with_latency:
                 lat.add(sealed, length, spans, summed=True)
             none = take(sealed, np.zeros(len(sealed.start), dtype=bool))

@@ -799,7 +799,7 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
         from probes.stats.pod_cells import LatencyFold
 
         # The latency records a chunk at a time, summed into each pod's histogram as they
-        # come: a day's records held whole grew with pods past the store's size (BENCHMARKS.md D20).
+        # come: a day's records held whole grew with pods past the store's size (BENCHMARKS.md D23).
         with stream(since=lo, until=until, paths=paths, cohorts=cohorts,
                     stratum_s=stratum_s) as (cols, chunks):
             fold = LatencyFold(cols, since=since, warmup_s=warmup_s, length_s=length_s,

@@ -171,7 +171,7 @@ def reduce(cols: T, group: npt.ArrayLike, n_groups: int) -> T:
         width = int(ids.max(initial=0)) + 1
         # Entries pooled a slice of rows at a time, then the slices' sums pooled: a day's
         # path windows are tens of millions of entries, and pooling them at once took
-        # gigabytes of int64 keys (BENCHMARKS.md D20). Float sums of counts are exact.
+        # gigabytes of int64 keys (BENCHMARKS.md D23). Float sums of counts are exact.
         keys, sums = [], []
         cuts = np.unique(np.searchsorted(p, np.arange(0, int(p[-1]), REDUCE_SLICE),
                                          side="right") - 1)

@@ -478,7 +478,7 @@ class Store:
         (`LATENCY_CHUNK_ROWS` unless given), indexed into
         the columns' name tables; both read in one transaction, which lasts while the block
         runs (iterate inside it). A cold verdict folds the chunks into each pod's histogram
-        as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D20)."""
+        as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23)."""
         where, args = self._where(since, until, paths, cohorts)
         a_sum, a_count, _ = self._endpoint_v2.split(", ")
         origin = 0.0 if since is None else float(since)

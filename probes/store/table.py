@@ -43,7 +43,7 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 # Entries pooled at once by `latency_by_group`: in cache, and a few tens of MB of int64
-# temporaries beside a day's table rather than a few hundred (BENCHMARKS.md D20).
+# temporaries beside a day's table rather than a few hundred (BENCHMARKS.md D23).
 _SLICE = 1 << 20
 
 
