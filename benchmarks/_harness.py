@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import re
 import selectors
@@ -414,3 +415,20 @@ def profile_summary(collapsed: Path, top: int = 25) -> str:
         table(incl_count, "inclusive function", top),
         table(by_module, "self samples by package / module", 15),
     ])
+
+
+def haproxy_relay_rule() -> str:
+    """An HAProxy `http-request return` line (a frontend's) answering `GET /relay/<name>`
+    as a relay pod does when its destination answered 200 (`targets.relay.RelayAnswer`,
+    ~330 bytes of JSON): a relay that costs next to nothing per call, so a benchmark of the
+    relay prober measures the probe."""
+    from probes._types import Outcome
+    from targets.relay import PodIdentity, RelayAnswer
+
+    answer = RelayAnswer(
+        "bench", Outcome.OK, 0.0123, PodIdentity("relay-0", "platform", "1.20.3"), status=200,
+        attempts=1, attempts_from="destination",
+        answered_by=PodIdentity("catalog-0", "shop", "1.21.0"), address="10.1.2.3:8080")
+    # Single quotes: HAProxy takes what is inside them as it is, JSON's quotes included.
+    return ("    http-request return status 200 content-type application/json string "
+            f"'{json.dumps(answer.to_json())}' if {{ path_beg /relay/ }}\n")

@@ -27,6 +27,10 @@ to the other, and reads everything from outside the probe:
 fleet's core (the streams stay on the fleet), so a slow machine's Python fleet is not what
 limits the run. Each run prints the machine's speed on a fixed loop.
 
+`--relay --target haproxy` probes each pod through a relay path instead (HAProxy answers
+`GET /relay/bench` as a relay pod would): the relay prober's capacity, against a direct run
+of the same pods and rate (issue 33: 50 relay pods at 20 calls/s each).
+
 `--window 1s` gives a per-second series of the store's lag_max (in the JSON), which shows
 periodic stalls; `--profile FILE` samples the probe with py-spy; `--gc-log FILE` logs its
 garbage collections and a census of what they walk (`_gclog.py`); `--gc-experiment` runs the
@@ -37,6 +41,7 @@ same product with other gc settings (an experiment for the lead, labelled as suc
     .venv/bin/python benchmarks/capacity.py --pods 2400 --streams 1 --duration 600
     .venv/bin/python benchmarks/capacity.py --http 2 --repeat 3 --duration 20
     .venv/bin/python benchmarks/capacity.py --pods 600 --duration 20 --profile /tmp/probe.txt
+    .venv/bin/python benchmarks/capacity.py --target haproxy --pods 50 --rate 20 --relay
     .venv/bin/python benchmarks/capacity.py --quick                  # for run_all.py
 """
 
@@ -72,6 +77,7 @@ def _config(endpoints_file: Path, args: argparse.Namespace) -> str:
     version = '"2"' if args.http == "2" else '"1.1"'
     call = (
         "    grpc: {health: \"\"}\n    port: grpc\n" if args.grpc
+        else f"    relay: {{destination: bench, version: {version}}}\n" if args.relay
         else f"    http: {{method: GET, path: /api/capacity, version: {version}}}\n"
     )
     text = (
@@ -249,8 +255,8 @@ def _haproxy_target(
         "global\n    maxconn 8000\n    nbthread 1\n"
         "defaults\n    mode http\n    timeout client 60s\n    timeout server 60s\n"
         "    timeout connect 5s\n    timeout http-keep-alive 60s\n"
-        "frontend pods\n" + "\n".join(binds) + "\n"
-        '    http-request return status 200 content-type text/plain string "ok\\n"\n',
+        "frontend pods\n" + "\n".join(binds) + "\n" + h.haproxy_relay_rule()
+        + '    http-request return status 200 content-type text/plain string "ok\\n"\n',
         encoding="utf-8",
     )
     child = h.Child("haproxy", h.pinned(args.fleet_core, [binary, "-db", "-f", str(cfg)]),
@@ -307,7 +313,8 @@ def _figures(
     gc_s = {g: t - h.by_label(a.metrics, GC_PAUSE + "_sum", "generation").get(g, 0.0)
             for g, t in h.by_label(b.metrics, GC_PAUSE + "_sum", "generation").items()}
     return {
-        "pods": args.pods, "http": "grpc" if args.grpc else args.http,
+        "pods": args.pods,
+        "http": "grpc" if args.grpc else f"relay {args.http}" if args.relay else args.http,
         "client": args.client or "default", "rate_per_endpoint": args.rate,
         "target": args.target, "machine_speed_s": args.machine_speed_s,
         "streams_wanted": args.pods * args.streams,
@@ -428,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
                          "HAProxy returning 200 on every pod's address (streams stay on "
                          "the fleet)")
     ap.add_argument("--haproxy-port", type=int, default=18080)
+    ap.add_argument("--relay", action="store_true",
+                    help="a relay path (`GET /relay/bench`, --http's version) instead of a"
+                    " direct one; HAProxy answers as a relay pod (needs --target haproxy)")
     ap.add_argument("--streams", type=int, default=0, metavar="K",
                     help="also hold K gRPC streams per endpoint (default 0)")
     ap.add_argument("--message-interval", type=float, default=1.0,
@@ -467,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.pods, args.duration, args.warmup = 300, 15.0, 3.0
+    if args.relay and (args.grpc or args.target != "haproxy"):
+        ap.error("--relay needs --target haproxy and no --grpc")
     args.machine_speed_s = h.machine_speed_s()
     runs = []
     for _ in range(args.repeat):

@@ -21,6 +21,12 @@ Options (`--options`, default all):
                   read back (the floor of grpc.aio's per-call cost)
     grpc-nocomp   the product's call with compression explicitly off on the channel
     grpc-lat      the product's call with `grpc.optimization_target: latency`
+    relay         RelayProber, HTTP/1.1: `GET /relay/bench` to the same addresses, HAProxy
+                  answering a relay's JSON answer (`targets.relay.RelayAnswer`, ~330 bytes)
+    relay-h2      RelayProber asking in HTTP/2 (`relay.version: "2"`, the lean client)
+
+The relay rows against `h1` are the relay's cost per call over a direct call to the same
+pods (issue 33: at most 2x; BENCHMARKS.md D17).
 
     .venv/bin/python benchmarks/prober_cost.py                      # 200 endpoints, 5 cycles
     .venv/bin/python benchmarks/prober_cost.py --endpoints 600 --rounds 5 --cycles 7
@@ -50,13 +56,13 @@ import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2
 
-from probes._spec import GrpcSpec, HttpSpec, PathSpec
+from probes._spec import GrpcSpec, HttpSpec, PathSpec, RelaySpec
 from probes._types import Endpoint, Outcome
-from probes.clients import GrpcProber, HttpProber, Prober
+from probes.clients import GrpcProber, HttpProber, Prober, RelayProber
 from probes.clients import _grpc as grpc_module
 
 OPTIONS = ("h1", "h2-lean", "h2-httpcore", "grpc", "grpc-lean", "grpc-bare", "grpc-nocomp",
-           "grpc-lat")
+           "grpc-lat", "relay", "relay-h2")
 HEALTH = "/grpc.health.v1.Health/Check"
 
 def _hosts(n: int, base: str) -> list[str]:
@@ -76,6 +82,7 @@ def _haproxy(hosts: list[str], port: int, work: Path, core: int) -> h.Child:
         "defaults\n    mode http\n    timeout client 60s\n    timeout server 60s\n"
         "    timeout connect 5s\n    timeout http-keep-alive 60s\n"
         "frontend pods\n" + "".join(f"    bind {host}:{port}\n" for host in hosts)
+        + h.haproxy_relay_rule()
         + '    http-request return status 200 content-type text/plain string "ok\\n"\n',
         encoding="utf-8",
     )
@@ -121,6 +128,9 @@ def _make(option: str, port: int, grpc_port: int) -> tuple[Callable[[], Any], in
         path = PathSpec("p", 1.0, 1.0, http=HttpSpec(path="/", version=version))
         return HttpProber(path, h2_client=client)
 
+    def relay(version: str) -> Prober:
+        return RelayProber(PathSpec("r", 1.0, 1.0, relay=RelaySpec("bench", version=version)))
+
     def grpc_prober(
         extra_options: list[tuple[str, Any]] | None = None, client: str = "grpcio"
     ) -> Prober:
@@ -141,6 +151,8 @@ def _make(option: str, port: int, grpc_port: int) -> tuple[Callable[[], Any], in
             extra_options=[("grpc.default_compression_algorithm", 0)]), grpc_port),
         "grpc-lat": (lambda: grpc_prober(
             extra_options=[("grpc.optimization_target", "latency")]), grpc_port),
+        "relay": (lambda: relay("1.1"), port),
+        "relay-h2": (lambda: relay("2"), port),
     }
     return table[option]
 
@@ -215,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     speed = h.machine_speed_s()
     with tempfile.TemporaryDirectory(prefix="prober-cost-") as tmp, h.children() as kids:
         work = Path(tmp)
-        if any(o.startswith("h") for o in args.options):
+        if any(not o.startswith("grpc") for o in args.options):
             kids.append(_haproxy(hosts, args.port, work, args.server_core))
         if any(o.startswith("grpc") for o in args.options):
             kids.append(health_server.start(hosts, args.grpc_port, core=args.server_core,

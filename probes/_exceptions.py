@@ -7,7 +7,8 @@
     │   ├── StoreCorrupt
     │   └── StoreLocked       (another `skewprobe run` writes it)
     ├── SourceUnavailable     → exit 4: a data source (Prometheus, API) did not answer
-    └── DataMissing           → exit 3: the source answered, but without what is needed
+    ├── DataMissing           → exit 3: the source answered, but without what is needed
+    └── MachineBusy           → exit 5: `demo` only: too busy to show its result
 
 Library errors (httpx, grpc, sqlite3, yaml) are translated at the edge where they are caught
 (`raise ... from exc`), so callers only ever see these.
@@ -20,6 +21,7 @@ EXIT_FAIL = 1
 EXIT_BAD_INPUT = 2
 EXIT_INCONCLUSIVE = 3
 EXIT_UNAVAILABLE = 4
+EXIT_BUSY = 5
 
 
 class SkewprobeError(Exception):
@@ -70,3 +72,10 @@ class DataMissing(SkewprobeError):
     inconclusive, never planned around."""
 
     exit_code = EXIT_INCONCLUSIVE
+
+
+class MachineBusy(SkewprobeError):
+    """`skewprobe demo` could not show its result: the probe was overloaded by the machine
+    (not by its own paths), so the windows that would show it were left out."""
+
+    exit_code = EXIT_BUSY

@@ -145,6 +145,8 @@ _relay: dict[str, Any] = {
             "description": "labels of the destination's pods in discovery: an answer from a"
             " removed one is stale_endpoint",
         },
+        "version": {"enum": ["1.1", "2"],
+                    "description": "HTTP version the relay pods are asked in (h2c for 2)"},
     },
 }
 

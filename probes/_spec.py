@@ -90,10 +90,12 @@ class RelaySpec:
     the endpoints probed are the relay pods, `destination` a name in their allowlist.
     `callees` (labels) picks the destination's pods in discovery: an answer from one of them
     that discovery removed, or a refused connection to an address only a removed one held,
-    is `stale_endpoint`. Empty: staleness is not judged."""
+    is `stale_endpoint`. Empty: staleness is not judged. `version`: the HTTP version the
+    relay pods are asked in ("1.1", or "2": h2c, which the reference target also speaks)."""
 
     destination: str
     callees: Mapping[str, str] = field(default_factory=lambda: _ro(None))
+    version: str = "1.1"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "callees", _ro(self.callees))

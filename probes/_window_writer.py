@@ -3,7 +3,9 @@
 Windows are taken on the loop (the aggregator is not thread-safe), then built and written
 in a worker thread so a slow disk never delays a send. A write the store refuses (full disk,
 locked past the busy timeout) is kept and retried with the next window, oldest first, up to
-`PENDING_WINDOWS` flushes; meanwhile probing goes on and `/healthz` says why.
+`PENDING_WINDOWS` flushes; meanwhile probing goes on and `/healthz` says why. Windows
+still unwritten at the end, or pushed out of that queue, are counted (`windows_unwritten`):
+the run then ends with an error saying how many, never silently.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ class WindowWriter:
         self.on_window = on_window
         self.store: Store | None = None
         self.error: str | None = None  # the store's last refusal, until a write succeeds
+        self.last_error: str | None = None  # ... and kept after one does
         self.windows_written = 0
+        self._evicted = 0  # path windows pushed out of a full pending queue: lost
         self._writing: asyncio.Task[tuple[list[PathWindow], str | None]] | None = None
         self._pending: deque[tuple[list[PathWindow], Taken, list[Event]]] = deque(
             maxlen=PENDING_WINDOWS
@@ -68,10 +72,22 @@ class WindowWriter:
         return await asyncio.get_running_loop().run_in_executor(
             self.executor, self._store_pending, taken, events)
 
+    @property
+    def windows_unwritten(self) -> int:
+        """Path windows not written: still pending, or pushed out of the queue."""
+        return self._evicted + sum(len(p[0]) for p in self._pending)
+
+    def raise_if_lost(self) -> None:
+        """StoreError (exit 4) saying how many windows were not written, if any were not."""
+        if lost := self.windows_unwritten:
+            assert self.store is not None
+            raise StoreError(f"{self.store.path}: {lost:,} windows could not be written and "
+                             f"are lost ({self.last_error})")
+
     def _wrote(self, written: list[PathWindow], error: str | None) -> None:
         self._writing = None
         if error is not None:
-            self.error = error
+            self.error = self.last_error = error
             self.metrics.store_error()
             return
         self.error = None
@@ -92,6 +108,8 @@ class WindowWriter:
         """
         path_windows = taken.path_windows()
         if taken or events:
+            if len(self._pending) == self._pending.maxlen:
+                self._evicted += len(self._pending[0][0])
             # The endpoint windows stay in `taken` until written, and are made one at a
             # time as the store writes them (see `Taken`).
             self._pending.append((path_windows, taken, events))
@@ -100,9 +118,12 @@ class WindowWriter:
         try:
             while self._pending:
                 pws, unwritten, evs = self._pending[0]
-                self.store.write(pws, unwritten.endpoint_windows())
+                # Events first: a pod's start events are in the store before any of its
+                # windows, so a verdict never reads the windows without them
+                # (`probes.store.starts`); written again on a retry, they are kept once.
                 if evs:
                     self.store.write_events(evs)
+                self.store.write(pws, unwritten.endpoint_windows())
                 written += pws
                 self._pending.popleft()
         except StoreError as exc:

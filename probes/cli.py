@@ -1,8 +1,8 @@
 """`skewprobe ...`: the command line.
 
 Exit codes (docs/design.md, "External contracts"): 0 pass / ok, 1 fail, 2 bad input,
-3 inconclusive, 4 data source unavailable. Every error is one line on stderr, never a
-traceback.
+3 inconclusive, 4 data source unavailable, 5 (`demo` only) the machine too busy. Every error
+is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from probes._stdout import emit, quiet_stdout
 
 if TYPE_CHECKING:
     from probes.pairs import PairedVerdict
+    from probes.verdict_settings import Resolved
 
 __all__ = [
     "EXIT_STDOUT_CLOSED",
@@ -76,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--store", help="SQLite store (default: the config's store.path)")
     run.add_argument("--listen", help="API address (default 127.0.0.1:9464); 'none' disables it")
     run.add_argument("--duration", type=_duration, help="stop after this long (e.g. 60s)")
+    run.add_argument("--quiet", action="store_true",
+                     help="no cost line, progress lines or summary; warnings and errors only")
     run.add_argument("--shard", metavar="I/N",
                      help="probe only shard I of N of the endpoints (stable hash of the name);"
                           " I may be a StatefulSet pod's name, its ordinal last (probe-2/3)")
@@ -100,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--prometheus", metavar="URL",
                         help="judge every probe's series in this Prometheus (HTTP API)")
     verdict.add_argument("--selector", help='label matchers for --prometheus (job="skewprobe")')
-    verdict.add_argument("--config", help="config for tolerances and alpha (default: built-in)")
+    verdict.add_argument("--config", help="config for tolerances and alpha (default: those "
+                         "`run` recorded in the --store, else built-in)")
     verdict.add_argument("--path", action="append", help="only this path (repeatable)")
     verdict.add_argument("--baseline", help="baseline proxy version (default: oldest)")
     verdict.add_argument("--canary", help="canary proxy version (default: newest)")
@@ -212,9 +216,12 @@ def _run(args: argparse.Namespace) -> int:
     from probes.runner import ProbeRunner, RunOptions
 
     config = load_config(args.config)
-    # What the paths will cost, logged once at start, is part of `run`'s output.
-    cost = logging.getLogger("skewprobe.cost")
-    cost.setLevel(min(cost.getEffectiveLevel(), logging.INFO))
+    # What the paths will cost (once at start), a progress line a minute and the summary
+    # at the end (`probes._progress`) are `run`'s output, unless --quiet.
+    if not args.quiet:
+        for name in ("skewprobe.cost", "skewprobe.progress"):
+            logger = logging.getLogger(name)
+            logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
     listen = config.listen if args.listen is None else args.listen
     access = resolve_access(config.api, token_file=args.token_file, cert=args.api_cert,
                             key=args.api_key, client_ca=args.api_client_ca)
@@ -234,9 +241,18 @@ def _verdict(args: argparse.Namespace) -> int:
     import time
 
     from probes.verdict_service import load_judging_config, verdict_time
+    from probes.verdict_settings import Resolved, resolve
 
-    config = load_judging_config(args.config)
     now = verdict_time(args.at, now=time.time())
+    if args.prometheus:
+        resolved = Resolved(load_judging_config(args.config),
+                            "defaults" if args.config is None else "config")
+    else:
+        # The settings `run` recorded, unless --config says otherwise; said on stderr.
+        resolved = resolve(args.config, args.store, now)
+        if resolved.origin == "store":
+            print(f"skewprobe: {resolved.note()}", file=sys.stderr)
+    config = resolved.settings
     query = dict(path=args.path, baseline=args.baseline, canary=args.canary, since=args.since,
                  now=now)
     if args.prometheus:
@@ -252,23 +268,29 @@ def _verdict(args: argparse.Namespace) -> int:
         prom = dataclasses.replace(base or PrometheusSettings(url=""), url=args.prometheus)
         if args.selector is not None:
             prom = dataclasses.replace(prom, selector=args.selector)
-        return _emit_verdict(args, prometheus_verdict(prom, config, **query))
-    return _store_verdict(args, config, query)
+        return _emit_verdict(args, prometheus_verdict(prom, config, **query), resolved)
+    return _store_verdict(args, config, query, resolved)
 
 
-def _store_verdict(args: argparse.Namespace, config: Any, query: dict[str, Any]) -> int:
+def _store_verdict(args: argparse.Namespace, config: Any, query: dict[str, Any],
+                   resolved: Resolved) -> int:
     """The verdict from a store: direct paths as before; each relay path as its caller ×
     callee matrix (`probes.pairs`), whose failing pair fails the whole verdict."""
     from probes.pairs import store_verdict
 
-    return _emit_verdict(args, store_verdict(args.store, config, **query))
+    return _emit_verdict(args, store_verdict(args.store, config, **query), resolved)
 
 
-def _emit_verdict(args: argparse.Namespace, judged: PairedVerdict) -> int:
-    """Print a verdict (JSON or the table with each pair matrix); its state's exit code."""
+def _emit_verdict(args: argparse.Namespace, judged: PairedVerdict, resolved: Resolved) -> int:
+    """Print a verdict (JSON, with the settings used, or the table with each pair matrix);
+    its state's exit code."""
     from probes.verdict_service import format_table
+    from probes.verdict_settings import settings_json
 
-    emit(json.dumps(judged.to_json(), indent=2) if args.json else judged.format(format_table))
+    if args.json:
+        emit(json.dumps({**judged.to_json(), "settings": settings_json(resolved)}, indent=2))
+    else:
+        emit(judged.format(format_table))
     return _VERDICT_EXIT[judged.verdict]
 
 

@@ -222,12 +222,13 @@ class _Builder:
         line = (key_node or node).start_mark.line + 1
         return ConfigError(message, file=self.file, line=line, key=_dotted(path))
 
-    def duration(self, value: str, path: list[str | int]) -> float:
+    def duration(self, value: str, path: list[str | int], *, zero: bool = False) -> float:
+        """Seconds; `zero`: 0 is allowed (it turns the setting off)."""
         try:
             seconds = parse_duration(value)
         except ValueError as exc:
             raise self.fail(str(exc), path) from None
-        if seconds <= 0:
+        if seconds < 0 or (seconds == 0 and not zero):
             raise self.fail(f"{value!r} must be longer than zero", path)
         return seconds
 
@@ -324,7 +325,8 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
         tolerances=Tolerances(**(verdict.get("tolerances") or {})),
         alpha=float(verdict.get("alpha", DEFAULT_ALPHA)),
         min_samples=int(verdict.get("min_samples", DEFAULT_MIN_SAMPLES)),
-        warmup_s=(b.duration(verdict["warmup"], ["verdict", "warmup"]) if "warmup" in verdict
+        warmup_s=(b.duration(verdict["warmup"], ["verdict", "warmup"], zero=True)
+                  if "warmup" in verdict
                   else DEFAULT_WARMUP_S),
         window_s=(b.duration(data["window"], ["window"]) if "window" in data
                   else DEFAULT_WINDOW_S),
@@ -497,7 +499,8 @@ def _path(raw: Mapping[str, Any], where: list[str | int], b: _Builder) -> PathSp
             tls=b.tls(s.get("tls"), [*where, "stream", "tls"]),
         )
     relay = (RelaySpec(destination=raw["relay"]["destination"],
-                       callees=raw["relay"].get("callees") or {})
+                       callees=raw["relay"].get("callees") or {},
+                       version=raw["relay"].get("version", "1.1"))
              if "relay" in raw else None)
     expect = raw.get("expect") or {}
     timeout = b.duration(raw.get("timeout", "1s"), [*where, "timeout"])

@@ -32,7 +32,7 @@ from probes.inventory import report_from_pods, report_from_rows
 
 __all__ = [
     "CONTROL_PLANE_EVENT", "STALE_LOOKBACK_S", "add_inventory_parser", "format_report",
-    "planes_from_detail", "run_inventory",
+    "no_snapshot", "planes_from_detail", "run_inventory",
 ]
 
 # The store event a running probe writes when the control plane it sees changes
@@ -102,6 +102,13 @@ def _live(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def no_snapshot(store: str, at: str | None) -> SourceUnavailable:
+    """The error for a store without an inventory snapshot (at or before `--at`, if given)."""
+    when = f" at or before {at}" if at else ""
+    return SourceUnavailable(f"{store}: no inventory snapshot{when} (a run records one after"
+                             " its first window)")
+
+
 def _from_store(args: argparse.Namespace) -> dict[str, Any]:
     from probes._timeparse import parse_time
     from probes.store import Store
@@ -112,7 +119,7 @@ def _from_store(args: argparse.Namespace) -> dict[str, Any]:
     with Store.open(args.store, readonly=True) as store:
         snapshots = store.read_inventory(since=at, until=at + 1e-6)
         if not snapshots:
-            raise SourceUnavailable(f"{args.store}: no inventory snapshot at or before that time")
+            raise no_snapshot(args.store, args.at)
         snapshot = snapshots[0]
         if control_plane:
             planes: Sequence[ControlPlane] = (ControlPlane(control_plane, "", "command line"),)

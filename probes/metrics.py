@@ -43,35 +43,39 @@ from prometheus_client.utils import floatToGoString
 from probes import __version__
 from probes._types import CallResult
 
-__all__ = ["OVERALL", "VERDICTS", "InventoryLike", "ProbeMetrics"]
+__all__ = ["DURATION_BUCKETS", "OVERALL", "PROMETHEUS_DURATION_BUCKETS", "VERDICTS",
+           "InventoryLike", "ProbeMetrics", "duration_buckets"]
 
 OVERALL: Final = "_overall"
 VERDICTS: Final = ("pass", "fail", "inconclusive")
 
 
-def _duration_buckets() -> tuple[float, ...]:
-    """Request latency buckets: 16 per doubling (each ~4.4 % wide), from 1 ms to 30 s.
-
-    Why so many: the p99 test (`probes.stats.quantile`) is exact for any bucket edges but
-    can only place a quantile within its bucket, so with wide buckets a canary as fast as the
-    baseline can never *pass* the x1.2 p99 tolerance (a pass needs the canary's bucket wholly
-    below 1.2 x the baseline bucket's lower edge) and a x1.6 regression rarely fails. With
-    16 buckets per doubling a verdict read from Prometheus (`probes.store.prometheus`)
-    agrees with the store's 64-per-doubling one; with the former 21 buckets it almost never
-    did (figures in `probes.store.prometheus`). Anchored at 1-2-5 per decade, so the usual
-    `le` values (0.005, 0.1, 0.5, 1, ...) exist for SLO queries; 4 significant digits.
-    """
-    anchors = [float(f"{m}e{e}") for e in range(-3, 2) for m in (1, 2, 5)]
-    anchors = [a for a in anchors if a < 30.0] + [30.0]
+def duration_buckets(per_doubling: int, lo: float = 0.002, hi: float = 10.0,
+                     top: float = 30.0) -> tuple[float, ...]:
+    """Request latency buckets: `per_doubling` per doubling from `lo` to `hi`, anchored at
+    1-2-5 per decade so the usual `le` values (0.005, 0.1, 0.5, 1, ...) exist for SLO
+    queries, then one bucket to `top`; 4 significant digits."""
+    anchors = [float(f"{m}e{e}") for e in range(-4, 3) for m in (1, 2, 5)]
+    anchors = [lo, *(a for a in anchors if lo < a < hi), hi]
     edges: list[float] = []
-    for lo, hi in pairwise(anchors):
-        n = round(math.log2(hi / lo) * 16)
-        edges += [float(f"{lo * (hi / lo) ** (k / n):.4g}") for k in range(n)]
-    return (*edges, 30.0)
+    for a, b in pairwise(anchors):
+        n = max(1, round(math.log2(b / a) * per_doubling))
+        edges += [float(f"{a * (b / a) ** (k / n):.4g}") for k in range(n)]
+    return (*edges, hi, top) if top > hi else (*edges, hi)
 
 
-# Request latency from loopback (sub-ms lands in the first bucket) to the longest timeout.
-DURATION_BUCKETS: Final = _duration_buckets()
+# Request latency, 4 per doubling (each ~19 % wide, inside the x1.2 p99 tolerance) from
+# 2 ms to 10 s, then 30 s (the longest timeout): 50 buckets, about 5 KB of /metrics per
+# path x cohort, enough for dashboards and SLO queries. The probe's own verdict reads its
+# store (64 per doubling), never these.
+DURATION_BUCKETS: Final = duration_buckets(4)
+# A probe whose verdict is read from Prometheus (`source: prometheus`, as sharded probes
+# run) exports 16 per doubling from 1 ms (238 buckets, 22 KB per path x cohort): the p99
+# test (`probes.stats.quantile`) places a quantile only within its bucket, and on the
+# coarse buckets it passed 55 of 100 equal canaries and failed 2 x1.6 regressions where the
+# store's layout failed 80 of 100 (the rest inconclusive); on these, the store's verdict
+# every time (BENCHMARKS.md D20).
+PROMETHEUS_DURATION_BUCKETS: Final = duration_buckets(16, 0.001, 30.0, 30.0)
 # Stream lifetimes: from a reset on open to streams held for a day.
 LIFETIME_BUCKETS: Final = (
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0,
@@ -186,8 +190,8 @@ class _PathCohort:
 
     __slots__ = ("attempts", "churn", "duration", "measured")
 
-    def __init__(self) -> None:
-        self.duration = _Hist(len(DURATION_BUCKETS))
+    def __init__(self, buckets: int) -> None:
+        self.duration = _Hist(buckets)
         self.attempts = 0
         self.measured = 0
         self.churn = 0
@@ -201,11 +205,12 @@ class _CallCollector(Collector):
     enough snapshot (counts only grow) and never a "dict changed size" error.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, duration_buckets: Sequence[float]) -> None:
         self.requests: dict[tuple[str, str, str], int] = {}
         self.per_pc: dict[tuple[str, str], _PathCohort] = {}
         self.lag = _Hist(len(LAG_BUCKETS))
-        self._duration_les = [*map(floatToGoString, DURATION_BUCKETS), "+Inf"]
+        self._buckets = tuple(duration_buckets)
+        self._duration_les = [*map(floatToGoString, self._buckets), "+Inf"]
         self._lag_les = [*map(floatToGoString, LAG_BUCKETS), "+Inf"]
 
     def observe(self, result: CallResult) -> None:
@@ -216,9 +221,9 @@ class _CallCollector(Collector):
         pc = self.per_pc.get((path, cohort))
         if pc is None:
             # Created together so attempts and churn start at 0 next to the first call.
-            pc = self.per_pc[(path, cohort)] = _PathCohort()
+            pc = self.per_pc[(path, cohort)] = _PathCohort(len(self._buckets))
         latency = result.latency_s
-        pc.duration.counts[bisect_left(DURATION_BUCKETS, latency)] += 1
+        pc.duration.counts[bisect_left(self._buckets, latency)] += 1
         pc.duration.total += latency
         if call.attempts is not None:
             pc.attempts += call.attempts
@@ -316,12 +321,14 @@ class _GcPauseCollector(Collector):
 
 
 class ProbeMetrics:
-    """The probe's series on `registry` (never the global default registry)."""
+    """The probe's series on `registry` (never the global default registry);
+    `duration_buckets`: the request duration histogram's finite `le` edges."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, *,
+                 duration_buckets: Sequence[float] = DURATION_BUCKETS) -> None:
         pc = ["path", "cohort"]
         r = registry
-        self._calls = _CallCollector()
+        self._calls = _CallCollector(duration_buckets)
         r.register(self._calls)
         self._streams_open = Gauge(
             "skewprobe_streams_open", "Long-lived streams held open now.", pc, registry=r

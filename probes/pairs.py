@@ -147,9 +147,10 @@ def pair_matrix(
 ) -> PairMatrix:
     """Judge every pair of `path` against its old-old pair, from the store at `store_path`.
 
-    As `skewprobe verdict` judges, windows written while the probe was overloaded are left
-    out; `every_window` judges every window it wrote (for tests about pairs, not about a
-    loaded machine's overload rule, as `verdict_from_source` is used elsewhere). `overload`
+    As `skewprobe verdict` judges, the latency of windows whose sends were late (an
+    overloaded probe) is left out of p99; `every_window` judges every window it wrote
+    (for tests about pairs, not about a loaded machine's overload rule, as
+    `verdict_from_source` is used elsewhere). `overload`
     as `compute_verdict` takes it (a running probe knows its own)."""
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)

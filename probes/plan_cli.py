@@ -333,7 +333,9 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
     at = parse_time(args.at, now=now) if args.at else now
     rec = _recorded(args.store, at, config, live=False)
     if not rec.snapshots:
-        raise SourceUnavailable(f"{args.store}: no inventory snapshot at or before that time")
+        from probes.inventory_cli import no_snapshot
+
+        raise no_snapshot(args.store, args.at)
     latest = rec.snapshots[-1]
     control_plane, cp_source = _control_plane(args, spec, rec.planes)
     if rec.planes and cp_source == rec.planes[0].source:
@@ -412,7 +414,7 @@ def check_step(plan: Mapping[str, Any], number: int, *,
     if step["kind"] == "control_plane":
         outside = step["outside_if_made_now"]
         if outside["pods"]:
-            names = ", ".join(f"{w['namespace']}/{w['workload']} ({w['proxy_version']})"
+            names = ", ".join(f"{w['namespace']}/{w['workload']} ({', '.join(w['versions'])})"
                               for w in outside["workloads"][:5])
             reasons.append(f"{outside['pods']} pods would be outside the supported skew of"
                            f" {step['to']}: {names}")

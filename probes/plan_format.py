@@ -30,8 +30,12 @@ def _step_what(step: Mapping[str, Any]) -> str:
 
 
 def _names(workloads: Sequence[Mapping[str, Any]], limit: int) -> str:
-    shown = ", ".join(f"{w['namespace']}/{w['workload']} ({w['pods']})"
-                      for w in workloads[:limit])
+    """Each workload once, with its pods per proxy version (`ns/wl (1.21.4: 2, 1.22.1: 1)`)."""
+    shown = ", ".join(
+        f"{w['namespace']}/{w['workload']} ("
+        + ", ".join(f"{v}: {n}" for v, n in (w.get("versions") or {"?": w["pods"]}).items())
+        + ")"
+        for w in workloads[:limit])
     more = len(workloads) - limit
     return shown + (f", … {more} more" if more > 0 else "")
 

@@ -6,7 +6,8 @@ boundary and has it written), then shutdown (stop sending, give in-flight calls 
 timeout to finish, write every open window, close the store). SIGTERM and SIGINT trigger
 shutdown; a second signal does not skip the final flush. The parts with a job of their own
 live beside it: `_window_writer` (writes and retries), `_inventory_task` (the pod inventory
-with Kubernetes discovery), `_api_server` (binding and serving the API), `_gc_tuning` (the
+with Kubernetes discovery, and the snapshots every run stores), `_progress` (the lines a
+run logs and its summary), `_api_server` (binding and serving the API), `_gc_tuning` (the
 collector, opt-in), `_malloc` (freed arrays returned to the system).
 """
 
@@ -28,10 +29,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from probes._api_server import bind_api, serve_api
-from probes._exceptions import SkewprobeError, SourceUnavailable
+from probes._exceptions import SkewprobeError, SourceUnavailable, StoreError
 from probes._gc_tuning import CollectorTuning, settled_in_flight
-from probes._inventory_task import InventoryKeeper
+from probes._inventory_task import EndpointInventory, InventoryKeeper
 from probes._malloc import return_large_frees
+from probes._progress import NO_ANSWER, ProgressReporter
 from probes._spec import ApiTlsSpec, Config
 from probes._types import CallResult, Endpoint
 from probes._window_writer import WindowWriter
@@ -45,13 +47,19 @@ from probes.inventory import SkewMetrics
 from probes.measure.cost import cpu_limit_cores, estimate
 from probes.measure.overload import OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
-from probes.metrics import OVERALL, ProbeMetrics
+from probes.metrics import (
+    DURATION_BUCKETS,
+    OVERALL,
+    PROMETHEUS_DURATION_BUCKETS,
+    ProbeMetrics,
+)
 from probes.pairs import prometheus_verdict, store_verdict
 from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
 from probes.verdict_cache import VerdictCache
-from probes.verdict_service import FROM_STORE, verdict_time
+from probes.verdict_service import FROM_STORE, JudgingSettings, verdict_time
+from probes.verdict_settings import settings_event
 
 __all__ = [
     "ProbeRunner",
@@ -80,6 +88,8 @@ class Recorder:
         self.dropped_total = 0
         # Sends later than the overload watch's budget (the rule reads it).
         self.lagged = 0
+        # Endpoints that answered a call since the progress reporter last took the set.
+        self.answered: set[str] = set()
 
     def record(self, result: CallResult, endpoint: Endpoint) -> None:
         if not self.aggregator.add(result, endpoint.labels):
@@ -92,6 +102,9 @@ class Recorder:
         self.calls_by_cohort[result.cohort] = self.calls_by_cohort.get(result.cohort, 0) + 1
         if not result.ok:
             self.errors_by_cohort[result.cohort] = self.errors_by_cohort.get(result.cohort, 0) + 1
+            if result.outcome.outcome in NO_ANSWER:
+                return
+        self.answered.add(endpoint.name)
 
     def dropped(self, path: str, reason: str, count: int = 1) -> None:
         self.dropped_total += count
@@ -120,6 +133,8 @@ class RunOptions:
     on_window: Callable[[Sequence[Any]], None] | None = None
     # (i, n): probe only the endpoints of shard i of n (`--shard i/n`).
     shard: tuple[int, int] | None = None
+    # A progress line this often (`probes._progress`); "all endpoints down" after half that.
+    progress_every_s: float = 60.0
 
 
 class ProbeRunner:
@@ -129,7 +144,9 @@ class ProbeRunner:
         self.config = config
         self.options = options
         self.registry = CollectorRegistry()
-        self.metrics = ProbeMetrics(self.registry)
+        # Judged from Prometheus, the verdict's p99 is read from the exported buckets.
+        self.metrics = ProbeMetrics(self.registry, duration_buckets=(
+            PROMETHEUS_DURATION_BUCKETS if config.source == "prometheus" else DURATION_BUCKETS))
         grace = max((p.timeout_s for p in config.paths), default=1.0) + 0.5
         self.aggregator = WindowAggregator(length_s=config.window_s, grace_s=grace)
         self.overload = OverloadWatch()
@@ -155,6 +172,9 @@ class ProbeRunner:
             InventoryKeeper(config, self.source, self.metrics, SkewMetrics(self.registry))
             if config.kubernetes else None
         )
+        # Inventory snapshots in the store, from the pods or else from the endpoints probed.
+        self.snapshots = self.inventory or EndpointInventory(
+            config, self.metrics, lambda: self.engine.endpoints if self.engine else ())
         self.streams = StreamRecorder(self.aggregator, self.metrics)
         self.stream_prober: StreamProber | None = None
         self._lifetime_at = 0.0
@@ -166,6 +186,9 @@ class ProbeRunner:
         self._events: list[Event] = []
         # Pods back on another proxy version: `restart` events for the report's time axis.
         self.restarts = RestartTracker(config.cohort.by)
+        self.progress = ProgressReporter(self, every_s=options.progress_every_s,
+                                         down_after_s=options.progress_every_s / 2,
+                                         calls=any(p.stream is None for p in config.paths))
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -178,8 +201,17 @@ class ProbeRunner:
             # One writer per store: a second probe would replace the first's windows.
             with WriterLock.acquire(self.options.store_path):
                 self.store = self.writer.store = Store.open(self.options.store_path)
-                if self.inventory is not None:
-                    self.inventory.store = self.store
+                try:
+                    # A damaged store would take windows it cannot give back: refused
+                    # (SQLite's quick_check, about 1 s for a 300 MB store).
+                    self.store.check()
+                except StoreError:
+                    self.store.close()
+                    raise
+                # How this run judges, so `skewprobe verdict --store` judges alike after it.
+                self.store.write_events([settings_event(
+                    JudgingSettings.from_config(self.config), time.time())])
+                self.snapshots.store = self.store
                 self.verdict_cache = VerdictCache(self.options.store_path)
                 try:
                     await self._main()
@@ -191,6 +223,20 @@ class ProbeRunner:
             if self._api_socket is not None:  # not handed to the server
                 self._api_socket.close()
                 self._api_socket = None
+        self.progress.finish(self.options.store_path, self._final_verdict)
+        self.writer.raise_if_lost()
+
+    def _final_verdict(self) -> Mapping[str, Any] | None:
+        """The verdict on the store as the run left it (the last published one when judged
+        from Prometheus); None, logged, when it cannot be computed."""
+        if self.config.source == "prometheus":
+            return self.last_verdict
+        try:
+            return store_verdict(self.options.store_path, self.config, now=time.time(),
+                                 overload=self.overload.reason).to_json()
+        except SkewprobeError as exc:
+            log.warning("verdict not computed: %s", exc)
+            return None
 
     async def _main(self) -> None:
         self.probers = {p.name: build_prober(p) for p in self.config.paths if p.stream is None}
@@ -230,6 +276,7 @@ class ProbeRunner:
             if self.inventory is not None:
                 tasks.add(asyncio.create_task(self.inventory.follow(), name="inventory"))
             tasks.add(asyncio.create_task(self._flusher(), name="flusher"))
+            tasks.add(asyncio.create_task(self.progress.run(), name="progress"))
             if self._api_socket is not None:
                 api_task = asyncio.create_task(self._serve_api(), name="api")
                 tasks.add(api_task)
@@ -256,8 +303,7 @@ class ProbeRunner:
                 task.cancel()
             await asyncio.gather(*tasks, gc_task, return_exceptions=True)
             await self._write(force=True)
-            if self.inventory is not None:
-                self.inventory.snapshot(force=True)
+            self.snapshots.snapshot(force=True)
             await asyncio.gather(*(p.aclose() for p in self.probers.values()))
             restore()
             restore_gc()
@@ -313,8 +359,7 @@ class ProbeRunner:
             next_boundary = math.floor(now / length) * length + length + grace
             await asyncio.sleep(max(0.0, next_boundary - now))
             await self._write(force=False)
-            if self.inventory is not None:
-                self.inventory.snapshot(force=False)
+            self.snapshots.snapshot(force=False)
             r = self.recorder
             reason = self.overload.update(r.calls, r.lagged, r.dropped_total)
             self.metrics.set_overloaded(reason is not None)
@@ -341,6 +386,14 @@ class ProbeRunner:
     @property
     def windows_written(self) -> int:
         return self.writer.windows_written
+
+    @property
+    def windows_unwritten(self) -> int:
+        return self.writer.windows_unwritten
+
+    @property
+    def endpoint_count(self) -> int:
+        return 0 if self.engine is None else len(self.engine.endpoints)
 
     async def _publish_verdict(self) -> None:
         """Refresh the skewprobe_verdict gauges from the store (or Prometheus), once per
@@ -385,11 +438,12 @@ class ProbeRunner:
         return True, f"probing {len(self.engine.endpoints)} endpoints"
 
     async def verdict_json(self, query: VerdictQuery) -> Mapping[str, Any]:
-        """The verdict from the store; inconclusive, with the reason first, while the probe
-        is overloaded (`OverloadWatch`). With `source: prometheus`, from every probe's series
-        in Prometheus (each probe's overload is read there); SourceUnavailable (HTTP 503)
-        when Prometheus does not answer. With `at`, the verdict as it stood then, the
-        probe's overload state then read from the store, as `skewprobe verdict --at` does."""
+        """The verdict from the store; while the probe is overloaded (`OverloadWatch`) the
+        reason comes first, and p99 leaves out the windows of its late sends. With
+        `source: prometheus`, from every probe's series in Prometheus (each probe's overload
+        is read there); SourceUnavailable (HTTP 503) when Prometheus does not answer. With
+        `at`, the verdict as it stood then, the probe's overload state then read from the
+        store, as `skewprobe verdict --at` does."""
         # VerdictQuery's fields but `at` are the verdict functions' query keywords.
         query_args: dict[str, Any] = dataclasses.asdict(query)
         at = query_args.pop("at")

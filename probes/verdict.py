@@ -24,9 +24,9 @@ is kept between calls and asking after every window costs nothing in error rate.
 
 Success rate, given the pods × windows grids (`pods`), takes the pod as the unit of
 evidence (`probes.stats.pods`): compared within each window, the spread between pods part
-of the noise, and a fail only if it holds with the canary's worst pod left out. Attempts per
+of the noise, and a fail that no single canary pod makes. Attempts per
 request does the same where the grids hold per-pod attempts (store schema v2), and p99
-fails only with each cohort's worst pod left out (`probes.stats.pod_metrics`). Stream
+fails only on what no single pod of either cohort makes (`probes.stats.pod_metrics`). Stream
 resets (and every metric without grids, as from Prometheus, or over a span a v1 store
 wrote) assume, stated plainly, that within each cohort the calls are independent with a
 common distribution over the span: a drift while the split between cohorts changes, bursts
@@ -42,7 +42,8 @@ cohort's own anytime-valid bounds at α_share); `counts`; `tolerance`; `alpha` (
 p99 e-values are exact up to 10^6/α_share and reported as that beyond it.
 
 Never a pass without evidence: no data, only one cohort, fewer than `min_samples` requests
-in a cohort, data older than two windows, or an overloaded probe make the path inconclusive
+in a cohort, data older than two windows, or an overloaded probe (`overloaded`, where no
+spans of late sends are known: a Prometheus source) make the path inconclusive
 with a reason. A path fails if any metric fails and passes only if every metric that applies
 passes; the verdict fails if any path fails and passes only if every path passes.
 """
@@ -50,7 +51,7 @@ passes; the verdict fails if any path fails and passes only if every path passes
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -79,7 +80,7 @@ from probes.stats.pod_metrics import (
 )
 from probes.stats.pods import PodGrid, TrackMemo
 from probes.stats.quantile import Layout
-from probes.stats.series import Columns, PathSeries, columns, overlapping, path_series
+from probes.stats.series import PathSeries, columns, path_series, without_latency
 
 __all__ = [
     "FAIL",
@@ -204,13 +205,15 @@ def _metrics(
     series: Sequence[PathSeries], tol: Tolerances, alpha_share: float, attempts_max: int,
     layout: Any = None, *, pods: Mapping[str, PodGrid] | None = None,
     cohorts: tuple[str, str] | None = None, window_s: float = DEFAULT_WINDOW_S,
-    memo: Callable[[str], TrackMemo] | None = None,
+    memo: Callable[[str], TrackMemo] | None = None, latency_left_out: Iterable[str] = (),
 ) -> dict[str, dict[str, MetricVerdict]]:
     """Per path, per metric name, for every path with a comparison span. `layout` is a
     callable giving the latency bucket `Layout` (read only when latency is judged). With
     `pods` (per path) and `cohorts` (baseline, canary), success rate is judged per pod, and
     p99 and attempts too where the grid holds per-pod latency and attempts; `memo(metric)`
-    keeps a metric's pod-level sums between verdicts (`pods.TrackMemo`)."""
+    keeps a metric's pod-level sums between verdicts (`pods.TrackMemo`);
+    `latency_left_out`: paths whose every latency record was left out (late sends), whose
+    p99 is then undecided, not absent."""
     out: dict[str, dict[str, MetricVerdict]] = {s.path: {} for s in series}
     judged = [s for s in series if s.baseline is not None and s.canary is not None]
     too_many = _check_attempts(judged, attempts_max)
@@ -338,6 +341,12 @@ def _metrics(
     run(M.LATENCY_P99, "ms",
         {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms},
         lambda t: t.latency.sum() > 0, lambda t: t.latency.sum() > 0, latency)
+    for name in latency_left_out:
+        if name in out and M.LATENCY_P99 not in out[name]:
+            out[name][M.LATENCY_P99] = M.missing(
+                M.LATENCY_P99, "ms",
+                {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms},
+                a, "p99 latency: every window was left out of it")
     run(M.ATTEMPTS, "attempts", {"max_ratio": tol.attempts_ratio, "attempts_max": attempts_max},
         lambda t: t.attempts_count > 0, lambda t: t.attempts_count > 0, attempts, too_many)
     run(M.STREAM_RESETS, "per_hour",
@@ -358,18 +367,6 @@ def _check_attempts(series: Sequence[PathSeries], attempts_max: int) -> set[str]
             ):
                 bad.add(s.path)
     return bad
-
-
-def _without(cols: Columns, spans: Sequence[tuple[float, float]]) -> Columns:
-    """`cols` with the windows that overlap any of `spans` emptied (they count for nothing)."""
-    if not spans:
-        return cols
-    out = overlapping(cols.start, cols.length, spans)
-    if not out.any():
-        return cols
-    return replace(cols, requests=np.where(out, 0, cols.requests),
-                   streams_opened=np.where(out, 0, cols.streams_opened),
-                   stream_seconds=np.where(out, 0.0, cols.stream_seconds))
 
 
 def _combine(verdicts: Iterable[str]) -> str:
@@ -408,8 +405,8 @@ def judge(
     `attempts_max` bounds the upstream attempts of one call (the proxies' retries + 1).
     `pods`: per path, the pods × windows grid (`probes.stats.pods.pod_grids`); with it,
     success rate takes the pod as the unit of evidence, without it calls are pooled.
-    `exclude`: time spans [from, to) whose windows are left out of the comparison for both
-    cohorts (the probe was overloaded then); staleness is still judged on every window.
+    `exclude`: time spans [from, to) whose windows are left out of the p99 comparison for
+    both cohorts (the probe's sends were late then); every other metric counts them.
     `memos`: the running probe's kept pod-level sums, one `pods.TrackMemo` per key (the
     query and the metric), so that a verdict after a new window sums that window alone.
     Raises BadInput for parameters out of range.
@@ -432,12 +429,14 @@ def judge(
     present = [cols.cohorts[i] for i in np.flatnonzero(seen)]
     choice = pick_cohorts(present, baseline, canary)
     b, c = choice.baseline, choice.canary
-    series = path_series(_without(cols, exclude), b, c, since=since, paths=wanted)
+    series = path_series(without_latency(cols, exclude), b, c, since=since, paths=wanted)
+    left_out: set[str] = set()
     if exclude:
-        # Stale means the probe stopped writing, whatever was left out of the comparison.
-        written = {s.path: s.newest_end for s in path_series(cols, b, c, since=since,
-                                                              paths=wanted)}
-        series = [replace(s, newest_end=written.get(s.path, s.newest_end)) for s in series]
+        # Paths whose latency was all left out: p99 undecided, never silently gone.
+        def timed(rows: Sequence[PathSeries]) -> set[str]:
+            return {s.path for s in rows if any(t is not None and t.latency.sum() > 0
+                                                for t in (s.baseline, s.canary))}
+        left_out = timed(path_series(cols, b, c, since=since, paths=wanted)) - timed(series)
 
     alpha_share = alpha / (METRIC_SLOTS * max(1, len(series)))
     query = (since, tuple(wanted or ()), b, c)
@@ -445,7 +444,8 @@ def judge(
                        lambda: _layout(windows), pods=pods,
                        cohorts=(b, c) if b is not None and c is not None else None,
                        window_s=window_s,
-                       memo=None if memos is None else (lambda m: memos((m, *query))))
+                       memo=None if memos is None else (lambda m: memos((m, *query))),
+                       latency_left_out=left_out)
 
     path_verdicts = []
     for s in series:

@@ -2,14 +2,15 @@
 new strata to them instead of laying out a day of strata again.
 
 `probes.stats.pods.read_pod_grids` lays each path's endpoint rows out as a grid (pods ×
-strata, each pod's warm-up apart, overloaded windows emptied; `pods.pod_grids`, with
-`pod_cells.add_per_pod`'s attempts and latency). Every cell is a sum of the rows of one pod
-and stratum, so the grid of the sealed strata (`probes.verdict_cache`) is kept as a `Part`
-and a verdict appends the columns of the strata after the seal. A row's cell depends on
-its pod's first row (the warm-up of a pod without a start time counts from it); new rows
-come after the sealed ones, so the first rows stay the sealed ones' (`Stale` when they do
-not: the caller lays the grids out afresh). The rules a part was laid out by (origin,
-warm-up, overloaded spans, window length) are kept with it: other rules, another part.
+strata, each pod's warm-up apart, the latency of windows with late sends left out;
+`pods.pod_grids`, with `pod_cells.add_per_pod`'s attempts and latency). Every cell is a sum
+of the rows of one pod and stratum, so the grid of the sealed strata
+(`probes.verdict_cache`) is kept as a `Part` and a verdict appends the columns of the
+strata after the seal. A row's cell depends on its pod's first row (the warm-up of a pod
+without a start time counts from it); new rows come after the sealed ones, so the first
+rows stay the sealed ones' (`Stale` when they do not: the caller lays the grids out
+afresh). The rules a part was laid out by (origin, warm-up, overloaded spans, window
+length) are kept with it: other rules, another part.
 
 The pods' latency histograms are summed for all paths at once by `pod_cells.add_per_pod`'s
 rule: those of the cache's records before the seal (pooled or not) kept until they change,
@@ -108,7 +109,6 @@ def extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp],
     strata, starting after the part's) added, as `pods.pod_grids` lays them out. `Stale`
     when a pod's rows begin before its part's."""
     t = cols.start[rows]
-    out = overlapping(t, rules.length_s, rules.exclude)
     n_coh = len(cols.cohorts)
     key = cols.endpoint[rows].astype(np.int64) * n_coh + cols.cohort[rows]
     keys, pod = np.unique(key, return_inverse=True)
@@ -158,12 +158,13 @@ def extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp],
     kr = r[kept]
     hot = ~warm
 
+    # Late sends (`rules.exclude`) leave out latency alone (`flat_hists`), never calls.
     def column(x: npt.NDArray[Any]) -> F64:
-        return np.where(out, 0, x[rows])[kept].astype(np.float64)
+        return x[rows][kept].astype(np.float64)
 
     n, s = column(cols.requests), column(cols.errors)
     a_n, a_s = column(cols.attempts_count), column(cols.attempts_sum)
-    unrec = np.where(out, 0, cols.unrecorded[rows])[kept]
+    unrec = cols.unrecorded[rows][kept]
 
     def cells(old: F64 | None, x: F64) -> F64:
         return _cells(old, kr[warm], col[warm], x[warm], shape, place, len(starts_new))

@@ -45,6 +45,7 @@ __all__ = [
     "compute_prometheus_verdict",
     "compute_verdict",
     "format_table",
+    "late_spans",
     "load_judging_config",
     "overload_spans",
     "prometheus_judge",
@@ -143,8 +144,10 @@ def compute_verdict(
     `overload` is why the probe is overloaded now (None: it is not). The running probe
     knows; `skewprobe verdict`, reading the store after the fact, leaves the default and the
     state is read from the probe's last overload event at or before `now`, if the probe was
-    still writing then. Either way, windows written while the probe was overloaded are left
-    out of the comparison for both cohorts, and the verdict is vetoed only while it is.
+    still writing then. Either way, the probe's overload spans whose sends were late by a
+    meaningful share of the p99 margin (`late_spans`) are left out of the p99 comparison
+    for both cohorts, and said so in the p99 reason; every other metric is judged from
+    every window (a skipped call was never made, so it is neither success nor failure).
     """
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
@@ -174,21 +177,78 @@ def _store_verdict(
         newest = None if overload is None else store.newest_window_end(until=now)
         if overload is not None and (newest is None
                                      or now - newest > 2 * settings.window_s):
-            overload = None  # the probe has stopped: judge the sound windows it wrote
-    exclude = [(lo, hi) for lo, hi, _ in spans]
-    result = verdict_from_source(source(exclude), settings, **query, now=now,
-                                 overloaded=overload is not None, exclude=exclude)
-    notes = [overload] if isinstance(overload, str) else []
-    if spans and overload is None:
-        lo, hi, why = spans[-1]
-        until = "its last window" if hi == math.inf else rfc3339(hi)
-        notes.append(f"windows from {rfc3339(lo)} to {until} are left out of the comparison: "
-                     f"the probe was overloaded then ({why})"
-                     + (f", and {len(spans) - 1} earlier overloaded span(s)"
-                        if len(spans) > 1 else ""))
+            overload = None  # the probe has stopped: no longer overloaded
+    late = late_spans(store, spans, settings.tolerances, now=now)
+    exclude = [(lo, hi) for lo, hi, _ in late]
+    # An overloaded probe no longer vetoes the verdict: its late sends touch latency alone
+    # (left out above), and the calls it skipped were never made, so never counted.
+    result = verdict_from_source(source(exclude), settings, **query, now=now, exclude=exclude,
+                                 starts_from=store)
+    notes = []
+    if isinstance(overload, str):
+        notes.append(f"{overload}: success rate, attempts and stream resets are judged from "
+                     "every window whose calls were made")
+    left = _left_out(store, late, result, now)
+    if left:
+        notes.append(left)
+        result = _with_latency_reason(result, left)
     if notes:
         result = {**result, "reasons": [*notes, *result.get("reasons", [])]}
     return result
+
+
+# A window is left out of p99 when the probe's sends were later than this share of the p99
+# margin then: a lateness of half the margin, added to one cohort's tail more than the
+# other's by chance, could pass for a difference of that size.
+LATE_SHARE_OF_MARGIN = 0.5
+
+
+def late_spans(store: Store, spans: Sequence[tuple[float, float, str]],
+               tolerances: Tolerances, *, now: float = math.inf
+               ) -> list[tuple[float, float, float]]:
+    """The overload `spans` whose windows are left out of the p99 comparison, as (from, to,
+    largest lateness in s): those in which some send, before `now`, left more than
+    `LATE_SHARE_OF_MARGIN` of the p99 margin late. Only p99: a late send still succeeds or
+    fails as it would have."""
+    limit = LATE_SHARE_OF_MARGIN * tolerances.latency_p99_margin_ms / 1000.0
+    out = []
+    for lo, hi, _ in spans:
+        lag, _n = store.lateness(lo, min(hi, now))
+        if lag > limit:
+            out.append((lo, hi, lag))
+    return out
+
+
+def _left_out(store: Store, late: Sequence[tuple[float, float, float]],
+              result: Mapping[str, Any], now: float) -> str | None:
+    """What the comparison in `result` (at `now`) left out of p99 for late sends, as a
+    reason."""
+    origin = (result.get("window") or {}).get("from")
+    if not late or origin is None:
+        return None
+    since = parse_time(origin, now=math.inf)
+    windows, worst = 0, 0.0
+    for lo, hi, _ in late:
+        if hi > since:
+            lag, n = store.lateness(max(lo, since), min(hi, now))
+            windows, worst = windows + n, max(worst, lag)
+    if not windows:
+        return None
+    return (f"{windows} window{'s' if windows != 1 else ''} left out of p99: the probe's sends "
+            f"were up to {worst * 1000:.0f} ms late then")
+
+
+def _with_latency_reason(result: Mapping[str, Any], reason: str) -> Mapping[str, Any]:
+    """`result` with `reason` added to each path's p99 metric."""
+    def path(p: Mapping[str, Any]) -> Mapping[str, Any]:
+        metrics = dict(p.get("metrics", {}))
+        m = metrics.get("latency_p99_ms")
+        if m is None:
+            return p
+        metrics["latency_p99_ms"] = {**m, "reason": f"{m.get('reason', '')}; {reason}"}
+        return {**p, "metrics": metrics}
+
+    return {**result, "paths": [path(p) for p in result.get("paths", [])]}
 
 
 def overload_spans(store: Store, now: float, window_s: float) -> list[tuple[float, float, str]]:
@@ -277,11 +337,15 @@ def verdict_from_source(
     asked: float | None = None,
     overloaded: bool = False,
     exclude: Sequence[tuple[float, float]] = (),
+    starts_from: WindowSource | None = None,
 ) -> Mapping[str, Any]:
     """Resolve the query against `source` and judge (`compute_verdict` for the origin).
     `asked`: when the query was asked, if later than `now` (a Prometheus source answers a
     step before it): a `since` between the two is not in the future, it has no window yet.
-    `exclude`: spans whose windows are left out of the comparison (overloaded probe)."""
+    `exclude`: spans whose windows are left out of the p99 comparison (late sends).
+    `starts_from`: where a path still in warm-up reads its pods' starts, to say when its
+    first warm window ends (default `source`; the store under a cache, so as not to read
+    through the cache a span it does not keep)."""
     if isinstance(settings, Config):
         settings = JudgingSettings.from_config(settings)
     paths = [path] if isinstance(path, str) else (list(path) if path else None)
@@ -331,7 +395,68 @@ def verdict_from_source(
         # The running probe's cache keeps the pod-level sums between its verdicts.
         memos=getattr(source, "track_memo", None),
     )
-    return verdict.to_json()
+    out = verdict.to_json()
+    if pods and verdict.baseline is not None and verdict.canary is not None:
+        warming = _warming(starts_from or source, pods, (verdict.baseline, verdict.canary),
+                           since=since_t, until=until, now=now, warmup_s=settings.warmup_s,
+                           window_s=window_s)
+        if warming:
+            out = _with_warming(out, warming)
+    return out
+
+
+def _warming(source: WindowSource, grids: Mapping[str, PodGrid], cohorts: tuple[str, str], *,
+             since: float | None, until: float, now: float, warmup_s: float, window_s: float,
+             ) -> dict[str, str]:
+    """Per path whose baseline or canary has no warm call yet, when its first warm window
+    (one where both cohorts have a pod out of its warm-up) ends, as a reason. Read only
+    then: early in a rollout, or for a path whose pods all started recently."""
+    read = getattr(source, "read_endpoint_columns", None)
+    cold = [name for name, g in grids.items() if warmup_s > 0 and {*cohorts} <= {*g.cohorts}
+            and any(not g.calls[g.of(c)].sum() for c in cohorts)]
+    if read is None or not cold or since is None:
+        return {}
+    cols = read(since=since - warmup_s, until=until, paths=cold, cohorts=list(cohorts))
+    out: dict[str, str] = {}
+    for p_name in cold:
+        if p_name not in cols.paths:
+            continue
+        rows = np.flatnonzero(cols.path == cols.paths.index(p_name))
+        soonest = {}
+        for c_name in cohorts:
+            if c_name not in cols.cohorts:
+                continue
+            mine = rows[cols.cohort[rows] == cols.cohorts.index(c_name)]
+            ends = []
+            for e in np.unique(cols.endpoint[mine]):
+                pod = mine[cols.endpoint[mine] == e]
+                # The pod's start as the grid takes it: its newest row's, else its first row.
+                began = cols.started[pod[-1]]
+                began = float(cols.start[pod].min()) if np.isnan(began) else float(began)
+                warm = (math.ceil((began + warmup_s) / window_s) * window_s
+                        if math.isfinite(began) else since)  # -inf: of unknown age, warm
+                ends.append(max(warm, since))
+            if ends:
+                soonest[c_name] = min(ends)
+        if len(soonest) == 2:
+            end = max(soonest.values()) + window_s
+            if end > now:
+                out[p_name] = (f"warming up: the first warm window ends at "
+                               f"{rfc3339(end)[11:19]} UTC (in {end - now:.0f} s)")
+    return out
+
+
+def _with_warming(result: Mapping[str, Any], warming: Mapping[str, str]) -> dict[str, Any]:
+    """`result` with each undecided warming path's reason first (in the overall reasons
+    too, where the path's first reason was)."""
+    said = {p["path"]: warming[p["path"]] for p in result.get("paths", [])
+            if p["path"] in warming and p.get("verdict") == "inconclusive"}
+    paths = [{**p, "reasons": [said[p["path"]], *p.get("reasons", [])]}
+             if p["path"] in said else p for p in result.get("paths", [])]
+    reasons = [next((f"{name}: inconclusive: {why}" for name, why in said.items()
+                     if r.startswith(f"{name}: inconclusive: ")), r)
+               for r in result.get("reasons", [])]
+    return {**result, "paths": paths, "reasons": reasons}
 
 
 # Time strata per pod a verdict reads at most (a day of 10 s windows is 8,640).

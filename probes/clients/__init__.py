@@ -7,7 +7,8 @@
     ├── GrpcProber             grpc.aio unary, raw bytes; standard health Check; or the
     │                          same over `_h2lean` (`_grpc_lean`)
     └── RelayProber            through a relay pod (`/relay/<destination>`): the
-                               destination's outcome, attempts and answering pod
+                               destination's outcome, attempts and answering pod; an
+                               HttpProber on `_h1` (or `_h2lean`) that reads the answer
     build_prober(path)         picks one from PROBERS by PathSpec.kind; `registry_for` gives
                                the registry with the HTTP/2 and gRPC clients a config picked
 

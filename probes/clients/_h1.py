@@ -86,6 +86,8 @@ class H1Settings:
     # slow spell (seen: 2,400 endpoints grew to 11,000 connections and filled HAProxy's
     # maxconn).
     max_idle: int = 1
+    # Keep the body's bytes (the relay reads its JSON answer), not only their count.
+    keep_body: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,8 @@ class H1Answer:
     headers: Mapping[str, str]
     # Body bytes read (at most about body_limit), or what cut the body short.
     received: int | BaseException
+    # The body, when the settings keep it (at most about body_limit bytes).
+    body: bytes = b""
 
 
 def frame_request(
@@ -129,6 +133,7 @@ class _Connection(asyncio.Protocol):
 
     __slots__ = (
         "_answered",
+        "_body",
         "_chunked",
         "_head_only",
         "_headers",
@@ -174,6 +179,7 @@ class _Connection(asyncio.Protocol):
         self._sized = False
         self._chunked = False
         self._received = 0
+        self._body = b""
 
     # -- the caller's side -----------------------------------------------------------------
 
@@ -305,6 +311,8 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self._received += len(body)
+        if self._settings.keep_body:
+            self._body += body  # a small answer: one chunk, and b"" + chunk is the chunk
         if self._received >= self._settings.body_limit:
             self.reusable = False  # the unread rest would be the next answer's start
             self._finish()
@@ -325,7 +333,9 @@ class _Connection(asyncio.Protocol):
             return
         if received is not None:
             self.reusable = False
-        waiter.set_result(H1Answer(self._status, self._headers, received or self._received))
+        waiter.set_result(
+            H1Answer(self._status, self._headers, received or self._received, self._body)
+        )
 
     def _cut(self, error: H1Error) -> None:
         """The exchange ends in `error`: after the status it cut the body (the answer

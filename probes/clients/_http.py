@@ -61,8 +61,12 @@ _Attempt = CallOutcome | _Resend
 class HttpProber:
     """HTTP/1.1 or HTTP/2 calls for one path, with connections kept per endpoint."""
 
+    # Put before the detail of a call that failed on the wire (the relay says whose wire).
+    _wire_prefix = ""
+
     def __init__(
-        self, path: PathSpec, *, body_limit: int = BODY_LIMIT, h2_client: str | None = None
+        self, path: PathSpec, *, body_limit: int = BODY_LIMIT, h2_client: str | None = None,
+        keep_body: bool = False,
     ) -> None:
         spec = path.http
         if spec is None:
@@ -83,6 +87,8 @@ class HttpProber:
         if self._h2_client not in H2_CLIENTS:
             raise BadInput(f"HTTP/2 client must be one of {', '.join(H2_CLIENTS)}")
         self._lean = self._http2 and self._h2_client != "httpcore"
+        if keep_body and self._http2 and not self._lean:
+            raise BadInput(f"path {path.name}: only the lean HTTP/2 client keeps answer bodies")
         self._ssl = (
             ssl_context(spec.tls, where=f"path {path.name}")
             if spec.scheme == "https"
@@ -115,6 +121,7 @@ class HttpProber:
                 h.encode("latin-1", "replace")
                 for h in (*self._attempt_headers, self._cohort_header) if h
             ),
+            keep_body=keep_body,
         )
         self._h2 = _h2base.H2Settings(
             connect_budget_s=budget,
@@ -122,6 +129,7 @@ class HttpProber:
             keepalive_s=self._keepalive_s,
             body_limit=body_limit,
             wanted=self._h1.wanted,
+            keep_body=keep_body,
         )
         self._h1_request("localhost")  # a header that cannot be sent is bad input, now
         if self._lean:
@@ -229,7 +237,8 @@ class HttpProber:
                 elif replay is not None:
                     detail = f"{detail}; {replay[1]}"
                 return CallOutcome(
-                    kind, churn=internal, detail=_join(_internal_note(internal), detail)
+                    kind, churn=internal,
+                    detail=_join(_internal_note(internal), self._wire_prefix + detail),
                 )
         internal = _internal_resends(record)
         if internal:
@@ -252,7 +261,7 @@ class HttpProber:
                 [(b"x-request-id", request_id.encode("latin-1"))],
                 head_only=self._method == "HEAD",
             )
-            return self._answer(answer.status, answer.headers.get, answer.received)
+            return self._answer(answer.status, answer.headers.get, answer.received, answer.body)
         transport, url = client
         request = httpx.Request(
             self._method,
@@ -274,17 +283,18 @@ class HttpProber:
             # httpcore cannot reset one stream; the unread rest would hold the connection's
             # flow-control window, so the connection is not reused.
             self._pool.retire(lease)
-        return self._answer(status, headers.get, received)
+        return self._answer(status, headers.get, received, b"")
 
     async def _exchange_h1(self, client: _h1.H1Client, request_id: str) -> CallOutcome:
         answer = await client.request(request_id, head_only=self._method == "HEAD")
-        return self._answer(answer.status, answer.headers.get, answer.received)
+        return self._answer(answer.status, answer.headers.get, answer.received, answer.body)
 
     def _answer(
-        self, status: int, header: Callable[[str], str | None], received: int | BaseException
+        self, status: int, header: Callable[[str], str | None], received: int | BaseException,
+        body: bytes,
     ) -> CallOutcome:
         """The outcome from the status, the attempts and cohort headers, and the body read
-        (its length, or the error that cut it)."""
+        (its length, or the error that cut it; `body` is kept only with `keep_body`)."""
         attempts = next(
             (n for h in self._attempt_headers if (n := parse_count(header(h))) is not None),
             None,

@@ -28,7 +28,8 @@ def registry_for(*, http2_client: str, grpc_client: str) -> Mapping[str, ProberF
     def grpc(path: PathSpec) -> Prober:
         return GrpcProber(path, client=grpc_client)
 
-    return MappingProxyType({"http": http, "grpc": grpc})
+    # The relay always asks on the probe's own clients (httpcore's pool is what it left).
+    return MappingProxyType({"http": http, "grpc": grpc, "relay": RelayProber})
 
 
 def build_prober(path: PathSpec, registry: Mapping[str, ProberFactory] = PROBERS) -> Prober:

@@ -11,6 +11,12 @@ When the relay itself cannot answer (refused, a 5xx of its own, a 403 for a dest
 in its allowlist), that is the outcome, and the callee is unknown. The relay's
 `answered_by` and `address` go into the detail as `pod=... address=...`.
 
+The relay pod is asked over the probe's own HTTP/1.1 client (`_h1`), or its HTTP/2 one
+(`_h2lean`, `relay.version: "2"`), exactly as a direct path is: this prober *is* an
+`HttpProber` for `GET /relay/<destination>` that keeps the (small) answer body and reads
+it, so connection reuse, timeouts, the re-send rule and the outcome classes of a failed
+call are the direct paths' (BENCHMARKS.md, D22: on httpx a relay call cost 2.9x a direct one).
+
 Stale routing: with `relay.callees` set, the engine shows the prober every discovery snapshot
 (`observe`). An answer from a pod of the destination that discovery has *removed*, or a
 refused connection to an address that only a removed pod held, is `stale_endpoint` once the
@@ -21,19 +27,19 @@ mesh's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import httpx
-
 from probes._exceptions import BadInput
-from probes._spec import PathSpec
+from probes._spec import HttpSpec, PathSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
+from probes.clients._base import host_port
 from probes.clients._classify import classify_exception, classify_grpc_code, classify_status
+from probes.clients._http import HttpProber
 
 RELAY_ROUTE = "/relay/"
 # A relay answer is a small JSON document; anything larger is not one.
@@ -68,46 +74,47 @@ class _Removed:
         return removed is not None and removed < when
 
 
-class RelayProber:
-    """`GET /relay/<destination>` on each relay pod, over one pooled HTTP/1.1 client."""
+class RelayProber(HttpProber):
+    """`GET /relay/<destination>` on each relay pod, its JSON answer judged."""
+
+    _wire_prefix = "relay: "
 
     def __init__(self, path: PathSpec, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if path.relay is None:
+        relay = path.relay
+        if relay is None:
             raise BadInput(f"path {path.name}: not a relay path")
-        self._path = path
-        self._callees = dict(path.relay.callees)
+        if relay.version not in ("1.1", "2"):
+            raise BadInput(f"path {path.name}: relay.version must be 1.1 or 2")
+        self._route = RELAY_ROUTE + relay.destination
+        # The relay pod asked as a direct HTTP path would be; one byte past the limit is
+        # kept so that an answer too large to be one is told apart from one at the limit.
+        ask = HttpSpec(method="GET", path=self._route, version=relay.version)
+        super().__init__(dataclasses.replace(path, http=ask, relay=None),
+                         body_limit=ANSWER_LIMIT + 1, h2_client="lean", keep_body=True)
+        self._callees = dict(relay.callees)
         self._clock = clock
         self._pods = _Removed()
         self._addresses = _Removed()
         # Each destination pod's proxy version as discovery last showed it.
         self._versions: dict[str, str] = {}
-        self._route = RELAY_ROUTE + path.relay.destination
-        self._expected = frozenset(path.expect.status)
         self._codes = tuple(path.expect.grpc_codes)
-        budget = inner_budget_s(path.timeout_s)
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(budget), trust_env=False, follow_redirects=False,
-            headers={"user-agent": USER_AGENT},
-            limits=httpx.Limits(keepalive_expiry=keepalive_s(path.rate_per_s)),
-        )
+        self._timeout_s = path.timeout_s
 
-    async def call(self, endpoint: Endpoint, request_id: str) -> CallOutcome:
-        port = endpoint.port_for(self._path.port)
-        url = f"http://{host_port(endpoint.host, port)}{self._route}"
-        try:
-            response = await self._client.get(url, headers={"x-request-id": request_id})
-            body = response.content[:ANSWER_LIMIT + 1]
-        except (httpx.HTTPError, OSError) as exc:
-            outcome, detail = classify_exception(exc)
-            return CallOutcome(outcome, detail=f"relay: {detail}")
-        if response.status_code == 403:
+    def _answer(
+        self, status: int, header: Callable[[str], str | None], received: int | BaseException,
+        body: bytes,
+    ) -> CallOutcome:
+        """The relay's own answer: its failure, or the destination's outcome it reports."""
+        if isinstance(received, BaseException):
+            outcome, detail = classify_exception(received)
+            return CallOutcome(outcome, status=status, detail=f"relay: body: {detail}")
+        if status == 403:
             return CallOutcome(Outcome.PROBE_ERROR, status=403,
                                detail=f"relay refused {self._route}: not in its allowlist")
-        if response.status_code != 200:
-            return CallOutcome(classify_status(response.status_code, ()),
-                               status=response.status_code,
-                               detail=f"relay answered {response.status_code}")
+        if status != 200:
+            return CallOutcome(classify_status(status, ()), status=status,
+                               detail=f"relay answered {status}")
         try:
             doc = json.loads(body) if len(body) <= ANSWER_LIMIT else None
         except ValueError:
@@ -163,7 +170,7 @@ class RelayProber:
     def _stale(self, pod: str, address: str, outcome: str, version: str) -> bool:
         if not self._callees:
             return False
-        settled = self._clock() - self._path.timeout_s
+        settled = self._clock() - self._timeout_s
         if pod:
             # A pod back under its name on another proxy version was restarted (a sidecar
             # upgrade), not left behind: discovery has only not shown it back yet.
@@ -171,9 +178,3 @@ class RelayProber:
             restarted = bool(known and version and version != known)
             return not restarted and self._pods.removed_before(pod, settled)
         return outcome in _NOT_REACHED and self._addresses.removed_before(address, settled)
-
-    def forget(self, endpoint: Endpoint) -> None:
-        """Pooled per host by httpx; idle connections expire on their own."""
-
-    async def aclose(self) -> None:
-        await self._client.aclose()

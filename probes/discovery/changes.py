@@ -6,6 +6,10 @@ discovery source's snapshots, passes them through unchanged, and records a `rest
 (from → to, the endpoint's name) for every name that reappears on a different cohort, so a
 report can mark each restart on its time axis. Kubernetes Deployments give a restarted pod a
 new name; those upgrades show in the inventory snapshots instead.
+
+It also records what the verdict's warm-up needs to know of pods without a `start_time`
+label (`probes.store.starts`): a `present` event for each endpoint (in its cohort) of the
+first snapshot, of unknown age, and an `appeared` event for each one first seen later.
 """
 
 from __future__ import annotations
@@ -15,14 +19,14 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from probes._types import Endpoint
-from probes.store import Event
+from probes.store import APPEARED_EVENT, PRESENT_EVENT, RESTART_EVENT, Event
 
 __all__ = [
     "RESTART",
     "RestartTracker",
 ]
 
-RESTART = "restart"
+RESTART = RESTART_EVENT
 
 
 class RestartTracker:
@@ -37,12 +41,28 @@ class RestartTracker:
         self._wall = wall
         self._remember = remember
         self._last: OrderedDict[str, str] = OrderedDict()
+        # (name, cohort) seen so far, for the first-sight events (bounded as `_last`).
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._first = True
         self._events: list[Event] = []
+
+    def _sighted(self, endpoint: Endpoint, cohort: str, now: float) -> None:
+        """A `present` (first snapshot) or `appeared` event for a pod first seen in `cohort`,
+        unless its start is known from its labels."""
+        key = (endpoint.name, cohort)
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return
+        self._seen[key] = None
+        if not endpoint.labels.get("start_time"):
+            self._events.append(Event(PRESENT_EVENT if self._first else APPEARED_EVENT, now,
+                                      cohort=cohort, endpoint=endpoint.name))
 
     def observe(self, snapshot: Sequence[Endpoint]) -> None:
         now = self._wall()
         for endpoint in snapshot:
             cohort = endpoint.labels.get(self.cohort_by, "unknown")
+            self._sighted(endpoint, cohort, now)
             before = self._last.get(endpoint.name)
             if before is not None and before != cohort:
                 self._events.append(Event(
@@ -52,8 +72,11 @@ class RestartTracker:
                 ))
             self._last[endpoint.name] = cohort
             self._last.move_to_end(endpoint.name)
+        self._first = False
         while len(self._last) > self._remember:  # bounded: the oldest names are forgotten
             self._last.popitem(last=False)
+        while len(self._seen) > self._remember:
+            self._seen.popitem(last=False)
 
     def drain(self) -> list[Event]:
         """The events recorded since the last drain."""

@@ -30,6 +30,10 @@ __all__ = [
     "protocol_of",
 ]
 
+# A relay call's: the HTTP/1.1 figure below times the relay's ratio to a direct call,
+# measured side by side (BENCHMARKS.md D22).
+RELAY_H1_S: Final = 0.325e-3
+RELAY_H2_S: Final = 0.379e-3
 # Probe CPU-seconds per call, per protocol: BENCHMARKS.md, "CPU per call by protocol"
 # (one sitting, one machine, 600 endpoints × 1 call/s, HAProxy target; cheaper at scale).
 CPU_S_PER_CALL: Final[Mapping[str, float]] = MappingProxyType({
@@ -37,6 +41,10 @@ CPU_S_PER_CALL: Final[Mapping[str, float]] = MappingProxyType({
     "HTTP/2": 0.358e-3,       # h2c on the probe's own HTTP/2 client (D15)
     "gRPC unary": 0.349e-3,   # health Check on the same client: no Echo figure yet
     "gRPC health": 0.349e-3,  # the same calls
+    # A relay call: the direct figure times the relay's measured ratio to a direct call to
+    # the same pods, at the same rate, in one sitting (D22).
+    "relay HTTP/1.1": RELAY_H1_S,
+    "relay HTTP/2": RELAY_H2_S,
 })
 # A held stream's CPU per hour (a message every second): BENCHMARKS.md D11, 276 ms per
 # stream-hour with 2,000 streams.
@@ -50,6 +58,8 @@ SHARD_CORES: Final = 0.6
 
 def protocol_of(path: PathSpec) -> str:
     """The row of `CPU_S_PER_CALL` a path's calls cost (`STREAMS` for a stream path)."""
+    if path.relay is not None:
+        return "relay HTTP/2" if path.relay.version == "2" else "relay HTTP/1.1"
     if path.http is not None:
         return "HTTP/2" if path.http.version == "2" else "HTTP/1.1"
     if path.grpc is not None:
@@ -99,8 +109,8 @@ class CostEstimate:
         if not self.over:
             return None
         return (f"expected {self.total_cores:.2f} cores, above the {self.usable_cores:g} one "
-                "probe can use: its sends will fall behind and the overload rule will make "
-                f"every verdict inconclusive; split the endpoints over {self.shards} probes "
+                "probe can use: its sends will fall behind and the overload rule will leave "
+                f"p99 without evidence; split the endpoints over {self.shards} probes "
                 f"(--shard i/{self.shards}, or the chart's shards: {self.shards}; README, "
                 "\"When to shard\") or lower the paths' rates")
 

@@ -27,14 +27,17 @@ def _within(v: tuple[int, int], cp_minor: int, policy: SkewPolicy) -> bool:
 
 
 def _workloads(groups: Iterable[tuple[PlanPods, Any]]) -> list[dict[str, Any]]:
-    by: dict[tuple[str, str, str], list[PlanPods]] = defaultdict(list)
+    """Each workload once, with its pods in all and per proxy version (a workload mid-way
+    through a restart has pods on two versions, and is still one workload)."""
+    by: dict[tuple[str, str], list[PlanPods]] = defaultdict(list)
     for g, _ in groups:
-        by[(g.namespace, g.workload, g.version)].append(g)
+        by[(g.namespace, g.workload)].append(g)
     return [
-        {"namespace": ns, "workload": wl, "proxy_version": v,
+        {"namespace": ns, "workload": wl,
          "pods": sum(g.pods for g in gs),
+         "versions": version_counts((g.version, g.pods) for g in gs),
          "names": sorted(n for g in gs for n in g.names)}
-        for (ns, wl, v), gs in sorted(by.items())
+        for (ns, wl), gs in sorted(by.items())
     ]
 
 

@@ -17,6 +17,7 @@ Calls with outcome `probe_error` are left out of requests and errors, as the ver
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER
 from probes.report._grid import TimeGrid, choose_grid
 from probes.stats.quantile import Layout, quantile_estimate
 from probes.stats.sequential import Totals
-from probes.stats.series import columns
+from probes.stats.series import columns, without_latency
 from probes.store import Store, WindowTable
 
 __all__ = ["SCALARS", "Collected", "collect", "window_length"]
@@ -105,8 +106,9 @@ class _Pass:
     """Accumulates slices of the store into the arrays of `Collected`."""
 
     def __init__(self, grid: TimeGrid, paths: tuple[str, ...], cohorts: tuple[str, ...],
-                 window_s: float):
+                 window_s: float, exclude: Sequence[tuple[float, float]] = ()):
         self.grid = grid
+        self.exclude = exclude
         self.paths = paths
         self.cohorts = cohorts
         n_p, n_c = len(paths), len(cohorts)
@@ -135,7 +137,7 @@ class _Pass:
         keep = (gp >= 0) & (gc >= 0) & (bucket >= 0)
         if not keep.any():
             return
-        cols = columns(table)
+        cols = without_latency(columns(table), self.exclude)
         b0, b1 = int(bucket[keep].min()), int(bucket[keep].max()) + 1
         nb = b1 - b0
         pc = gp * n_c + gc
@@ -211,8 +213,11 @@ def _lookup(local: tuple[str, ...], wanted: tuple[str, ...]) -> I64:
 
 
 def collect(store: Store, since: float, until: float, paths: list[str] | None,
-            *, window_s: float | None = None) -> Collected:
-    """Read windows with start in [since, until) of `paths` (None: all) in slices.
+            *, window_s: float | None = None,
+            exclude: Sequence[tuple[float, float]] = ()) -> Collected:
+    """Read windows with start in [since, until) of `paths` (None: all) in slices; the
+    latency of windows touching an `exclude` span (late sends) left out, as the verdict
+    leaves it out of p99 (`probes.verdict_service.late_spans`).
 
     The range is first narrowed to what the store holds (`Collected.since/until`): a range
     asked wider than the data would squeeze the data into a few buckets at one edge.
@@ -224,7 +229,7 @@ def collect(store: Store, since: float, until: float, paths: list[str] | None,
     cohorts = tuple(store.cohorts())
     length = window_s or window_length(store, since, until, paths)
     grid = choose_grid(since, until, length)
-    acc = _Pass(grid, names, cohorts, length)
+    acc = _Pass(grid, names, cohorts, length, exclude)
     groups = max(1, len(names) * len(cohorts))
     looks_per_slice = max(1, (_GROUP_BUDGET // groups) // grid.per_look)
     starts = grid.look_starts

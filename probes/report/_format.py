@@ -125,8 +125,8 @@ def pod_method(warmup_s: float) -> str:
     return ("Success rate takes the pod as the unit, as the live verdict does: one pod-level "
             "test per path over its pods × windows (each canary call compared with the "
             "baseline in the same window, the spread between pods counted), its state at "
-            "each look decided by the live verdict's own rule (a fail only with the canary's "
-            f"worst pod left out). Each pod's first {duration(warmup_s)} is its warm-up: "
+            "each look decided by the live verdict's own rule (a fail that no single canary "
+            f"pod makes). Each pod's first {duration(warmup_s)} is its warm-up: "
             "shown as its own band, kept out of the comparison. Where the store has no "
             "per-pod counts for a path, its success rate is replayed on calls pooled per "
             "cohort, and the path says so.")

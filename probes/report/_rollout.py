@@ -5,10 +5,11 @@ probe's discovery saw them) when there are any: the fleet's share, a step functi
 holds each snapshot until the next. Pods without a proxy or with an unreadable version
 (`none`, `unknown`) are left out of the shares and counted apart.
 
-Without snapshots (a static target list, or a store from before inventory existed), the
-share is derived from what the probe called: per bucket, the endpoints (of all paths) with
-calls on each version. That is the share of *probed* endpoints, not of the fleet's pods,
-and the report says so.
+Without snapshots (a store from before inventory existed, or from before static and file
+targets recorded them), the share is derived from what the probe called: per bucket, the
+endpoints (of the paths given) with calls on each version, those without one (an etcd
+endpoint without the cohort label) counted apart as above. That is the share of *probed*
+endpoints, not of the fleet's pods, and the report says so.
 """
 
 from __future__ import annotations
@@ -137,10 +138,15 @@ def from_endpoints(totals: Iterable[EndpointTotal], grid: TimeGrid) -> Rollout:
             seen[t.bucket].setdefault(t.cohort, set()).add(t.endpoint)
     steps: list[float] = []
     counts: list[dict[str, float]] = []
+    unversioned: list[float] = []
     for at in sorted(seen):
         if steps and at - steps[-1] > grid.step * 3.5:
             steps.append(steps[-1] + grid.step * 3)
             counts.append({})
+            unversioned.append(0.0)
         steps.append(at)
-        counts.append({v: float(len(eps)) for v, eps in seen[at].items()})
-    return _build(PROBED, steps, counts, [0.0] * len(steps))
+        counts.append({v: float(len(eps)) for v, eps in seen[at].items()
+                       if v not in _NOT_VERSIONS})
+        unversioned.append(float(sum(len(eps) for v, eps in seen[at].items()
+                                     if v in _NOT_VERSIONS)))
+    return _build(PROBED, steps, counts, unversioned)

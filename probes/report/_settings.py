@@ -24,3 +24,4 @@ class Settings:
     min_samples: int = DEFAULT_MIN_SAMPLES
     attempts_max: int = DEFAULT_ATTEMPTS_MAX
     warmup_s: float = DEFAULT_WARMUP_S
+    origin: str = "defaults"  # where they came from: "config", "store" or "defaults"

@@ -14,12 +14,14 @@ cannot be written); 4 the store cannot be opened or read. Errors are one line on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,13 +83,23 @@ def _writable(out: Path) -> None:
         raise BadInput(f"cannot write the report to {out}: {exc.strerror or exc}") from None
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+def _write_all(texts: Mapping[Path, str]) -> None:
+    """Write every file or none: each to a temporary file beside it first, renamed into
+    place only once all are written (a rename needs no space), so a full disk leaves
+    neither half a report nor a temporary file."""
+    tmps = {path: path.with_name(f".{path.name}.tmp") for path in texts}
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+        for path, text in texts.items():
+            try:
+                tmps[path].write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+        for path, tmp in tmps.items():
+            os.replace(tmp, path)
+    finally:
+        for tmp in tmps.values():
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
 
 
 def write_report(
@@ -102,10 +114,12 @@ def write_report(
     baseline: str | None = None,
     canary: str | None = None,
     now: float | None = None,
+    origin: str | None = None,
 ) -> ReportFiles:
     """Build the report for [since, until) and write the three files into `out_dir`.
 
-    `settings`: the verdict's parameters (a run's `Config` will do; default: built-in).
+    `settings`: the verdict's parameters (a run's `Config` will do; default: built-in), and
+    `origin` where they came from, as the report says ("config", "store", "defaults").
     Raises BadInput (exit 2) or StoreError (exit 4).
     """
     # Here, not at the top: `skewprobe --help` and the other subcommands need no matplotlib.
@@ -122,7 +136,8 @@ def write_report(
     if not isinstance(settings, Settings):
         settings = Settings() if settings is None else Settings(
             tolerances=settings.tolerances, alpha=settings.alpha,
-            min_samples=settings.min_samples, warmup_s=settings.warmup_s)
+            min_samples=settings.min_samples, warmup_s=settings.warmup_s,
+            origin=origin or "config")
     out = Path(out_dir)
     _writable(out)
     store = Store.open(store_path, readonly=True)
@@ -142,9 +157,9 @@ def write_report(
     files = ReportFiles(out / "report.html", out / "report.md", out / "report.json",
                         len(current.sections),
                         tuple(s.path for s in current.sections if s.first is not None))
-    _write(files.json, json.dumps(report_json(report, charts), indent=2) + "\n")
-    _write(files.markdown, report_markdown(report))
-    _write(files.html, report_html(report, charts, colours))
+    _write_all({files.json: json.dumps(report_json(report, charts), indent=2) + "\n",
+                files.markdown: report_markdown(report),
+                files.html: report_html(report, charts, colours)})
     return files
 
 
@@ -159,7 +174,8 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--to", dest="until", default="now", help="end (default: now)")
     p.add_argument("--path", action="append", help="only this path (repeatable)")
     p.add_argument("--compare-to", help="an earlier range FROM..TO to show side by side")
-    p.add_argument("--config", help="config for tolerances, alpha and cohorts (default: built-in)")
+    p.add_argument("--config", help="config for tolerances, alpha and cohorts (default: those "
+                   "`run` recorded in the store, else built-in)")
     p.add_argument("--baseline", help="baseline proxy version (default: oldest)")
     p.add_argument("--canary", help="canary proxy version (default: newest)")
     p.add_argument("--out", required=True, help="folder for report.html, report.md, report.json")
@@ -171,17 +187,21 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_report(args: argparse.Namespace) -> int:
     """`skewprobe report`: returns the exit code; errors raise SkewprobeError (one line)."""
-    from probes.verdict_service import load_judging_config
+    from probes.verdict_settings import resolve
 
     now = time.time()
     since = _time(args.since, now, "--from")
     until = _time(args.until, now, "--to")
     compare = parse_range(args.compare_to, now) if args.compare_to else None
-    judging = load_judging_config(args.config)
+    # The settings `run` recorded by the report's end, unless --config says otherwise.
+    resolved = resolve(args.config, args.store, min(until, now))
+    if resolved.origin == "store":
+        print(f"skewprobe: {resolved.note()}", file=sys.stderr)
+    judging = resolved.settings
     files = write_report(
         args.store, args.out, since=since, until=until, paths=args.path, compare=compare,
         settings=judging, baseline=args.baseline or judging.cohort.baseline,
-        canary=args.canary or judging.cohort.canary, now=now,
+        canary=args.canary or judging.cohort.canary, now=now, origin=resolved.origin,
     )
     diverged = ", ".join(files.diverged) or "none"
     emit(f"report: {files.html} ({files.paths} paths; diverged: {diverged}); "

@@ -34,7 +34,7 @@ from probes.stats.cohorts import pick_cohorts, version_key
 from probes.stats.metrics import concentration_finding
 from probes.stats.pods import read_pod_grids
 from probes.stats.sequential import STATE_NAMES
-from probes.store import Event, Store
+from probes.store import BOOKKEEPING_EVENTS, Event, Store
 
 __all__ = [
     "METRIC_LABELS",
@@ -297,7 +297,8 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
     with ThreadPoolExecutor(max_workers=1) as pool:
         # The endpoint sums run in their own read-only connection while the windows load.
         side = pool.submit(_worst, store.path, since, until, wanted)
-        data = collect(store, since, until, wanted)
+        data = collect(store, since, until, wanted, **_late_sends(store, since, until, wanted,
+                                                                  settings))
         worst_pods, per_path = side.result()
     if not data.present.any():
         span = store.time_range()
@@ -348,7 +349,8 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
         notes.append("the store has no inventory snapshots: the rollout's progress is the "
                      "share of probed endpoints (all paths) on each version, sampled at the "
                      "start of each bucket, not of the fleet's pods")
-    events = tuple(store.read_events(since, until))
+    events = tuple(e for e in store.read_events(since, until)
+                   if e.kind not in BOOKKEEPING_EVENTS)
     order = cohort_order(data.cohorts)
     names = [data.paths[p] for p in direct]
     per_pod = _per_pod(store, data, b, c, settings, names) if comparable else {}
@@ -386,6 +388,19 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
         alpha_share=settings.alpha / (4 * max(1, len(direct))),
         upgrade=upgrade,
     )
+
+
+def _late_sends(store: Store, since: float, until: float, paths: list[str] | None,
+                settings: Settings) -> dict[str, Any]:
+    """`collect`'s window length and the spans whose latency the live verdict leaves out of
+    p99 (the probe's sends were late then), so that the replay leaves out the same."""
+    from probes.report._collect import window_length
+    from probes.verdict_service import late_spans, overload_spans
+
+    length = window_length(store, since, until, paths)
+    late = late_spans(store, overload_spans(store, until, length), settings.tolerances,
+                      now=until)
+    return {"window_s": length, "exclude": [(lo, hi) for lo, hi, _ in late]}
 
 
 def _per_pod(store: Store, data: Collected, baseline: str | None, canary: str | None,

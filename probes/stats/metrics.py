@@ -263,7 +263,7 @@ def pod_success_rates(
 ) -> list[MetricVerdict]:
     """Success rate with the pod as the unit of evidence (`probes.stats.pods`), one per
     grid: each canary call compared with the baseline in the same window, the spread between
-    pods counted, and a fail only if it holds with the canary's worst pod left out. The
+    pods counted, and a fail that no single canary pod makes (`probes.stats.pods`). The
     pooled figures that head each reason are computed for every grid at once. `memo`: the
     running probe's sums kept between verdicts (`pods.TrackMemo`)."""
     drop = tol.success_rate_drop_pp / 100.0
@@ -304,8 +304,7 @@ def _needs_factors(evidence: Sequence[_PodEvidence], alpha: float
     """How far a pass is, for the undecided only (it costs more than the test), all at once."""
     log_thr = math.log(1.0 / alpha)
     undecided = [p for p in evidence
-                 if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE
-                 and not pods.one_canary_pod(p.track)]
+                 if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE]
     return dict(zip(undecided, pods.needs_factors(
         [-float(p.track.d[-1]) for p in undecided],
         [float(p.track.v_sampling[-1]) for p in undecided],
@@ -380,8 +379,11 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
             + f"; {pods_c} canary {pod_word} vs {int(track.pods_baseline[-1])})")
     found = ("; " + concentration_finding(str(worst_name), share, what)
              if concentrated else "")
+    names = [p for p, keep in zip(grid.pods, ev.rows, strict=True) if keep]
+    aside, aside_found = set_aside(track, names, is_canary, what)
+    found_aside = aside_found if verdict != FAIL or pods_c == 1 else ""
     decided = pod_reason(head, verdict, lfa >= log_thr, pods_c, worst_name, share,
-                         concentrated, what, one_canary_pod=pods.one_canary_pod(track))
+                         concentrated, what)
     if decided is not None:
         reason = decided
     elif factor is not None:
@@ -393,47 +395,61 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
         reason = (head + f": cannot pass at this spread between pods ({spread_shown:.2g} "
                   f"{unit}) with {pods_c} canary {pod_word}; more pods would decide" + found)
     return replace(
-        pooled, verdict=verdict, reason=reason,
+        pooled, verdict=verdict, reason=reason + found_aside,
         e_fail=float(log_clip(np.array(lf))), e_pass=float(log_clip(np.array(lp))),
         pods={
             "baseline": int(track.pods_baseline[-1]), "canary": pods_c,
             key: _num(spread_shown, 3),
             "worst": worst_name, "worst_share": _num(share, 3), "concentrated": concentrated,
             "e_fail_all_pods": _num(float(log_clip(np.array(lfa)))),
+            "set_aside": aside,
             **({} if warmup is None else {"warmup": dict(warmup)}),
         },
         needs=needs, rule=PODS,
     )
 
 
+def set_aside(track: pods.PodTrack, names: Sequence[str], is_canary: npt.NDArray[np.bool_],
+              what: str) -> tuple[list[str], str]:
+    """The pods `track`'s last look set aside as sick (`pods._outlier`), by name, and the
+    finding that says so ("" for none); `names` the grid's rows as the track saw them."""
+    canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
+    out = []
+    if int(track.aside_canary[-1]) >= 0:
+        out.append(canary_names[int(track.aside_canary[-1])])
+    if int(track.aside_baseline[-1]) >= 0:
+        out.append(names[int(track.aside_baseline[-1])])
+    if not out:
+        return [], ""
+    return out, (f"; set aside as sick: {', '.join(out)} (its {what} beyond what the other "
+                 "pods' spread allows; the version is judged on the rest)")
+
+
 def pod_reason(head: str, verdict: str, fails_with_every_pod: bool, pods_canary: int,
                worst: str | None, share: float, concentrated: bool, what: str,
-               words: tuple[str, str] = ("worse", "sick"), *, one_canary_pod: bool = False
-               ) -> str | None:
-    """A pod-level verdict's reason when it is decided, or held back by its worst pod or by
-    having one canary pod (None otherwise: the caller says how far it is). `head`
-    says the estimates; `what` what the worst pod's `share` counts; `words` ("worse",
-    "sick") say how a pod differs."""
+               words: tuple[str, str] = ("worse", "sick")) -> str | None:
+    """A pod-level verdict's reason when it is decided, or held back by its worst pod (None
+    otherwise: the caller says how far it is). `head` says the estimates; `what` what the
+    worst pod's `share` counts; `words` ("worse", "sick") say how a pod differs."""
     finding = concentration_finding(str(worst), share, what)
     found = "; " + finding if concentrated else ""
     worse, sick = words
+    if verdict == FAIL and pods_canary == 1:
+        return (head + f": the canary's one pod {worst} is {worse} than the baseline's pods "
+                f"allow; one pod cannot tell a {sick} pod from a {sick} version: restart "
+                f"{worst}, or add a canary pod, to tell")
     if verdict == FAIL:
-        return head + ": worse across the canary's pods, with its worst pod left out" + found
+        return head + f": {worse} across the canary's pods, not on one pod alone" + found
+    if verdict == PASS and pods_canary == 1:
+        return head + f": within tolerance, the canary's one pod {worst} within the baseline's pods"
     if verdict == PASS:
         return head + ": within tolerance" + found
-    if fails_with_every_pod and pods_canary == 1:
-        return (head + f": the canary's one pod {worst} is {worse} than the baseline's pods, "
-                f"but one pod cannot tell a {sick} pod from a {sick} version; add a canary "
-                "pod to decide")
     if fails_with_every_pod and concentrated:
-        return (head + f": worse only with its worst pod in: {finding}, "
+        return (head + f": {worse} only on its worst pod: {finding}, set aside; "
                 "not across the version's pods")
-    if fails_with_every_pod:
-        return (head + ": worse with every pod in, not yet with its worst pod "
-                f"({worst}, {100 * share:.0f} % of the canary's {what}) left out")
-    if one_canary_pod:
-        return (head + f": the canary has one pod ({worst}), and one pod cannot show the "
-                "version within tolerance across its pods; a second canary pod would decide")
+    if fails_with_every_pod and pods_canary > 1:
+        return (head + f": {worse} with every pod in, not yet with its worst pod "
+                f"({worst}, {100 * share:.0f} % of the canary's {what}) set aside")
     return None
 
 

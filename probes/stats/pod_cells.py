@@ -51,15 +51,13 @@ class PerPod:
 def per_pod_of(cols: Any, length_s: float,
                exclude: Sequence[tuple[float, float]]) -> PerPod:
     """What `EndpointColumns` (read with `latency`) holds besides calls and errors, with
-    the rows and histogram entries of windows `length_s` long touching an `exclude` span
-    (an overloaded probe) emptied, as `pods.read_pod_grids` empties their calls."""
-    out = overlapping(cols.start, length_s, exclude)
+    the histogram entries of windows `length_s` long touching an `exclude` span (late
+    sends) left out: latency alone, as `verdict._without` leaves out the pooled p99's."""
     lat = cols.latency
     keep = ~overlapping(lat.start, length_s, exclude)
-    return PerPod(np.where(out, 0, cols.attempts_sum), np.where(out, 0, cols.attempts_count),
-                  np.where(out, 0, cols.unrecorded), lat.start[keep], lat.path[keep],
-                  lat.endpoint[keep], lat.cohort[keep], lat.started[keep], lat.bucket[keep],
-                  lat.count[keep])
+    return PerPod(cols.attempts_sum, cols.attempts_count, cols.unrecorded, lat.start[keep],
+                  lat.path[keep], lat.endpoint[keep], lat.cohort[keep], lat.started[keep],
+                  lat.bucket[keep], lat.count[keep])
 
 
 # Entries sorted by path at most (a warm verdict's pooled records are a few hundred

@@ -9,7 +9,7 @@ siblings here, each fed from the pods × windows grid's per-pod attempts and lat
   rule as the success rate (`metrics.pod_bounded_verdict`, `probes.stats.pods`);
 - p99 latency: each call an exceedance of a cut at the baseline's p99, per pod, through the
   same test, so the spread between pods is noise on both sides: a fail with each cohort's
-  worst pod left out, a pass that holds across the canary's pods
+  worst pod left out or capped, a pass that holds across the canary's pods
   (`probes.stats.pod_exceed`); the worst pod's finding from the pods' histograms
   (`probes.stats.pod_quantile`).
 
@@ -40,7 +40,7 @@ from probes.stats.pod_exceed import (
     pass_tracks,
 )
 from probes.stats.pod_quantile import WorstPods, worst_pods
-from probes.stats.pods import PodGrid, PodTrack, TrackMemo, needs_factor, one_canary_pod
+from probes.stats.pods import PodGrid, PodTrack, TrackMemo, needs_factor
 from probes.stats.quantile import Layout
 
 __all__ = [
@@ -174,7 +174,7 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
                      alpha: float, window_s: float) -> list[MetricVerdict]:
     """p99 latency with the pod as the unit (module docstring), one per grid (each
     `latency_recorded`): fail and pass on exceedances per pod, the spread between pods as
-    noise, a fail with each cohort's worst pod left out. The pooled figures that head each
+    noise, a fail that no single pod of either cohort makes. The pooled figures that head each
     reason are computed for every grid at once."""
     parts = []
     for g in grids:
@@ -258,8 +258,10 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
     verdict = M.FAIL if lf >= log_half else M.PASS if lp >= log_half else M.INCONCLUSIVE
     pod_word = "pod" if pods_c == 1 else "pods"
     head = warm.reason.split(")")[0] + f"; {pods_c} canary {pod_word} vs {pods_b})"
+    names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
+    aside, aside_found = M.set_aside(ok, names, is_canary, "calls in the tail")
     reason = M.pod_reason(head, verdict, lfa >= log_thr, pods_c, worst, share, concentrated,
-                          P99_SLOW, ("slower", "slow"), one_canary_pod=one_canary_pod(ok))
+                          P99_SLOW, ("slower", "slow"))
     spread = 100.0 * float(ok.tau[-1])
     needs: dict[str, Any] = {"calls": None, "seconds": None}
     if reason is None:
@@ -282,13 +284,15 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
                       "decide" + found)
         else:
             reason = head + ": not enough evidence yet to pass or fail" + found
+    if verdict != M.FAIL or pods_c == 1:
+        reason += aside_found
     return replace(
         warm, verdict=verdict, reason=reason,
         # Halved: what the JSON says is compared with 1/α, as every metric's is.
         e_fail=float(log_clip(np.array(lf - _LOG2))), e_pass=float(log_clip(np.array(lp - _LOG2))),
         pods={"baseline": pods_b, "canary": pods_c, "spread_pp": json_number(spread, 3),
               "worst": worst, "worst_share": json_number(share, 3),
-              "concentrated": concentrated,
+              "concentrated": concentrated, "set_aside": aside,
               "e_fail_all_pods": json_number(float(log_clip(np.array(lfa))))},
         needs=needs, rule=M.PODS,
     )

@@ -46,11 +46,17 @@ estimate); `benchmarks/verdict_sim.py` measures what that is worth on simulated 
 pods that differ, restart cold and share outages.
 
 Decisions (`pod_states`, the one rule the live verdict and the report's replay both apply):
-- fail when E_fail ≥ 1/α *with the canary's worst pod left out*: one pod does not fail a
-  version, so with a single canary pod nothing fails and the finding names the pod;
-- pass when E_pass (the mirror image, against "canary beyond tolerance") ≥ 1/α, and never
-  while the canary has one pod: one pod cannot tell a fast pod from a good version, as it
-  cannot tell a sick pod from a sick version;
+- a canary of one pod is judged as a new pod drawn from the baseline's (a prediction
+  interval for a new study, Higgins, Thompson & Spiegelhalter 2009): its excess against
+  sampling plus τ² from the baseline's pods, with the few-pods allowance on both sides. It
+  fails when it is beyond what the baseline's pods plausibly do (the reason names it and
+  says a restart or a second canary pod tells pod from version) and passes when it is
+  within them and the tolerance;
+- with several canary pods, fail when E_fail ≥ 1/α with the worst canary pod *capped* at
+  the most the other canary pods plausibly show (`_capped`): a sick pod among healthy ones
+  is set aside and named, while a regression on every pod keeps its evidence; the
+  baseline's worst pod is out of the window means the canary is compared with;
+- pass when E_pass (the mirror image, against "canary beyond tolerance") ≥ 1/α;
 - the canary pod with the largest excess and its share of the canary's excess are reported
   (`worst`, `worst_share`): "concentrated on shop-0" is a finding in its own right.
 """
@@ -79,7 +85,6 @@ __all__ = [
     "log_e_one_sided",
     "needs_factor",
     "needs_factors",
-    "one_canary_pod",
     "pod_grids",
     "pod_states",
     "pod_track",
@@ -100,6 +105,24 @@ MIXING_SCALES = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 _SE_FLOOR = 0.5
 # Pseudo-calls at the running mean that smooth each window's mean for the variance.
 _SMOOTH_CALLS = 50.0
+# How many standard errors above its excess per call a canary pod may plausibly be: the
+# worst pod is capped there, at the most the other pods allow (`_capped`).
+_CAP_Z = 2.0
+# A cohort's worst pod this many standard errors beyond what the other pods' spread allows
+# is set aside as sick (`_outlier`): about 3e-7 one-sided per pod and look for a normal pod.
+_ASIDE_Z = 5.0
+# The fewest pods a cohort must have for one of them to be set aside: with fewer, the
+# others' spread is too uncertain to call one of them sick.
+_ASIDE_MIN_PODS = 3
+# The fewest baseline pods that judge a canary of one pod: fewer show too little of the
+# spread a new pod is judged against (at σ 0.5 between pods, 3-5 baseline pods failed a
+# healthy one-pod canary in 1-4 % of rollouts at α 1 %; BENCHMARKS.md D21).
+_ONE_POD_BASELINE = 6
+# How many of the baseline's pod standard deviations (τ) beyond them a canary of one pod
+# must be to fail, on top of the evidence (D21).
+_ONE_POD_TAIL = 2.0
+# How many standard errors above its estimate τ² is taken for a canary of one pod.
+_ONE_POD_SE = 2.0
 
 
 def log_e_one_sided(d: npt.ArrayLike, v: npt.ArrayLike,
@@ -125,14 +148,18 @@ class PodTrack:
     """`pod_track`'s result: one entry per look (after each window of the grid), or only the
     last look's (`pod_track(last_only=True)`, what the live verdict answers for).
 
-    `log_e_fail` leaves the canary's worst pod out (−inf while the canary has one pod);
-    `log_e_fail_all` keeps every pod; `log_e_pass` is against "canary beyond tolerance".
+    `log_e_fail` caps the canary's worst pod (one canary pod: judged against the
+    baseline's pods); `log_e_fail_all` keeps every pod as it is; `log_e_pass` is against
+    "canary beyond tolerance".
     `d` (all pods, fail direction, in standard-deviation units) with the pass's variance in
     two parts, `v_sampling` what grows with the calls (sampling, and the few-pods floor) and
     `v_pods` what grows with their square (the spread term), and the fail side's
-    leave-worst-out `d_wo`, `v_sampling_wo`, `v_pods_wo` let `needs_factor` say how far a
+    capped `d_wo`, `v_sampling_wo`, `v_pods_wo` let `needs_factor` say how far a
     decision is. `excess` is (canary pods, looks): each canary pod's excess over the
-    boundary; `worst` the index (into the canary pods) of the largest.
+    boundary; `worst` the index (into the canary pods) of the largest. `aside_canary`
+    (into the canary pods) and `aside_baseline` (into the grid's pods) name the pod each
+    cohort set aside as sick at each look (`_outlier`), −1 for none: the pass, and a
+    canary of one pod, are judged without them.
     """
 
     calls_baseline: F64
@@ -144,6 +171,8 @@ class PodTrack:
     pods_canary: I64
     excess: F64
     worst: I64
+    aside_canary: I64
+    aside_baseline: I64
     log_e_fail: F64
     log_e_fail_all: F64
     log_e_pass: F64
@@ -473,8 +502,8 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     pods_b = (pod_calls_b > 0).sum(axis=1)
     everyone = np.ones(g_n, dtype=bool)
     cohorts = [(nc, sc, pod_calls_c, sum_sc, canary), (nb, sb, pod_calls_b, sum_sb, base)]
-    tau2, df, tau2_se = _tau2([(*cohorts[0], None, everyone), (*cohorts[1], None, everyone)],
-                              v_pool, acc, "all")
+    tau2, df, tau2_se, _ = _tau2([(*cohorts[0], None, everyone),
+                                 (*cohorts[1], None, everyone)], v_pool, acc, "all")
 
     d_all = excess.sum(axis=1)
     vs_all = own.sum(axis=1)
@@ -482,13 +511,7 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     sq_w = (w_b ** 2).sum(axis=1)
     sd = np.sqrt(sd2)
     r_pods = ratio if pod_ratio is None else pod_ratio
-    weights = sq_calls + r_pods * r_pods * sq_w
-    vp_all = tau2 * weights
-    # Only a pass allows for τ² from few pods: it is the claim a gate must not make
-    # wrongly, and the fail side already leaves each cohort's worst pod out (BENCHMARKS.md
-    # D19 has what the allowance cost a fail on small estates).
-    vp_pass, vs_floor = _few_pods(tau2, df, tau2_se, weights, vs_all, sd2, log_threshold,
-                                  scales)
+    vp_all = tau2 * (sq_calls + r_pods * r_pods * sq_w)
 
     # The worst canary pod at each look (the one an operator is told about); the first
     # canary pod while none has calls.
@@ -496,29 +519,96 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     worst = _first_max(masked, axis=1)
     some = np.isfinite(masked).any(axis=1)
 
-    # The fail direction trims one pod from each cohort: the canary's worst pod is left out
-    # of D (one pod does not fail a version), and the baseline's worst pod out of the window
-    # means D compares with (a sick baseline pod would otherwise mask a regression on every
-    # canary pod); τ² is estimated without either. Trimmed alike, equal cohorts stay alike.
+    # Each cohort's worst pod: the canary's by excess, the baseline's by its standardised
+    # residual. τ² without either (`tau2_fail`) is the spread the other pods show.
     with np.errstate(divide="ignore", invalid="ignore"):
         z_b = np.where(pod_calls_b > 0, resid_b / np.sqrt(np.where(pod_calls_b > 0,
                                                                    pod_calls_b, 1.0)), -np.inf)
     several_b = base.sum(axis=1) > 1
     drop_b = np.where(several_b[:, None], _first_max(z_b, axis=1), -1)
-    d_wo, vs_wo, sq_calls_wo, sq_w_wo, worst_wo = _fail_side(
+    ex_pp, own_pp, sq_w_fail, worst_wo = _fail_side(
         nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, v_t, acc)
-    tau2_fail = _tau2([(*cohorts[0], worst_wo, np.asarray(canary.any(axis=1))),
-                       (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")[0]
-    vp_wo = tau2_fail * (sq_calls_wo + ratio * ratio * sq_w_wo)
-    log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
-    # One canary pod passes nothing, as it fails nothing: the version shows only across its
-    # pods, and with one the pass rested on τ² from baseline pods that carry a fraction of
-    # its calls, above α in simulation (BENCHMARKS.md D19).
-    log_pass = np.where(pods_c >= 2, log_e_one_sided(-d_all / sd,
-                                                  (vs_all + vs_floor + vp_pass) / sd2, scales),
-                        -np.inf)
+    some_c = np.asarray(canary.any(axis=1))
+    tau2_fail, _, _, dropped = _tau2([(*cohorts[0], worst_wo, some_c),
+                                      (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")
+    # A worst pod the others' spread cannot account for is sick, not the version's: set
+    # aside (out of the window means, τ² and D) and named. The canary keeps its only pod.
+    aside_c = np.where(_outlier(*dropped[0], tau2_fail, v_pool) & (pods_c >= _ASIDE_MIN_PODS),
+                       worst_wo, -1)
+    aside_b = np.where(_outlier(*dropped[1], tau2_fail, v_pool) & (drop_b >= 0)
+                       & (pods_b >= _ASIDE_MIN_PODS), drop_b, -1)
+    tau2_p, df_p, se_p, _ = _tau2([(*cohorts[0], aside_c, some_c),
+                                   (*cohorts[1], aside_b, several_b)], v_pool, acc, "aside")
+    out_b = (aside_b >= 0)[:, None, :]
+    ex_p = np.where(out_b, ex_pp, excess)
+    own_p = np.where(out_b, own_pp, own)
+    n_aside = _pick(pod_calls_c, aside_c)
+    calls_kept = calls_c - n_aside
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep_share = np.where(calls_c > 0, calls_kept / np.where(calls_c > 0, calls_c, 1.0), 0.0)
+    d_p = ex_p.sum(axis=1) - _pick(ex_p, aside_c)
+    vs_p = own_p.sum(axis=1) - _pick(own_p, aside_c)
+    weights_p = (sq_calls - n_aside ** 2
+                 + r_pods * r_pods * np.where(aside_b >= 0, sq_w_fail, sq_w) * keep_share ** 2)
+    # Only the pass, and a canary of one pod, allow for τ² from few pods: a pass is the
+    # claim a gate must not make wrongly, and the fail side of several canary pods already
+    # trims each cohort's worst pod (BENCHMARKS.md D19 has what the allowance cost it).
+    vp_pass, vs_floor = _few_pods(tau2_p, df_p, se_p, weights_p, vs_p, sd2, log_threshold,
+                                  scales)
+    v_pass = (vs_p + vs_floor + vp_pass) / sd2
+    log_pass = log_e_one_sided(-d_p / sd, v_pass, scales)
+
+    # The fail side of several canary pods: every canary pod in, the worst capped where
+    # the others say it stands apart (`_capped`), against window means without the
+    # baseline's worst pod (a sick baseline pod would otherwise mask a regression on every
+    # canary pod); τ² without either worst pod, trimmed alike so equal cohorts stay alike.
+    # Two canary pods leave the worst out instead: the other's bound is too wide a guide
+    # (τ² without either cohort's worst pod has next to no degrees of freedom then), and a
+    # cap near it failed alike pods ±50 % apart in 3 % of rollouts (BENCHMARKS.md D21).
+    d_cap, _ = _capped(ex_pp, pod_calls_c, sd2, tau2_fail)
+    n_w = _pick(pod_calls_c, worst_wo)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share_wo = np.where(calls_c > 0, (calls_c - n_w) / np.where(calls_c > 0, calls_c, 1.0),
+                            0.0)
+    two = pods_c == 2
+    d_wo = np.where(two, ex_pp.sum(axis=1) - _pick(ex_pp, worst_wo), d_cap)
+    vs_wo = own_pp.sum(axis=1) - np.where(two, _pick(own_pp, worst_wo), 0.0)
+    vp_wo = tau2_fail * np.where(
+        two, sq_calls - n_w ** 2 + ratio * ratio * sq_w_fail * share_wo ** 2,
+        sq_calls + ratio * ratio * sq_w_fail)
+    # A canary of one pod is judged as a new pod drawn from the baseline's: its excess
+    # against the spread the baseline's pods show (τ² from them alone, as the one canary
+    # pod adds no degrees of freedom), with the few-pods allowance: a prediction interval
+    # for a new pod (Higgins, Thompson & Spiegelhalter 2009, with a t-type factor for τ²'s
+    # few degrees of freedom as Hartung-Knapp intervals have), the same as its pass's.
+    # It fails only beyond `_ONE_POD_TAIL` τ of the baseline's pods besides: pods' rates
+    # have long upper tails (lognormal), which a spread estimated as a variance
+    # understates, and a new pod at the top of the baseline's spread is not a sick
+    # version. Either side needs `_ONE_POD_BASELINE` baseline pods to measure the spread
+    # a new pod is judged against.
+    one_pod = pods_b >= _ONE_POD_BASELINE
+    # Its spread is every baseline pod's, none set aside: a pod at the top of a long tail
+    # is what a new pod may be too.
+    # While the pods' calls are few, τ² cannot be told from 0: it is taken at an upper
+    # bound (`_ONE_POD_SE` standard errors above it), so that a pod is never judged
+    # against a spread the baseline has not yet had the calls to show.
+    # (The pass takes τ² as estimated, with the few-pods allowance: it measured within α
+    # at twice the tolerance, and the upper bound would cost it several times the calls.)
+    weights_all = sq_calls + r_pods * r_pods * sq_w
+
+    def one_pod_variance(tau2_one: F64) -> F64:
+        vp, floor = _few_pods(tau2_one, df, tau2_se, weights_all, vs_all, sd2,
+                              log_threshold, scales)
+        return (vs_all + floor + vp) / sd2
+
+    log_one = log_e_one_sided((d_all - _ONE_POD_TAIL * np.sqrt(tau2) * calls_c) / sd,
+                              one_pod_variance(tau2 + _ONE_POD_SE * tau2_se), scales)
+    log_pass = np.where(pods_c >= 2, log_pass,
+                        log_e_one_sided(-d_all / sd, one_pod_variance(tau2), scales))
     log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
-                        -np.inf)
+                        np.where(one_pod, log_one, -np.inf))
+    log_pass = np.where((pods_c >= 2) | one_pod, log_pass, -np.inf)
+    log_fail_all = log_e_one_sided(d_all / sd, (vs_all + vp_all) / sd2, scales)
     empty = (calls_b <= 0) | (calls_c <= 0)
     neg = np.full_like(d_all, -np.inf)
     log_fail, log_fail_all, log_pass = (np.where(empty, neg, x)
@@ -526,6 +616,8 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     # Back to each grid: its own looks, its canary pods in their order, `worst` among them.
     rank = np.cumsum(canary, axis=1) - 1
     worst_c = np.where(some, np.take_along_axis(rank, worst, axis=1), 0)
+    aside_rank = np.where(aside_c >= 0, np.take_along_axis(rank, np.maximum(aside_c, 0), axis=1),
+                          -1)
     out = []
     for g in range(g_n):
         k = slice(None) if last_only else slice(0, max(int(cols[g]), 0))
@@ -536,14 +628,31 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
             pods_baseline=pods_b[g, k].astype(np.int64),
             pods_canary=pods_c[g, k].astype(np.int64), excess=excess[g][mine][:, k],
             worst=worst_c[g, k].astype(np.int64),
+            aside_canary=aside_rank[g, k].astype(np.int64),
+            aside_baseline=aside_b[g, k].astype(np.int64),
             log_e_fail=log_fail[g, k], log_e_fail_all=log_fail_all[g, k],
             log_e_pass=log_pass[g, k],
-            d=d_all[g, k] / sd[g, k], v_sampling=(vs_all + vs_floor)[g, k] / sd2[g, k],
+            d=d_p[g, k] / sd[g, k], v_sampling=(vs_p + vs_floor)[g, k] / sd2[g, k],
             v_pods=vp_pass[g, k] / sd2[g, k],
             d_wo=d_wo[g, k] / sd[g, k], v_sampling_wo=vs_wo[g, k] / sd2[g, k],
             v_pods_wo=vp_wo[g, k] / sd2[g, k],
         ))
     return out
+
+
+def _pick(a: F64, pod: I64) -> F64:
+    """a[g, pod[g, t], t] where pod ≥ 0, else 0: `a` (groups, pods, looks)."""
+    got = np.take_along_axis(a, np.maximum(pod, 0)[:, None, :], axis=1)[:, 0]
+    return np.where(pod >= 0, got, 0.0)
+
+
+def _outlier(resid: F64, calls: F64, tau2: F64, v_pool: F64) -> Bool:
+    """Whether a cohort's dropped pod (its residual against the other pods' window means
+    and its calls, from `_tau2`) is worse than sampling and the others' spread τ² account
+    for by more than `_ASIDE_Z` standard errors: a sick pod, not one end of the spread."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(calls > 0, resid / np.sqrt(calls * v_pool + tau2 * calls * calls), 0.0)
+    return np.asarray(z > _ASIDE_Z)
 
 
 def few_pods_factor(df: npt.ArrayLike, v: npt.ArrayLike, log_threshold: float,
@@ -580,15 +689,9 @@ def few_pods_factor(df: npt.ArrayLike, v: npt.ArrayLike, log_threshold: float,
     return np.asarray(np.maximum(factor, 1.0), dtype=np.float64)
 
 
-def one_canary_pod(track: PodTrack) -> bool:
-    """Whether `track`'s last look has at most one canary pod with calls: nothing passes
-    (nor fails) then."""
-    return int(track.pods_canary[-1]) <= 1
-
-
 def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
     """The pod-level decision at every look of `track`: "fail" when E_fail, with the
-    canary's worst pod left out, reaches 1/α (`log_threshold` = log 1/α); else "pass" when
+    canary's worst pod capped, reaches 1/α (`log_threshold` = log 1/α); else "pass" when
     E_pass reaches it; else "inconclusive" (so too while a cohort has no warm calls: its
     e-values are −inf). The one rule: the live verdict takes its last look
     (`probes.stats.metrics.pod_success_rate`), the report's replay every look
@@ -600,23 +703,24 @@ def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
 
 def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, pod_calls_c: F64, base: Bool, drop_b: I64,
                ratio: float, margin: float, v_t: F64, acc: _Acc
-               ) -> tuple[F64, F64, F64, F64, I64]:
-    """The fail direction's D, sampling variance and pods' weights (Σ N_i², Σ W_j²) per
-    group and look, with the baseline pod `drop_b[group, look]` (−1: none) out of the window
-    means and the canary's worst pod (returned, a pod index) out of D; `pod_calls_c` the
-    canary pods' calls summed over the windows. One pass per distinct dropped pod, over the
-    groups that drop it."""
+               ) -> tuple[F64, F64, F64, I64]:
+    """The fail direction's sums with the baseline pod `drop_b[group, look]` (−1: none) out
+    of the window means: each canary pod's excess and sampling variance (groups, pods,
+    looks), the baseline pods' weights Σ W_j² (groups, looks), and the canary pod with the
+    largest excess (its τ² leaves it out); `pod_calls_c` the canary pods' calls summed over
+    the windows. One pass per distinct dropped pod, over the groups that drop it."""
     g_n, looks = drop_b.shape
-    d, vs, sq_calls, sq_w = (np.zeros((g_n, looks)) for _ in range(4))
+    ex_pp = np.zeros(pod_calls_c.shape)
+    own_pp = np.zeros(pod_calls_c.shape)
+    sq_w = np.zeros((g_n, looks))
     worst = np.zeros((g_n, looks), dtype=np.int64)
     n_ct = nc.sum(axis=1)
-    calls_c = pod_calls_c.sum(axis=1)
     for k in acc.drops(drop_b, base.any(axis=0)):
         at = drop_b == k
         g: Any = slice(None) if acc.every_drop else np.flatnonzero(at.any(axis=1))
         at = at[g]
         nb_g, sb_g, nc_g, sc_g = nb[g], sb[g], nc[g], sc[g]
-        n_ct_g, pc_g, cc_g = n_ct[g], pod_calls_c[g], calls_c[g]
+        n_ct_g, pc_g = n_ct[g], pod_calls_c[g]
         keep = base[g].copy()
         if k >= 0:
             keep[:, k] = False
@@ -631,17 +735,34 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, pod_calls_c: F64, base: Bool,
                       ("fail.own", k))
         w = acc.dot(nb_g, n_ct_g * inv_b, ("fail.w", k)) * keep[..., None]
         wc = _first_max(np.where(pc_g > 0, excess, -np.inf), axis=1)
-        n_w = np.take_along_axis(pc_g, wc[:, None, :], axis=1)[:, 0]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            keep_share = np.where(cc_g > 0, (cc_g - n_w) / np.where(cc_g > 0, cc_g, 1.0), 0.0)
-        ex_w = np.take_along_axis(excess, wc[:, None, :], axis=1)[:, 0]
-        own_w = np.take_along_axis(own, wc[:, None, :], axis=1)[:, 0]
-        for out, x in ((d, excess.sum(axis=1) - ex_w), (vs, own.sum(axis=1) - own_w),
-                       (sq_calls, (pc_g ** 2).sum(axis=1) - n_w ** 2),
-                       (sq_w, (w ** 2).sum(axis=1) * keep_share ** 2)):
-            out[g] = np.where(at, x, out[g])
+        ex_pp[g] = np.where(at[:, None, :], excess, ex_pp[g])
+        own_pp[g] = np.where(at[:, None, :], own, own_pp[g])
+        sq_w[g] = np.where(at, (w ** 2).sum(axis=1), sq_w[g])
         worst[g] = np.where(at, wc, worst[g])
-    return d, vs, sq_calls, sq_w, worst
+    return ex_pp, own_pp, sq_w, worst
+
+
+def _capped(excess: F64, calls: F64, sd2: F64, tau2: F64) -> tuple[F64, I64]:
+    """Σ of the canary pods' excesses with the worst pod's (by excess per call) capped at
+    the most any other canary pod plausibly has (its excess per call plus `_CAP_Z` standard
+    errors, sampling and spread), and that pod; (groups, pods, looks) in, (groups, looks) out.
+    A sick pod among healthy ones is set aside this way, while a regression on every pod
+    keeps (nearly) all its evidence: the pod that joined last, with few calls, has a wide
+    bound and caps nothing. The sum is never above the uncapped one."""
+    has = calls > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(has, excess / np.where(has, calls, 1.0), -np.inf)
+        upper = np.where(has, rate + _CAP_Z * np.sqrt(sd2[:, None, :] / np.where(has, calls, 1.0)
+                                                      + tau2[:, None, :]), -np.inf)
+    worst = _first_max(rate, axis=1)
+    others = upper.copy()
+    np.put_along_axis(others, worst[:, None, :], -np.inf, axis=1)
+    cap = others.max(axis=1)
+    r_w = np.take_along_axis(rate, worst[:, None, :], axis=1)[:, 0]
+    n_w = np.take_along_axis(calls, worst[:, None, :], axis=1)[:, 0]
+    with np.errstate(invalid="ignore"):
+        over = np.where(np.isfinite(cap) & np.isfinite(r_w), np.maximum(r_w - cap, 0.0), 0.0)
+    return excess.sum(axis=1) - n_w * over, worst
 
 
 def _few_pods(tau2: F64, df: F64, tau2_se: F64, weights: F64, v_sampling: F64, sd2: F64,
@@ -660,7 +781,7 @@ def _few_pods(tau2: F64, df: F64, tau2_se: F64, weights: F64, v_sampling: F64, s
 
 
 def _tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_pool: F64,
-          acc: _Acc, tag: str) -> tuple[F64, F64, F64]:
+          acc: _Acc, tag: str) -> tuple[F64, F64, F64, list[tuple[F64, F64]]]:
     """DerSimonian–Laird τ² per group and look from each cohort's pods (calls `n`, sums
     `s`: groups × pods × windows, 0 off the cohort; `calls`, `sums` theirs summed over the
     windows, as `acc` sums them; the cohort's pods `members`), each pod measured against its
@@ -671,9 +792,13 @@ def _tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_po
     worst pod rarely changes once data accrues; with a memo every pod of the cohort,
     `members`, is dropped in turn). `tag` names the kept sums. With τ², its degrees of
     freedom (pods counted, less one per cohort) and its standard error were the pods alike
-    (Q's is √(2 df) then)."""
+    (Q's is √(2 df) then), and per cohort the dropped pod's residual against the others'
+    window means and its calls (0 where none is dropped), for `_outliers`."""
     q, df, denom = (np.zeros(v_pool.shape) for _ in range(3))
+    dropped: list[tuple[F64, F64]] = []
     for i, (n, s, calls, sums, members, drop, counts) in enumerate(cohorts):
+        out_resid, out_calls = np.zeros(v_pool.shape), np.zeros(v_pool.shape)
+        dropped.append((out_resid, out_calls))
         n_t, s_t = n.sum(axis=1), s.sum(axis=1)
         if drop is None:
             drop = np.full(v_pool.shape, -1, dtype=np.int64)
@@ -707,13 +832,16 @@ def _tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_po
             q[g] += np.where(at, q_k, 0.0)
             df[g] += np.where(at, np.maximum(kept - 1, 0), 0)
             denom[g] += np.where(at, denom_k, 0.0)
+            if k >= 0:
+                out_resid[g] += np.where(at, resid[:, k], 0.0)
+                out_calls[g] += np.where(at, calls_g[:, k], 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         tau2 = np.where((df > 0) & (denom > 0),
                         np.maximum(0.0, (q / v_pool - df) * v_pool
                                    / np.where(denom > 0, denom, 1.0)), 0.0)
         se = np.where((df > 0) & (denom > 0),
                       np.sqrt(2.0 * df) * v_pool / np.where(denom > 0, denom, 1.0), 0.0)
-    return tau2, df, se
+    return tau2, df, se, dropped
 
 
 def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: float,
@@ -784,11 +912,10 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
     """Per path, the pods × windows grid read from `source` (its `read_endpoint_columns`,
     the SQLite store's) as every reader takes it: from `warmup_s` before `since`, so a pod
     seen then is warm at `since`; `stratum_s` sums windows into coarser strata; windows
-    touching an `exclude` span (an overloaded probe) keep telling when a pod was first seen,
-    not its calls. With `per_pod`, the grids carry the pods' attempts and latency too
+    touching an `exclude` span (late sends) keep their calls but not their latency. With
+    `per_pod`, the grids carry the pods' attempts and latency too
     (`probes.stats.pod_cells`). None when the source keeps no per-pod counts (Prometheus
     series)."""
-
     read = getattr(source, "read_endpoint_columns", None)
     if read is None:
         return None
@@ -815,9 +942,6 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
 def _grids_of(cols: Any, since: float | None, warmup_s: float, length_s: float,
               exclude: Sequence[tuple[float, float]], per_pod: bool) -> dict[str, PodGrid]:
     """`pod_grids` of endpoint columns read for `read_pod_grids`, rows `length_s` long."""
-    from probes.stats.series import overlapping
-
-    out = overlapping(cols.start, length_s, exclude)
     extra = None
     if per_pod:
         from probes.stats.pod_cells import per_pod_of
@@ -825,7 +949,7 @@ def _grids_of(cols: Any, since: float | None, warmup_s: float, length_s: float,
         extra = per_pod_of(cols, length_s, exclude)
     return pod_grids(
         cols.start, cols.path, cols.endpoint, cols.cohort,
-        np.where(out, 0, cols.requests), np.where(out, 0, cols.errors),
+        cols.requests, cols.errors,
         paths=cols.paths, endpoints=cols.endpoints, cohorts=cols.cohorts, since=since,
         warmup_s=warmup_s, started=cols.started, per_pod=extra,
     )

@@ -18,7 +18,7 @@ requests nor as errors: they say nothing about the callee.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,8 @@ import numpy.typing as npt
 from probes._types import Outcome, PathWindow
 from probes.measure.histogram import BUCKET_COUNT
 
-__all__ = ["CohortTotals", "Columns", "PathSeries", "columns", "overlapping", "path_series"]
+__all__ = ["CohortTotals", "Columns", "PathSeries", "columns", "overlapping", "path_series",
+           "without_latency"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -279,3 +280,16 @@ def overlapping(start: npt.NDArray[np.float64], length: npt.NDArray[np.float64] 
     for lo, hi in spans:
         out |= (end > lo) & (start < hi)
     return out
+
+
+def without_latency(cols: Columns, spans: Sequence[tuple[float, float]]) -> Columns:
+    """`cols` with the latency of the windows that overlap any of `spans` left out of what
+    `pool` sums (the probe's sends were late then); their calls, errors, attempts and
+    streams still count. The rule the verdict and the report's replay share."""
+    if not spans:
+        return cols
+    out = overlapping(cols.start, cols.length, spans)
+    if not out.any():
+        return cols
+    pool = cols.pool
+    return replace(cols, pool=lambda group, n: pool(np.where(out, -1, group), n))

@@ -20,11 +20,14 @@ How the windows differ from the store's, and by how much:
   the first scrape after it ended (stamped with the scrape's start): later by up to one
   scrape interval + the call's latency + the probe's lag. Over a span [a, b) the counts
   differ from the store's only by calls intended that long before a and before b.
-- Latency buckets are the exported histogram's (16 per doubling, `DURATION_BUCKETS`), not
-  the store's 64; the table carries them (`latency_edges`) and the p99 test runs on them,
-  conservatively. In a simulation (lognormal latencies, medians 10-500 ms, 20,000 calls
-  per cohort) the former 21 buckets agreed with the store's p99 verdict on 0 of 40 equal
-  cohorts and 4 of 40 x1.6 regressions; 16 per doubling on 40 of 40 in both.
+- Latency buckets are the exported histogram's, not the store's 64 per doubling: 16 per
+  doubling (`PROMETHEUS_DURATION_BUCKETS`) from a probe configured `source: prometheus`,
+  4 (`DURATION_BUCKETS`, BENCHMARKS.md D20) from any other; the table carries them
+  (`latency_edges`) and the p99 test runs on them, conservatively. In a simulation
+  (lognormal latencies, medians 10-500 ms, 20,000 calls per cohort) the former 21 buckets
+  agreed with the store's p99 verdict on 0 of 40 equal cohorts and 4 of 40 x1.6
+  regressions; 16 per doubling on 40 of 40 in both; 4 per doubling passes about half the
+  equal cohorts and fails almost no x1.6 regression (inconclusive instead).
 - `step` must be at least the scrape interval, or windows without a scrape are empty and a
   fresh verdict looks stale (the staleness rule counts in steps).
 - `lag_max_s` is 0 (not exported per path): `health` reads `skewprobe_probe_overloaded`,

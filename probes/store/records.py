@@ -11,7 +11,20 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["Event", "InventoryRow", "InventorySnapshot"]
+__all__ = ["APPEARED_EVENT", "BOOKKEEPING_EVENTS", "PRESENT_EVENT", "RESTART_EVENT",
+           "SETTINGS_EVENT", "Event", "InventoryRow", "InventorySnapshot"]
+
+# What the probe learnt of each pod's start, for its warm-up (`probes.store.starts`): an
+# endpoint (in a cohort) present in the first snapshot of a run, of unknown age; one that
+# appeared later, first seen then; one back on another cohort, a restart seen then.
+PRESENT_EVENT = "present"
+APPEARED_EVENT = "appeared"
+RESTART_EVENT = "restart"
+# How the run judges (`probes.verdict_settings`).
+SETTINGS_EVENT = "settings"
+# The probe's own bookkeeping, not something that happened to the estate: not listed as
+# events in reports (one per endpoint at each start would drown the rest).
+BOOKKEEPING_EVENTS = frozenset({PRESENT_EVENT, APPEARED_EVENT, SETTINGS_EVENT})
 
 
 @dataclass(frozen=True, slots=True)

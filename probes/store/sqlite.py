@@ -52,6 +52,7 @@ from probes.store._schema import (
     migrate,
 )
 from probes.store.records import Event, InventoryRow, InventorySnapshot
+from probes.store.starts import START_EVENTS, START_EVENTS_SQL, known_starts
 from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
@@ -500,10 +501,18 @@ class Store:
                     a, ranges = _strata_rows(conn, where, args, origin, float(stratum_s),
                                              (a_sum, a_count), rows)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
-                cols, ids, started_of = _endpoint_columns(a, names, endpoint_rows)
+                started_of = np.full(max((r[0] for r in endpoint_rows), default=0) + 1, np.nan)
+                for i, _, labels in endpoint_rows:
+                    started_of[i] = _started(labels)
+                # What the probe saw of pods' starts, for rows without a start_time label
+                # (read only if some endpoint has none: Kubernetes' pods all have one).
+                start_events = conn.execute(START_EVENTS_SQL, START_EVENTS).fetchall() if (
+                    len(a) and np.isnan(started_of[a[:, 2].astype(np.int64)]).any()) else []
+                cols, ids = _endpoint_columns(a, names, endpoint_rows, started_of, start_events)
                 if latency and a_sum != "NULL" and len(a):
                     lookups = (*(_positions(i, idx) for i, idx in zip(
-                        ids, (cols.path, cols.endpoint, cols.cohort), strict=True)), started_of)
+                        ids, (cols.path, cols.endpoint, cols.cohort), strict=True)), started_of,
+                        cols.endpoints, cols.cohorts, start_events)
                     chunks = (self._latency_rows(conn.execute(
                         "SELECT latency, start, path_id, endpoint_id, cohort_id FROM"
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
@@ -556,19 +565,22 @@ class Store:
                  per: Any = None) -> EndpointLatency:
         """The records of `blobs` (one a row, or all rows' joined with `per` records a row),
         each at its row's `start` and stored (path, endpoint, cohort) `ids`, indexed by
-        `lookups` (stored id -> name index for each, and stored endpoint id -> start time)."""
+        `lookups` (stored id -> name index for each, stored endpoint id -> start time, and
+        what `known_starts` reads for rows without one)."""
         try:
             ptr, bucket, count = decode_many(blobs, LATENCY)
         except ValueError as exc:
             raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
                                f" ({exc})") from exc
         n = np.diff(ptr) if per is None else per
-        p_lookup, e_lookup, c_lookup, started_of = lookups
+        p_lookup, e_lookup, c_lookup, started_of, endpoints, cohorts, events = lookups
+        endpoint, cohort = e_lookup[ids[:, 1]], c_lookup[ids[:, 2]]
+        started = known_starts(started_of[ids[:, 1]], start, endpoint, cohort, endpoints,
+                               cohorts, events)
         return EndpointLatency(
             start=np.repeat(start, n), path=np.repeat(p_lookup[ids[:, 0]], n),
-            endpoint=np.repeat(e_lookup[ids[:, 1]], n),
-            cohort=np.repeat(c_lookup[ids[:, 2]], n),
-            started=np.repeat(started_of[ids[:, 1]], n),
+            endpoint=np.repeat(endpoint, n), cohort=np.repeat(cohort, n),
+            started=np.repeat(started, n),
             bucket=bucket.astype(np.int64), count=count.astype(np.int64))
 
     def read_endpoint_totals(
@@ -659,6 +671,15 @@ class Store:
                          "SELECT MAX(start + length) FROM path_windows WHERE start + length <= ?",
                          (hi,))
         return None if not row or row[0][0] is None else float(row[0][0])
+
+    def lateness(self, since: float, until: float) -> tuple[float, int]:
+        """Over the path windows that share time with [since, until): the largest send
+        lateness (`lag_max_s`) and how many window starts there are."""
+        row = self._read("read lateness",
+                         "SELECT MAX(lag_max_s), COUNT(DISTINCT start) FROM path_windows"
+                         " WHERE start < ? AND start + length > ?", (until, since))
+        return (0.0 if not row or row[0][0] is None else float(row[0][0]),
+                int(row[0][1]) if row else 0)
 
     def first_window(self, cohort: str, since: float | None = None) -> float | None:
         """Start of the earliest window of `cohort` at or after `since` (None: no data).
@@ -815,11 +836,13 @@ def _summed(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 
 def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],
-                      endpoint_rows: Sequence[tuple[int, str, str]]
-                      ) -> tuple[EndpointColumns, tuple[Any, Any, Any], Any]:
+                      endpoint_rows: Sequence[tuple[int, str, str]], started_of: Any,
+                      start_events: Sequence[tuple[str, str, float, str]]
+                      ) -> tuple[EndpointColumns, tuple[Any, Any, Any]]:
     """The endpoint rows `a` (start, path, endpoint and cohort ids, requests, errors,
-    attempts sum and count, unrecorded) as `EndpointColumns` without latency, the rows'
-    stored (path, endpoint, cohort) ids, and each stored endpoint id's start time."""
+    attempts sum and count, unrecorded) as `EndpointColumns` without latency, and the rows'
+    stored (path, endpoint, cohort) ids; each row's pod start from `started_of` (by stored
+    endpoint id) or else `start_events` (`known_starts`)."""
     endpoint_names = {i: name for i, name, _ in endpoint_rows}
     if len(a):
         start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
@@ -843,15 +866,13 @@ def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],
     path_names, path = index(path_id, names)
     endpoints, endpoint = index(endpoint_id, endpoint_names)
     cohort_names, cohort = index(cohort_id, names)
-    started_of = np.full(max(endpoint_names, default=0) + 1, np.nan)
-    for i, _, labels in endpoint_rows:
-        started_of[i] = _started(labels)
     return EndpointColumns(
         paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
         path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
-        started=started_of[endpoint_id], attempts_sum=attempts_sum,
+        started=known_starts(started_of[endpoint_id], start, endpoint, cohort, endpoints,
+                             cohort_names, start_events), attempts_sum=attempts_sum,
         attempts_count=attempts_count, unrecorded=unrecorded, latency=EndpointLatency.empty(),
-    ), (path_id, endpoint_id, cohort_id), started_of
+    ), (path_id, endpoint_id, cohort_id)
 
 
 def _positions(ids: Any, index: Any) -> Any:

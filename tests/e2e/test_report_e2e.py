@@ -1,8 +1,8 @@
 """The report on a store made by a real run: a fleet on loopback whose new version
 regresses one path, probed by the real runner, which records each pod it sees come back on
 the new version as a `restart` event. The report must find the regressed path, not the
-other one, and say how far the rollout had got (from the probed endpoints: a local fleet
-has no inventory)."""
+other one, and say how far the rollout had got (from the inventory snapshots the run
+records of the fleet's endpoints, one a window at most here)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,9 @@ async def test_report_from_a_real_run(tmp_path: Path) -> None:
     store = str(tmp_path / "run.db")
     min_samples = 100
     written = Windows()
-    runner = probe_runner(http_config(endpoints, rate="40/s", min_samples=min_samples), store,
-                          on_window=written.on_window)
+    config = (http_config(endpoints, rate="40/s", min_samples=min_samples)
+              + "inventory: {snapshot_every: 1s}\n")
+    runner = probe_runner(config, store, on_window=written.on_window)
     async with (
         example_fleet(endpoints, base_host="127.0.0.90", seed=9, notice_s=0.3,
                       namespace="shop") as fleet,
@@ -119,8 +120,8 @@ async def test_report_from_a_real_run(tmp_path: Path) -> None:
         attempts, extra, counted)
     assert attempts["at"] >= checkout["at"]
     assert parse_time(checkout["at"], now=0) > min(e.at for e in restarts)
-    # Two of four pods moved; at the crossing, one or two of the probed endpoints had.
-    assert checkout["share_source"] == "probed endpoints"
+    # Two of four pods moved; at the crossing, one or two of the fleet's endpoints had.
+    assert checkout["share_source"] == "inventory"
     assert 0.2 <= checkout["canary_share"] <= 0.5
     assert paths["catalog"]["first_divergence"] is None
     assert doc["period"]["events"]["restart"] == 2

@@ -79,6 +79,12 @@ def test_zero_rate_and_bad_duration() -> None:
     assert _error(GOOD.replace("timeout: 1s", "timeout: soon")).key == "paths[0].timeout"
 
 
+def test_a_zero_warm_up_turns_it_off_and_other_zero_durations_are_refused() -> None:
+    assert parse_config(GOOD + "verdict: {warmup: 0s}\n").warmup_s == 0.0
+    assert _error(GOOD + "verdict: {warmup: -1s}\n").key == "verdict.warmup"
+    assert _error(GOOD.replace("timeout: 1s", "timeout: 0s")).key == "paths[0].timeout"
+
+
 def test_unknown_protocol() -> None:
     error = _error(GOOD.replace("http: {method: GET, path: /api/checkout}", "ftp: {path: /x}"))
     assert error.key == "paths[0].ftp" and error.line == 9

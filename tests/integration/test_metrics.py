@@ -5,13 +5,21 @@ from __future__ import annotations
 import platform
 import shutil
 import subprocess
+from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.utils import floatToGoString
 
 import probes
 from probes._types import CallOutcome, CallResult, Outcome
-from probes.metrics import OVERALL, ProbeMetrics
+from probes.metrics import (
+    DURATION_BUCKETS,
+    OVERALL,
+    PROMETHEUS_DURATION_BUCKETS,
+    ProbeMetrics,
+)
 from probes.store import InventoryRow
 
 
@@ -120,16 +128,57 @@ def test_values_after_observing_results(reg: CollectorRegistry) -> None:
     assert v("skewprobe_stream_message_gap_seconds_count", watch) == 1
 
 
-def test_duration_buckets_span_1ms_to_30s(reg: CollectorRegistry) -> None:
-    exercised(reg)
-    les = [
+def _les(reg: CollectorRegistry) -> list[str]:
+    return [
         s.labels["le"]
         for fam in reg.collect() if fam.name == "skewprobe_request_duration_seconds"
         for s in fam.samples
         if s.name.endswith("_bucket") and s.labels["cohort"] == "1.20.3"
         and s.labels["path"] == "checkout"
     ]
-    assert les[0] == "0.001" and les[-2] == "30.0" and les[-1] == "+Inf"
+
+
+def test_duration_buckets_span_2ms_to_30s_within_the_p99_tolerance(
+        reg: CollectorRegistry) -> None:
+    exercised(reg)
+    les = _les(reg)
+    assert les[0] == "0.002" and les[-3:] == ["10.0", "30.0", "+Inf"]
+    edges = [float(x) for x in les[:-2]]  # up to 10 s: every bucket inside x1.2
+    assert max(b / a for a, b in pairwise(edges)) < 1.202
+    for le in ("0.005", "0.01", "0.1", "0.5", "1.0"):  # the usual SLO thresholds exist
+        assert le in les
+
+
+def test_metrics_are_about_5_kb_per_path_and_cohort() -> None:
+    """4 paths × 2 cohorts, every per-call series present: at most 5.2 KB each by default,
+    (22 KB with the buckets a probe judging from Prometheus exports)."""
+    sizes = {}
+    for name, buckets in (("default", DURATION_BUCKETS), ("fine", PROMETHEUS_DURATION_BUCKETS)):
+        reg = CollectorRegistry()
+        m = ProbeMetrics(reg, duration_buckets=buckets)
+        empty = len(generate_latest(reg))
+        for path in ("checkout", "catalog", "echo", "health"):
+            for cohort in ("1.20.3", "1.21.0"):
+                m.observe(result(CallOutcome(Outcome.OK, 200, attempts=1), path=path,
+                                 cohort=cohort))
+                m.observe(result(CallOutcome(Outcome.HTTP_5XX, 503), path=path, cohort=cohort))
+                m.set_verdict(path, "pass")
+        sizes[name] = (len(generate_latest(reg)) - empty) / 8
+    assert sizes["default"] <= 5200 < 20_000 < sizes["fine"], sizes
+
+
+def test_a_probe_judging_from_prometheus_exports_16_buckets_per_doubling(
+        tmp_path: Path) -> None:
+    from probes.config import parse_config
+    from probes.runner import ProbeRunner, RunOptions
+    from tests.servers.probe_run import discard_config
+
+    text = discard_config() + "source: prometheus\nprometheus: {url: http://127.0.0.1:9}\n"
+    for config, buckets in ((discard_config(), DURATION_BUCKETS),
+                            (text, PROMETHEUS_DURATION_BUCKETS)):
+        runner = ProbeRunner(parse_config(config), RunOptions(str(tmp_path / "p.db")))
+        runner.metrics.observe(result(CallOutcome(Outcome.OK, 200)))
+        assert _les(runner.registry) == [*map(floatToGoString, buckets), "+Inf"]
 
 
 def test_verdict_is_one_hot(reg: CollectorRegistry) -> None:

@@ -14,6 +14,7 @@ from probes._exceptions import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, BadInput, Store
 from probes._timeparse import rfc3339
 from probes.report.cli import add_report_parser, parse_range, run_report, write_report
 from tests.servers.report_store import EARLIER, T0, build
+from tests.servers.tiny_disk import on_tiny_disk
 
 SPAN = (T0, T0 + 600.0)
 
@@ -99,3 +100,22 @@ def test_ranges_accept_days_relative_and_rfc3339() -> None:
     assert parse_range("-14d..-13d", now) == (now - 14 * 86400, now - 13 * 86400)
     assert parse_range(f"{rfc3339(T0)}..now", now) == (T0, now)
     assert parse_range("-90m..-30m", now) == (now - 5400, now - 1800)
+
+
+def test_a_full_disk_writes_no_report_file(store: Path, tmp_path: Path) -> None:
+    """Written to a disk with room for some of the files but not all: none is left, not even
+    a temporary one, and the error is one line (an output that cannot be written: exit 2)."""
+    whole = write_report(str(store), tmp_path / "whole", since=SPAN[0], until=SPAN[1])
+    sizes = sorted(p.stat().st_size for p in (whole.html, whole.markdown, whole.json))
+    # Room for all but the largest file (tmpfs counts whole 4 KiB pages).
+    room_kib = sum(-(-n // 4096) * 4 for n in sizes[:-1]) + 4
+    assert room_kib * 1024 < sum(sizes), "the files are too small to fill the disk between"
+    mnt = tmp_path / "mnt"
+    done = on_tiny_disk(mnt, room_kib, [
+        sys.executable, "-m", "probes.report.cli", "--store", str(store),
+        "--from", rfc3339(SPAN[0]), "--to", rfc3339(SPAN[1]), "--out", str(mnt / "r")],
+        after=f'echo "left: $(ls -A "{mnt}/r")"')
+    assert done.returncode == EXIT_BAD_INPUT, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "cannot write" in done.stderr and "No space left on device" in done.stderr
+    assert done.stdout.strip() == "left:"

@@ -12,6 +12,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ import numpy as np
 
 from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT
+from probes.runner import ProbeRunner
 from probes.store import Store
+from probes.verdict_service import JudgingSettings, verdict_from_source
 from tests.servers.ports import free_port
 from tests.servers.probe_run import Windows, example_fleet, probe_runner, running
 
@@ -67,14 +70,21 @@ def write_history(db: Path, until: float) -> None:
             store.write(paths, cells)
 
 
-async def cli_verdict(db: Path, config_file: Path) -> dict[str, Any]:
+async def cli_verdict(db: Path, config_file: Path | None) -> dict[str, Any]:
+    """`skewprobe verdict --store --json` (with `--config` if given) in its own process: the
+    verdict JSON without the `settings` it adds, once checked to say where they came from
+    (the config, else what `run` recorded in the store, said on stderr too)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "probes.cli", "verdict", "--store", str(db), "--json",
-        "--config", str(config_file),
+        *(["--config", str(config_file)] if config_file is not None else []),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     assert proc.returncode in (0, 1, 3), err.decode()
     result: dict[str, Any] = json.loads(out)
+    settings = result.pop("settings")
+    assert settings["from"] == ("config" if config_file is not None else "store"), settings
+    if config_file is None:
+        assert "verdict settings from the store" in err.decode(), err.decode()
     return result
 
 
@@ -82,26 +92,28 @@ def overloaded(*verdicts: dict[str, Any]) -> bool:
     return any(r.startswith("probe overloaded") for v in verdicts for r in v["reasons"])
 
 
-async def test_the_running_probes_verdict_is_the_stores_as_windows_arrive(
-    tmp_path: Path,
-) -> None:
-    db = tmp_path / "probe.db"
-    write_history(db, time.time())
-    endpoints = tmp_path / "endpoints.json"
-    config_file = tmp_path / "probe.yaml"  # the same window, warm-up and min_samples
-    config_file.write_text(config(endpoints))
+async def served_and_cli(
+    db: Path, endpoints: Path, text: str, config_file: Path | None, *, seed: int, tries: int,
+    ready: Callable[[Windows], bool] = lambda _: True,
+    inspect: Callable[[ProbeRunner], Any] = lambda _: None,
+) -> tuple[list[dict[str, Any]], Windows, Any]:
+    """Up to two verdicts that the running probe's `GET /verdict` and `cli_verdict` gave
+    alike on the same store (a fleet with two of four pods on the new version, the probe
+    run from config `text`), asked after each window once `ready`; the windows written,
+    and what `inspect` read of the runner while it ran."""
     host = f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.1"
     listen = f"127.0.0.1:{free_port()}"
     windows = Windows()
     compared: list[dict[str, Any]] = []
-    async with example_fleet(endpoints, base_host=host, seed=15, notice_s=0.1) as fleet:
+    async with example_fleet(endpoints, base_host=host, seed=seed, notice_s=0.1) as fleet:
         await fleet.restart(0, NEW)
         await fleet.restart(1, NEW)
-        runner = probe_runner(config(endpoints), str(db), listen=listen,
-                              on_window=windows.on_window)
+        runner = probe_runner(text, str(db), listen=listen, on_window=windows.on_window)
         async with running(runner, stop_within_s=30), httpx.AsyncClient() as client:
-            for _ in range(TRIES):
+            for _ in range(tries):
                 await windows.next()
+                if not ready(windows):
+                    continue
                 before = runner.windows_written
                 served = (await client.get(f"http://{listen}/verdict", timeout=60)).json()
                 fresh = await cli_verdict(db, config_file)
@@ -115,12 +127,56 @@ async def test_the_running_probes_verdict_is_the_stores_as_windows_arrive(
                 compared.append(served)
                 if len(compared) == 2:
                     break
-            cache = runner.verdict_cache
-            assert cache is not None
-            pooled = cache._windows
+            seen = inspect(runner)
+    return compared, windows, seen
+
+
+async def test_the_running_probes_verdict_is_the_stores_as_windows_arrive(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "probe.db"
+    write_history(db, time.time())
+    endpoints = tmp_path / "endpoints.json"
+    config_file = tmp_path / "probe.yaml"  # the same window, warm-up and min_samples
+    config_file.write_text(config(endpoints))
+    compared, _, pooled = await served_and_cli(
+        db, endpoints, config(endpoints), config_file, seed=15, tries=TRIES,
+        inspect=lambda runner: runner.verdict_cache._windows)
     assert len(compared) == 2, f"a window arrived during every one of {TRIES} comparisons"
     assert compared[0]["canary"] == NEW and compared[0]["baseline"] == OLD
     assert compared[0]["window"] != compared[1]["window"]  # new windows in between
     assert any("pods" in p["metrics"].get("success_rate", {}) for p in compared[1]["paths"])
     # What was compared was read from pooled windows, not a day of rows.
     assert pooled is not None and len(pooled.sealed.start) < HISTORY_WINDOWS
+
+
+# Not the defaults: a looser success rate and attempts, a smaller min_samples, another α.
+LOOSE = ("verdict: {min_samples: 30, warmup: 1s, alpha: 0.05,\n"
+         "          tolerances: {success_rate_drop_pp: 5, attempts_ratio: 3}}\n")
+
+
+async def test_verdict_from_the_store_alone_judges_with_the_settings_the_run_recorded(
+    tmp_path: Path,
+) -> None:
+    # `run` with non-default tolerances; `skewprobe verdict --store` without --config gives
+    # the verdict the running probe's `GET /verdict` gave (issue 31, point 5). 1.21.0 fails
+    # 1 pp more of checkout's calls with twice the attempts: a fail by default, within
+    # these tolerances.
+    db = tmp_path / "probe.db"
+    endpoints = tmp_path / "endpoints.json"
+    text = config(endpoints).replace("verdict: {min_samples: 50, warmup: 1s}\n", LOOSE)
+    assert LOOSE in text
+    compared, windows, _ = await served_and_cli(
+        db, endpoints, text, None, seed=16, tries=TRIES + 4,
+        # the canary's first windows: nothing to judge yet
+        ready=lambda w: w.requests["checkout", NEW] >= 60)
+    assert len(compared) == 2, f"no two comparisons in {TRIES + 4} windows"
+    checkout = next(p for p in compared[-1]["paths"] if p["path"] == "checkout")
+    success = checkout["metrics"]["success_rate"]
+    assert success["tolerance"]["max_drop_pp"] == 5.0
+    assert checkout["metrics"]["attempts_per_request"]["tolerance"]["max_ratio"] == 3.0
+    # The same store judged with the built-in settings (what the command did before).
+    with Store.open(db, readonly=True) as s:
+        defaults = verdict_from_source(s, JudgingSettings(), now=windows.latest_end + 0.5)
+    [by_default] = [p for p in defaults["paths"] if p["path"] == "checkout"]
+    assert by_default["metrics"]["success_rate"]["tolerance"]["max_drop_pp"] == 0.1

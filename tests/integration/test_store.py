@@ -6,7 +6,6 @@ import gc
 import json
 import os
 import selectors
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -24,6 +23,7 @@ from probes._types import CallOutcome, CallResult, EndpointWindow, Outcome, Path
 from probes.measure.histogram import BUCKET_COUNT, Histogram
 from probes.measure.window import WindowAggregator
 from probes.store import Event, InventoryRow, Store
+from tests.servers.tiny_disk import on_tiny_disk
 
 
 def window(
@@ -383,16 +383,8 @@ def _check_full(out: str) -> None:
 
 def test_full_disk_raises_store_error_on_a_tiny_tmpfs(tmp_path: Path) -> None:
     mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if shutil.which("unshare") is None:
-        pytest.skip("unshare(1) is not installed, so no private tmpfs can be mounted")
-    script = 'mount -t tmpfs -o size=512k tmpfs "$1" && exec "$2" -c "$3" "$1/s.db"'
-    proc = subprocess.run(
-        ["unshare", "--mount", "sh", "-c", script, "sh", str(mnt), sys.executable, _CHILD_FILLER],
-        capture_output=True, text=True, timeout=60,
-    )
-    if proc.returncode != 0 and not proc.stdout:
-        pytest.skip(f"cannot mount a private tmpfs here: {proc.stderr.strip()[:200]}")
+    proc = on_tiny_disk(mnt, 512, [sys.executable, "-c", _CHILD_FILLER, str(mnt / "s.db")],
+                        timeout_s=60)
     assert proc.returncode == 0, proc.stderr
     _check_full(proc.stdout)
 

@@ -9,14 +9,14 @@ from probes.measure.window import WindowAggregator
 from probes.store import Store
 
 
-def store_with_a_failing_canary(path: Path, now: float) -> None:
-    """Ten minutes of windows on three pods per cohort: the canary fails one call in five,
-    the baseline none (one canary pod could not fail a version)."""
+def store_with_a_failing_canary(path: Path, now: float, *, failing: bool = True) -> None:
+    """Ten minutes of windows on three pods per cohort: the canary fails one call in five
+    (none with `failing` False), the baseline none."""
     agg = WindowAggregator(length_s=10.0, grace_s=0.0)
     start = (now // 10) * 10 - 600
     for i in range(6000):
         t = start + i * 0.1
-        for cohort, bad in (("1.20.3", False), ("1.21.0", i % 5 == 0)):
+        for cohort, bad in (("1.20.3", False), ("1.21.0", failing and i % 5 == 0)):
             outcome = CallOutcome(Outcome.HTTP_5XX if bad else Outcome.OK, 200)
             agg.add(CallResult("checkout", f"pod-{cohort}-{i % 3}", cohort, t, 0.01, 0.0,
                                outcome))

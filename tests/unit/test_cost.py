@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from probes._spec import GrpcSpec, HttpSpec, PathSpec, StreamSpec
+from probes._spec import GrpcSpec, HttpSpec, PathSpec, RelaySpec, StreamSpec
 from probes.measure.cost import (
     CPU_S_PER_CALL,
     CPU_S_PER_STREAM_HOUR,
@@ -30,12 +30,15 @@ def _paths() -> list[PathSpec]:
         PathSpec("echo", 1.0, 1.0, grpc=GrpcSpec(method="/pkg.S/Echo")),
         PathSpec("health", 1.0, 1.0, grpc=GrpcSpec(health_service="")),
         PathSpec("feed", 1.0, 1.0, stream=StreamSpec(per_endpoint=2)),
+        PathSpec("relay", 1.0, 1.0, relay=RelaySpec("catalog")),
+        PathSpec("relay-h2", 1.0, 1.0, relay=RelaySpec("catalog", version="2")),
     ]
 
 
 def test_each_kind_of_path_has_its_protocol_row() -> None:
     assert [protocol_of(p) for p in _paths()] == [
-        "HTTP/1.1", "HTTP/1.1", "HTTP/2", "gRPC unary", "gRPC health", "held streams"]
+        "HTTP/1.1", "HTTP/1.1", "HTTP/2", "gRPC unary", "gRPC health", "held streams",
+        "relay HTTP/1.1", "relay HTTP/2"]
     assert set(CPU_S_PER_CALL) == {protocol_of(p) for p in _paths()} - {"held streams"}
 
 
@@ -58,6 +61,18 @@ def test_calls_per_protocol_times_cpu_per_call_is_the_core_share() -> None:
     assert f"total {want:.2f} of the 1 core one probe can use (2 CPUs here" in line
     # Paths without endpoints cost nothing and are not listed.
     assert dict(estimate(_paths(), {"h1": 10.0}, {}, cpus=1).calls_per_s) == {"HTTP/1.1": 10.0}
+
+
+def test_relay_calls_are_counted_by_the_version_the_relay_pods_are_asked_in() -> None:
+    # A config of relay paths only said "no calls" (issue 33).
+    relay = [p for p in _paths() if p.relay is not None]
+    cost = estimate(relay, {"relay": 800.0, "relay-h2": 200.0}, {}, cpus=2)
+    assert dict(cost.calls_per_s) == {"relay HTTP/1.1": 800.0, "relay HTTP/2": 200.0}
+    want = 800 * CPU_S_PER_CALL["relay HTTP/1.1"] + 200 * CPU_S_PER_CALL["relay HTTP/2"]
+    assert cost.total_cores == pytest.approx(want)
+    line = cost.line()
+    assert "no calls" not in line
+    assert f"relay HTTP/1.1 800 calls/s × {CPU_S_PER_CALL['relay HTTP/1.1'] * 1e3:.3f} ms" in line
 
 
 def test_above_one_core_warns_and_says_how_many_shards() -> None:

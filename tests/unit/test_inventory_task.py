@@ -88,3 +88,35 @@ def test_snapshots_when_counts_change_at_most_every_every_s(tmp_path: Path) -> N
         source.now = _state(171.0, 1)
         task.snapshot(force=True)  # changed: forced past every_s (shutdown)
         assert [s.at for s in store.read_inventory()] == [100.0, 170.0, 171.0]
+
+
+def test_static_and_file_endpoints_are_snapshotted_as_pods(tmp_path: Path) -> None:
+    """Without Kubernetes, the endpoints probed stand for the pods: grouped by namespace,
+    workload (service label, else the endpoint) and the cohort label, written when the
+    counts change."""
+    from probes._inventory_task import EndpointInventory, endpoint_rows
+    from probes._types import Endpoint
+
+    def ep(name: str, version: str | None) -> Endpoint:
+        labels = {"namespace": "demo", "service": "checkout"}
+        if version is not None:
+            labels["proxy_version"] = version
+        return Endpoint(name, "127.0.0.1", 1, labels)
+
+    endpoints = [ep("a", "1.20.3"), ep("b", "1.20.3"), ep("c", "1.21.0"),
+                 Endpoint("etcd-0", "127.0.0.1", 2379)]
+    rows = endpoint_rows(endpoints, "proxy_version", now=0.0)
+    assert [(r.namespace, r.workload, r.proxy_version, r.pods) for r in rows] == [
+        ("", "etcd-0", "unknown", 1), ("demo", "checkout", "1.20.3", 2),
+        ("demo", "checkout", "1.21.0", 1)]
+    inventory = EndpointInventory(Config(source="store", paths=()),
+                                  ProbeMetrics(CollectorRegistry()), lambda: endpoints)
+    with Store.open(tmp_path / "s.db") as store:
+        inventory.store = store
+        inventory.snapshot(force=False)
+        inventory.snapshot(force=True)  # no change: nothing more written
+        endpoints[2] = ep("c", "1.20.3")
+        inventory.snapshot(force=True)
+        snapshots = store.read_inventory()
+    assert [sorted((r.proxy_version, r.pods) for r in s.rows) for s in snapshots] == [
+        [("1.20.3", 2), ("1.21.0", 1), ("unknown", 1)], [("1.20.3", 3), ("unknown", 1)]]

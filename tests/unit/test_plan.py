@@ -15,6 +15,7 @@ from probes.plan import (
     plan_steps,
     workload_history,
 )
+from probes.plan_format import format_text
 from probes.store.records import InventoryRow, InventorySnapshot
 
 ONE = SkewPolicy(behind=1, ahead=0)
@@ -83,6 +84,26 @@ def test_pods_already_outside_restart_first_and_unknown_versions_are_not_planned
     # a patch move: the control plane, then every pod below the target
     assert [s["kind"] for s in plan["steps"][1:]] == ["control_plane", "restart"]
     assert plan["steps"][2]["pods"] == 12 and plan["point_of_no_return"] is None
+
+
+def test_a_workload_on_two_versions_is_listed_once_with_its_pods_per_version() -> None:
+    """Live pods come one PlanPods each: a workload half-way through a restart has pods on
+    two versions, and the point of no return names it once (it repeated it per version)."""
+    ledger = [PlanPods("legacy", "replicaset/ledger-1b2c", v, names=(f"ledger-1b2c-{i}",))
+              for i, v in enumerate(("1.22.0", "1.22.1", "1.22.1"))]
+    pods = [*ledger, PlanPods("shop", "deployment/app", "1.22.1", pods=4)]
+    plan = build_plan(_input(pods=tuple(pods), control_plane="1.22.1"), PlanSettings("1.23.0"))
+    unsupported = plan["point_of_no_return"]["unsupported"]
+    assert unsupported["workloads"] == [
+        {"namespace": "legacy", "workload": "replicaset/ledger-1b2c", "pods": 3,
+         "versions": {"1.22.0": 1, "1.22.1": 2},
+         "names": ["ledger-1b2c-0", "ledger-1b2c-1", "ledger-1b2c-2"]},
+        {"namespace": "shop", "workload": "deployment/app", "pods": 4,
+         "versions": {"1.22.1": 4}, "names": []}]
+    text = format_text(plan)
+    assert ("unsupported if the control plane moved back to 1.22.1: 7 pods: legacy/replicaset/"
+            "ledger-1b2c (1.22.0: 1, 1.22.1: 2), shop/deployment/app (1.22.1: 4)") in text
+    assert text.count("ledger-1b2c") == 1
 
 
 @pytest.mark.parametrize("target,match", [

@@ -3,9 +3,11 @@ they say, and that the first divergence is exactly where `judge` first says fail
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
+import sqlite3
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,15 @@ import pytest
 
 from probes._spec import DEFAULT_WARMUP_S
 from probes._timeparse import parse_time
+from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
+from probes.report._collect import collect
 from probes.report._grid import MAX_LOOKS, MAX_POINTS, choose_grid
+from probes.report._settings import Settings
 from probes.report.cli import ReportFiles, write_report
+from probes.report.model import _late_sends
 from probes.stats.pods import pod_grids
-from probes.store import Store
+from probes.stats.series import overlapping
+from probes.store import Event, Store
 from probes.verdict import judge
 from tests.servers.probe_run import http_config
 from tests.servers.report_store import (
@@ -401,3 +408,54 @@ def test_the_config_sets_the_warm_up(store: Path, tmp_path: Path) -> None:
     assert band["calls"] == _path(doc, "checkout")["success_rate_per_pod"]["pods"]["warmup"][
         "calls"]
     assert "warm-up (first 1 min of each pod)" in files.markdown.read_text()
+
+
+def test_the_probed_share_counts_only_endpoints_with_a_version() -> None:
+    """Three checkout pods on 1.20.3, three on 1.21.0 and an etcd endpoint without the
+    cohort label: half the pods are on 1.21.0 (not 3 of 7, 43 %); etcd is counted apart."""
+    from probes.report._endpoints import EndpointTotal
+    from probes.report._grid import TimeGrid
+    from probes.report._rollout import from_endpoints
+
+    def total(endpoint: str, cohort: str) -> EndpointTotal:
+        return EndpointTotal(0.0, "checkout", endpoint, cohort, "shop", endpoint, 10, 0)
+
+    totals = [total(f"old-{i}", "1.20.3") for i in range(3)]
+    totals += [total(f"new-{i}", "1.21.0") for i in range(3)] + [total("etcd-0", "unknown")]
+    rollout = from_endpoints(totals, TimeGrid(0.0, 60.0, 1, 1))
+    assert rollout.versions == ("1.20.3", "1.21.0")
+    assert rollout.share_at("1.21.0", 0.0) == 0.5
+    assert rollout.pods.tolist() == [6.0] and rollout.unversioned.tolist() == [1.0]
+
+
+def test_the_replay_leaves_late_sends_out_of_latency_as_the_verdict_does(
+    tmp_path: Path,
+) -> None:
+    # The probe was overloaded for a minute from T0 + 5 min, its sends 40 ms late: the
+    # report's figures leave that minute's latency out (as the verdict's p99 does), and
+    # keep its calls and errors.
+    db = build(tmp_path / "late.db", minutes=10.0, earlier=False)
+    declared, cleared = T0 + 330, T0 + 390
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE path_windows SET lag_max_s = 0.04 WHERE start >= ? AND start < ?",
+                     (T0 + 300, cleared))
+    with Store.open(db) as s:
+        s.write_events([Event(OVERLOAD_EVENT, declared, detail={"reason": "late"}),
+                        Event(OVERLOAD_EVENT, cleared, detail={"reason": None})])
+    with Store.open(db, readonly=True) as s:
+        late = _late_sends(s, T0, T0 + 600, None, Settings())
+        # The span starts the rule's horizon before the event that declared it.
+        assert late["exclude"] == [(declared - OVERLOAD_WINDOWS * late["window_s"], cleared)]
+        kept, full = collect(s, T0, T0 + 600, None, **late), collect(s, T0, T0 + 600, None)
+        windows = s.read_windows(since=T0, until=T0 + 600)
+    out = overlapping(np.array([w.start for w in windows]), late["window_s"], late["exclude"])
+    left_out = sum(sum(w.latency) for w, o in zip(windows, out, strict=True) if o)
+    assert left_out > 0
+    assert full.pooled.latency.sum() - kept.pooled.latency.sum() == left_out
+    assert np.array_equal(full.pooled.requests, kept.pooled.requests)
+    assert np.array_equal(full.pooled.errors, kept.pooled.errors)
+    # With a margin that the lateness is a small share of, nothing is left out.
+    loose = Settings(tolerances=dataclasses.replace(Settings().tolerances,
+                                                    latency_p99_margin_ms=100.0))
+    with Store.open(db, readonly=True) as s:
+        assert _late_sends(s, T0, T0 + 600, None, loose)["exclude"] == []

@@ -91,9 +91,15 @@ def test_healthy_canaries_fail_at_most_alpha() -> None:
     assert fails <= binom.ppf(1 - 1e-6, rollouts, ALPHA)
 
 
-def test_a_one_pod_canary_fails_nothing() -> None:
+def test_a_one_pod_canary_fails_when_slower_than_the_baseline_pods_allow() -> None:
+    # One canary pod 3x slower than six alike baseline pods is beyond any spread they show
+    # (it is judged as a new pod against them); one like them, or within their ±30 %
+    # spread, is not.
     rng = np.random.default_rng(14)
-    assert last_look(estate(rng, [1.0] * 6 + [3.0]), 1) == -np.inf
+    assert last_look(estate(rng, [1.0] * 6 + [3.0]), 1) >= THR
+    assert last_look(estate(rng, [1.0] * 7), 1) < THR
+    base = [0.7, 0.82, 0.94, 1.06, 1.18, 1.3]
+    assert last_look(estate(rng, [*base, 1.3]), 1) < THR
 
 
 def test_a_healthy_canary_on_pods_alike_passes() -> None:

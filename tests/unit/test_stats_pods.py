@@ -354,25 +354,26 @@ def one_canary_pod_verdict(rates: list[float], canary: list[bool], rng: np.rando
         "1.20", "1.21", Tolerances(), 0.01, 10.0)
 
 
-def test_one_canary_pod_never_passes_and_says_why() -> None:
-    # One pod cannot show a version within tolerance across its pods, as it cannot show it
-    # worse: a canary pod with no errors against baseline pods at 2 % may be the faster
-    # pod. With one pod against one the spread is not even measured.
+def test_a_canary_of_one_pod_fails_far_outside_the_baseline_and_passes_within_it() -> None:
+    # One canary pod is judged as a new pod against the spread the baseline's pods show:
+    # +3 pp on a pod whose baseline pods sit at 0.05-0.07 % fails (30x the 0.1 pp tolerance),
+    # and names the pod with what would tell pod from version; a pod like the baseline's
+    # passes; a pod just inside the baseline's own spread does neither yet.
     rng = np.random.default_rng(5)
-    for baseline in (1, 4):
-        n, s, canary = grid(rng, [0.02] * baseline + [0.0], [False] * baseline + [True], 120,
-                            calls=200)
-        track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR)
-        assert (track.log_e_pass == -np.inf).all()
-        assert pods_module.one_canary_pod(track)
-        verdict = one_canary_pod_verdict([0.02] * baseline + [0.0],
-                                         [False] * baseline + [True], rng)
-        assert verdict.verdict == "inconclusive"
-        assert "a second canary pod would decide" in verdict.reason
-        assert verdict.needs == {"calls": None, "seconds": None}
-    # A second canary pod, agreeing with the first: the version passes.
-    two = one_canary_pod_verdict([0.02] * 4 + [0.0] * 2, [False] * 4 + [True] * 2, rng)
-    assert two.verdict == "pass"
+    rates_b = [0.0005, 0.0006, 0.0007, 0.0005, 0.0006, 0.0007, 0.0006]
+    flags = [False] * len(rates_b) + [True]
+    sick = one_canary_pod_verdict([*rates_b, 0.03], flags, rng)
+    assert sick.verdict == "fail"
+    assert "the canary's one pod pod-7" in sick.reason
+    assert "restart pod-7, or add a canary pod, to tell" in sick.reason
+    healthy = one_canary_pod_verdict([*rates_b, 0.0006], flags, rng)
+    assert healthy.verdict == "pass"
+    assert "within the baseline's pods" in healthy.reason
+    # With one baseline pod there is no spread to judge a new pod against: neither side
+    # claims what it cannot measure, and the pass's allowance keeps it undecided.
+    n, s, canary = grid(rng, [0.001, 0.0], [False, True], 120, calls=200)
+    track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR)
+    assert pods_module.pod_states(track, LOG_THR)[-1] != "fail"
 
 
 def test_the_few_pods_allowance_is_the_pass_sides_only() -> None:
@@ -411,3 +412,27 @@ def test_a_small_estate_whose_pods_agree_is_told_how_far_a_pass_is() -> None:
     assert early.verdict == "inconclusive" and early.needs["calls"] is not None
     assert "not enough evidence yet; a pass needs about" in early.reason
     assert verdict(480).verdict == "pass"
+
+
+def test_a_sick_pod_in_either_cohort_is_set_aside_and_the_version_judged_on_the_rest() -> None:
+    # Eight baseline pods and four canary pods at 0.1 %, alike; one pod at 10x in one
+    # cohort. Its spread would otherwise be the whole τ² and keep a healthy canary from
+    # ever passing; set aside, the rest pass, and the pod is named. Without it, nothing
+    # is set aside.
+    rng = np.random.default_rng(8)
+    flags = [False] * 8 + [True] * 4
+    for sick, who in ((9, "canary"), (2, "baseline")):
+        rates = [0.001] * 12
+        rates[sick] = 0.01
+        n, s, canary = grid(rng, rates, flags, 360, calls=200)
+        track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR, last_only=True)
+        assert pods_module.pod_states(track, LOG_THR)[-1] == "pass"
+        if who == "canary":
+            assert int(track.aside_canary[-1]) == sick - 8
+            assert int(track.aside_baseline[-1]) == -1
+        else:
+            assert int(track.aside_baseline[-1]) == sick
+            assert int(track.aside_canary[-1]) == -1
+    n, s, canary = grid(rng, [0.001] * 12, flags, 360, calls=200)
+    track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR)
+    assert (track.aside_canary == -1).all() and (track.aside_baseline == -1).all()

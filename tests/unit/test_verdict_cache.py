@@ -36,9 +36,15 @@ def moved(pod: int, t: float) -> bool:
     return pod < 3 and t >= T0 + 60 * (2 + 3 * pod)
 
 
+def lag_at(k: int) -> float:
+    """How late the probe's sends were in window k: 40 ms (more than half the p99 margin)
+    around the overload spans the tests declare, so those spans leave p99 out."""
+    return 0.04 if 55 <= k < 66 or 100 <= k < 126 else 0.001
+
+
 def windows_at(k: int, rng: np.random.Generator, *, labels: dict[str, dict[str, str]] | None = None,
                bump: int = 0) -> tuple[list[PathWindow], list[EndpointWindow]]:
-    t = T0 + k * W
+    t, lag = T0 + k * W, lag_at(k)
     paths, cells = [], []
     for path in PATHS:
         per: dict[str, list[EndpointWindow]] = {OLD: [], NEW: []}
@@ -68,6 +74,7 @@ def windows_at(k: int, rng: np.random.Generator, *, labels: dict[str, dict[str, 
                 start=t, length=W, path=path, cohort=cohort,
                 outcomes={"ok": n - e, "http_5xx": e}, latency=tuple(int(x) for x in lat),
                 attempts_sum=sum(c.attempts_sum for c in mine), attempts_count=n,
+                lag_max_s=lag,
             ))
             cells += mine
     return paths, cells
@@ -189,7 +196,7 @@ def test_an_overload_span_reaching_into_pooled_windows_is_left_out_alike(estate:
                         Event(OVERLOAD_EVENT, T0 + 66 * W, detail={"reason": None})])
     warm, cold = verdicts(db, cache, now)
     assert warm == cold
-    assert any("overloaded" in r for r in warm["reasons"])
+    assert any("left out of p99" in r for r in warm["reasons"]), warm["reasons"]
     assert cache.reads_afresh["windows"] > before
     for k in range(100, 120):  # and one that is still open
         store.write(*windows_at(k, rng))

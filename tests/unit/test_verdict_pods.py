@@ -14,11 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from probes._timeparse import rfc3339
 from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT, index_of
-from probes.store import Store
+from probes.measure.overload import OVERLOAD_EVENT
+from probes.store import APPEARED_EVENT, PRESENT_EVENT, RESTART_EVENT, Event, Store
 from probes.verdict_service import JudgingSettings, compute_verdict, verdict_from_source
 
 T0 = 1_790_000_000.0
@@ -33,10 +35,11 @@ Rates = Callable[[str, str, float], float]
 
 def write_estate(store: Store, pods: dict[str, str], rates: Rates, minutes: float,
                  seed: int, path: str = "checkout", *, scale: Rates | None = None,
-                 retries: Rates | None = None) -> None:
+                 retries: Rates | None = None, lag_s: float = 0.0) -> None:
     """With `scale` each pod's calls draw lognormal latencies (median 20 ms × scale, σ 0.3)
     and with `retries` attempts (1, or 2 with that chance), both kept per pod as schema v2
-    does; without them the pods' windows carry neither, as a v1 store's rows."""
+    does; without them the pods' windows carry neither, as a v1 store's rows. `lag_s`: how
+    late the probe's sends were, at most, in every window."""
     rng = np.random.default_rng(seed)
     fixed = np.bincount(index_of(np.full(CALLS, 0.02)), minlength=BUCKET_COUNT)
     for k in range(int(minutes * 60 / WINDOW_S)):
@@ -65,7 +68,7 @@ def write_estate(store: Store, pods: dict[str, str], rates: Rates, minutes: floa
                 outcomes={"ok": n - e, "http_5xx": e},
                 latency=tuple(int(x) for x in sum(dense[c.endpoint][0] for c in mine)),
                 attempts_sum=sum(c.attempts_sum for c in mine),
-                attempts_count=sum(c.attempts_count for c in mine),
+                attempts_count=sum(c.attempts_count for c in mine), lag_max_s=lag_s,
             ))
         store.write(windows, cells)
 
@@ -107,7 +110,7 @@ def test_a_regression_on_every_canary_pod_fails(tmp_path: Path) -> None:
     m = success(verdict(tmp_path, FLEET,
                         lambda _p, cohort, _t: 0.03 if cohort == NEW else 0.001))
     assert m["verdict"] == "fail", m["reason"]
-    assert "worst pod left out" in m["reason"]
+    assert "across the canary's pods, not on one pod alone" in m["reason"]
     assert m["pods"]["concentrated"] is False
 
 
@@ -131,11 +134,20 @@ def test_warm_up_is_kept_out_of_the_comparison(tmp_path: Path) -> None:
     assert m["counts"]["canary"]["errors"] < 0.01 * m["counts"]["canary"]["requests"]
 
 
-def test_a_canary_of_one_pod_never_fails_and_says_why(tmp_path: Path) -> None:
+def test_a_canary_of_one_pod_far_outside_the_baseline_fails_and_names_the_pod(
+        tmp_path: Path) -> None:
+    # The first pod a rollout restarts: 5 % errors against baseline pods at 0.1 % is far
+    # outside what any baseline pod does, so the gate stops; the reason names the pod and
+    # what would tell a sick pod from a sick version.
     pods = {**{f"shop-{i}": OLD for i in range(6)}, "shop-9-new": NEW}
     m = success(verdict(tmp_path, pods, lambda _p, cohort, _t: 0.05 if cohort == NEW else 0.001))
-    assert m["verdict"] == "inconclusive"
-    assert "one pod" in m["reason"] and "shop-9-new" in m["reason"]
+    assert m["verdict"] == "fail", m["reason"]
+    assert "one pod shop-9-new" in m["reason"]
+    assert "restart shop-9-new, or add a canary pod, to tell" in m["reason"]
+    # The same pod like the baseline's: judged against their spread, it passes.
+    (tmp_path / "healthy").mkdir()
+    ok = success(verdict(tmp_path / "healthy", pods, lambda _p, _c, _t: 0.001))
+    assert ok["verdict"] != "fail", ok["reason"]
 
 
 def test_an_undecided_healthy_canary_says_how_many_calls_a_pass_needs(tmp_path: Path) -> None:
@@ -151,32 +163,85 @@ def test_an_undecided_healthy_canary_says_how_many_calls_a_pass_needs(tmp_path: 
     assert "more canary calls" in m["reason"]
 
 
-def test_an_overloaded_span_empties_the_same_windows_for_the_pods_as_for_the_path(
+def test_a_late_send_span_leaves_out_latency_alone_for_the_pods_as_for_the_path(
     tmp_path: Path,
 ) -> None:
-    # Every canary pod fails every call in the window starting at minute 10; the probe was
-    # overloaded from 5 s into that window. The window is touched by the span, so it counts
-    # for nothing: not in the pooled path windows, not in the per-pod grid either.
-    bad = T0 + 600
+    # Every canary pod fails every call, and answers 10x slower, in the minute from minute
+    # 10; the probe's sends were late then (the span starts 5 s into its first window).
+    # Left out (`exclude`): that minute's latency, for the path and every pod alike; its
+    # calls and errors still count.
+    bad = (T0 + 600, T0 + 660)
 
     def rates(_pod: str, cohort: str, t: float) -> float:
-        return 1.0 if cohort == NEW and T0 + t == bad else 0.001
+        return 1.0 if cohort == NEW and bad[0] <= T0 + t < bad[1] else 0.001
+
+    def scale(_pod: str, cohort: str, t: float) -> float:
+        return 10.0 if cohort == NEW and bad[0] <= T0 + t < bad[1] else 1.0
 
     db = str(tmp_path / "estate.db")
     with Store.open(db) as store:
-        write_estate(store, FLEET, rates, 30, seed=3)
+        write_estate(store, FLEET, rates, 30, seed=3, scale=scale)
     now = T0 + 30 * 60
     with Store.open(db, readonly=True) as store:
         judged = {
-            name: success(dict(verdict_from_source(
-                store, JudgingSettings(), baseline=OLD, canary=NEW, now=now, exclude=spans)))
-            for name, spans in (("kept", ()), ("excluded", [(bad + 5, bad + 65)]))
+            name: dict(verdict_from_source(
+                store, JudgingSettings(), baseline=OLD, canary=NEW, now=now, exclude=spans))
+            for name, spans in (("kept", ()), ("excluded", [(bad[0] + 5, bad[1])]))
         }
-    kept, excluded = judged["kept"], judged["excluded"]
-    assert kept["verdict"] == "fail"  # the bad window alone is a clear regression
-    assert excluded["verdict"] != "fail", excluded["reason"]
-    # One window of 180 failed every canary call: 1/180 of the canary's success rate.
-    assert excluded["canary"] - kept["canary"] > 0.9 / 180
+    kept, excluded = (judged[k]["paths"][0]["metrics"] for k in ("kept", "excluded"))
+    assert kept["success_rate"] == excluded["success_rate"]
+    assert excluded["success_rate"]["verdict"] == "fail"
+    assert kept["latency_p99_ms"]["verdict"] == "fail"  # the slow minute is 3 % of calls
+    assert excluded["latency_p99_ms"]["verdict"] != "fail", excluded["latency_p99_ms"]
+    # Per pod too: each pod's p99 is judged without that minute.
+    assert excluded["latency_p99_ms"]["rule"] == kept["latency_p99_ms"]["rule"] == "pods"
+
+
+@pytest.mark.parametrize("lag_s", [0.04, 0.002])
+def test_a_busy_probe_still_judges_errors_and_leaves_p99_out_only_for_meaningful_lateness(
+    tmp_path: Path, lag_s: float,
+) -> None:
+    # The probe was overloaded from minute 5 to its last window (more than 1 % of sends over
+    # 10 ms late), with every canary pod 3 pp worse. Errors are judged all the same; p99
+    # leaves those windows out only if sends were late by more than half its 5 ms margin.
+    db = str(tmp_path / "estate.db")
+    with Store.open(db) as store:
+        write_estate(store, FLEET, lambda _p, c, _t: 0.03 if c == NEW else 0.001, 20, seed=4,
+                     scale=lambda _p, _c, _t: 1.0, lag_s=lag_s)
+        store.write_events([Event(OVERLOAD_EVENT, T0 + 330, detail={
+            "reason": "probe overloaded: 1.4% of 900 calls sent more than 10 ms late"})])
+    now = T0 + 20 * 60 + 1
+    result = dict(compute_verdict(db, JudgingSettings(), baseline=OLD, canary=NEW, now=now))
+    metrics = result["paths"][0]["metrics"]
+    assert metrics["success_rate"]["verdict"] == "fail", metrics["success_rate"]["reason"]
+    assert result["verdict"] == "fail"
+    assert any(r.startswith("probe overloaded") and "judged from every window" in r
+               for r in result["reasons"]), result["reasons"]
+    # The span starts three windows before the event that declared it: minute 5 on.
+    left = "90 windows left out of p99: the probe's sends were up to 40 ms late then"
+    if lag_s > 0.0025:
+        assert left in metrics["latency_p99_ms"]["reason"]
+        assert left in result["reasons"]
+    else:
+        assert "left out of p99" not in metrics["latency_p99_ms"]["reason"]
+        assert not any("left out of p99" in r for r in result["reasons"])
+
+
+def test_p99_with_every_window_left_out_is_undecided_not_gone(tmp_path: Path) -> None:
+    # Overloaded before the rollout and all along, sends 40 ms late: no window is left for
+    # p99, which stays in the verdict, undecided, saying why; errors still fail the canary.
+    db = str(tmp_path / "estate.db")
+    with Store.open(db) as store:
+        write_estate(store, FLEET, lambda _p, c, _t: 0.03 if c == NEW else 0.001, 10, seed=6,
+                     scale=lambda _p, _c, _t: 1.0, lag_s=0.04)
+        store.write_events([Event(OVERLOAD_EVENT, T0 - 60, detail={"reason": "probe overloaded"})])
+    result = dict(compute_verdict(db, JudgingSettings(), baseline=OLD, canary=NEW,
+                                  now=T0 + 600 + 1))
+    p99 = result["paths"][0]["metrics"]["latency_p99_ms"]
+    assert p99["verdict"] == "inconclusive"
+    assert "every window was left out" in p99["reason"]
+    assert "60 windows left out of p99" in p99["reason"], p99["reason"]
+    assert result["verdict"] == "fail"
 
 
 def _warmup_calls(tmp_path: Path, name: str, started: Callable[[str, float], str | None],
@@ -222,6 +287,67 @@ def test_warm_up_counts_from_the_pods_start_time_where_its_endpoint_carries_one(
     assert _warmup_calls(tmp_path, "restarted", restarted)["calls"] == 12 * CALLS
 
 
+def _warm_up_with(tmp_path: Path, name: str, events: list[Event],
+                  warmup_s: float = 120.0) -> dict:
+    """The success rate's warm-up band over 30 min of the estate, with `events` stored (what
+    the probe saw of its pods' starts) and no start_time labels."""
+    db = str(tmp_path / f"{name}.db")
+    with Store.open(db) as store:
+        write_estate(store, FLEET, healthy, 30, seed=5)
+        store.write_events(events)
+    result = compute_verdict(db, JudgingSettings(warmup_s=warmup_s), baseline=OLD, canary=NEW,
+                             now=T0 + 1800, since=rfc3339(T0), overload=None)
+    return success(dict(result))["pods"]["warmup"]
+
+
+def test_warm_up_applies_only_where_a_start_is_known(tmp_path: Path) -> None:
+    # Without events (a store written before them): each pod's first 2 min in the store.
+    assert _warm_up_with(tmp_path, "none", [])["calls"] == len(FLEET) * 12 * CALLS
+    # Present when the probe started, with no start time: of unknown age, warm at once.
+    present = [Event(PRESENT_EVENT, T0 - 1, cohort=c, endpoint=p) for p, c in FLEET.items()]
+    assert _warm_up_with(tmp_path, "present", present)["calls"] == 0
+    # A restart the probe saw (shop-7-new back on its version at minute 5), and a pod that
+    # appeared at minute 10 (shop-8-new): each cold for 2 min from then, whatever came before.
+    seen = [Event(RESTART_EVENT, T0 + 300, cohort=NEW, endpoint="shop-7-new"),
+            Event(APPEARED_EVENT, T0 + 600, cohort=NEW, endpoint="shop-8-new")]
+    assert _warm_up_with(tmp_path, "seen", present + seen)["calls"] == 2 * 12 * CALLS
+    # warmup: 0s turns it off.
+    assert _warm_up_with(tmp_path, "off", seen, warmup_s=0.0)["calls"] == 0
+
+
+def test_a_path_in_warm_up_says_when_its_first_warm_window_ends(tmp_path: Path) -> None:
+    # The baseline's pods were there when the probe started; the canary's two pods appeared
+    # at minute 10. Asked 60 s later, the first window out of their warm-up starts 2 min
+    # after they appeared, and ends a window later.
+    db = str(tmp_path / "warming.db")
+    appeared = T0 + 600
+    with Store.open(db) as store:
+        store.write_events([Event(PRESENT_EVENT, T0 - 1, cohort=OLD, endpoint=f"shop-{i}")
+                            for i in range(3)]
+                           + [Event(APPEARED_EVENT, appeared, cohort=NEW, endpoint=f"new-{i}")
+                              for i in range(2)])
+        for k in range(76):
+            t = T0 + k * WINDOW_S
+            pods = [(f"shop-{i}", OLD) for i in range(3)]
+            pods += [(f"new-{i}", NEW) for i in range(2)] if t >= appeared else []
+            cells = [EndpointWindow(start=t, path="checkout", endpoint=p, cohort=c,
+                                    requests=CALLS, errors=0) for p, c in pods]
+            store.write([PathWindow(start=t, length=WINDOW_S, path="checkout", cohort=c,
+                                    outcomes={"ok": CALLS * sum(x == c for _, x in pods)},
+                                    latency=(0,) * BUCKET_COUNT)
+                         for c in sorted({c for _, c in pods})], cells)
+    now = appeared + 60 + 1
+    result = dict(compute_verdict(db, JudgingSettings(), now=now, overload=None))
+    ends = appeared + 120 + WINDOW_S
+    want = f"warming up: the first warm window ends at {rfc3339(ends)[11:19]} UTC (in 69 s)"
+    [path] = result["paths"]
+    assert path["verdict"] == "inconclusive" and path["reasons"][0] == want, path["reasons"]
+    assert f"checkout: inconclusive: {want}" in result["reasons"]
+    # Once that window has ended there is a warm window in common: no longer said.
+    later = dict(compute_verdict(db, JudgingSettings(), now=ends + 1, overload=None))
+    assert not any("warming up" in r for r in later["reasons"])
+
+
 def metric(result: dict, name: str) -> dict:
     return dict(result["paths"][0]["metrics"][name])
 
@@ -251,16 +377,17 @@ def test_a_slowdown_on_every_canary_pod_fails_p99(tmp_path: Path) -> None:
                        scale=lambda _p, cohort, _t: 1.5 if cohort == NEW else 1.0),
                "latency_p99_ms")
     assert m["verdict"] == "fail", m["reason"]
-    assert "worst pod left out" in m["reason"] and m["rule"] == "pods"
+    assert "across the canary's pods, not on one pod alone" in m["reason"] and m["rule"] == "pods"
 
 
-def test_a_slow_canary_of_one_pod_never_fails_p99_and_says_why(tmp_path: Path) -> None:
+def test_a_slow_canary_of_one_pod_fails_p99_and_names_the_pod(tmp_path: Path) -> None:
+    # One canary pod 3x slower than every baseline pod: beyond any spread they show.
     pods = {**{f"shop-{i}": OLD for i in range(6)}, "shop-9-new": NEW}
     m = metric(verdict(tmp_path, pods, healthy,
                        scale=lambda _p, cohort, _t: 3.0 if cohort == NEW else 1.0),
                "latency_p99_ms")
-    assert m["verdict"] == "inconclusive"
-    assert "one pod" in m["reason"] and "shop-9-new" in m["reason"]
+    assert m["verdict"] == "fail", m["reason"]
+    assert "one pod shop-9-new" in m["reason"] and "restart shop-9-new" in m["reason"]
 
 
 def test_attempts_take_the_pod_as_the_unit(tmp_path: Path) -> None:
@@ -278,7 +405,7 @@ def test_attempts_take_the_pod_as_the_unit(tmp_path: Path) -> None:
                            retries=lambda _p, cohort, _t: 1.0 if cohort == NEW else 0.01),
                    "attempts_per_request")
     assert every["verdict"] == "fail", every["reason"]
-    assert "worst pod left out" in every["reason"]
+    assert "across the canary's pods, not on one pod alone" in every["reason"]
 
 
 def test_a_span_written_without_per_pod_latency_and_attempts_is_judged_pooled(
