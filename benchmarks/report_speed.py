@@ -3,8 +3,9 @@
 Builds a synthetic store through the Store API (the same `write`, `write_events` and
 `write_inventory` the probe uses): `--hours` of `--window`-second windows for `--paths`
 paths, two cohorts (a rollout from 1.20.3 to 1.21.0 starting at hour 2 and holding at 60 %
-of pods from hour 14), six pods per path with their endpoint windows (calls, errors,
-attempts and a latency histogram per pod, as the probe writes them), pod restarts and
+of pods from hour 14), six pods per path (`build(..., pods=N)`: N) with their endpoint
+windows (calls, errors, attempts and a latency histogram per pod, as the probe writes
+them), pod restarts and
 reconnect storms as events, and an inventory snapshot every five minutes. Four paths
 regress on the new version (errors, p99, retries, stream resets). Then it runs the report
 command in a fresh process (`python -m probes.cli report ...`) and reads its wall time and
