@@ -3,8 +3,9 @@
 Builds a synthetic store through the Store API (the same `write`, `write_events` and
 `write_inventory` the probe uses): `--hours` of `--window`-second windows for `--paths`
 paths, two cohorts (a rollout from 1.20.3 to 1.21.0 starting at hour 2 and holding at 60 %
-of pods from hour 14), six pods per path with their endpoint windows (calls, errors,
-attempts and a latency histogram per pod, as the probe writes them), pod restarts and
+of pods from hour 14), six pods per path (`build(..., pods=N)`: N) with their endpoint
+windows (calls, errors, attempts and a latency histogram per pod, as the probe writes
+them), pod restarts and
 reconnect storms as events, and an inventory snapshot every five minutes. Four paths
 regress on the new version (errors, p99, retries, stream resets). Then it runs the report
 command in a fresh process (`python -m probes.cli report ...`) and reads its wall time and
@@ -47,29 +48,33 @@ PATHS_PER_SERVICE = 5
 REGRESS = {"errors": 5, "latency": 13, "retries": 21, "resets": 29}
 
 
-def _restart_times(services: int, hours: float) -> np.ndarray:
+def _restart_times(services: int, hours: float, per_service: int = PODS) -> np.ndarray:
     """When each pod restarts onto the new version (inf: never): 60 % of pods, one by one
     from hour 2 to hour 14 (scaled down for shorter runs)."""
-    pods = services * PODS
+    pods = services * per_service
     begin, end = hours * 2 / 24, hours * 14 / 24
     moving = round(pods * 0.6)
     times = np.full(pods, np.inf)
     # Pod 0 of every service first, then pod 1, ...: every path sees both versions early.
-    order = np.array([s * PODS + j for j in range(PODS) for s in range(services)])
+    order = np.array([s * per_service + j for j in range(per_service) for s in range(services)])
     times[order[:moving]] = T0 + 3600 * (begin + (end - begin) * np.arange(moving) / moving)
-    return times.reshape(services, PODS)
+    return times.reshape(services, per_service)
 
 
-def store_file(cache: str | Path, hours: float, paths: int, window_s: float) -> str:
+def store_file(cache: str | Path, hours: float, paths: int, window_s: float,
+               pods: int = PODS) -> str:
     """Where the store of these parameters is cached ("v2": with per-pod latency and
-    attempts, as store schema v2 keeps them)."""
-    return os.path.join(cache, f"report-v2-{hours:g}h-{paths}p-{window_s:g}s.db")
+    attempts, as store schema v2 keeps them; the pods per path named unless six)."""
+    per = "" if pods == PODS else f"-{pods}pods"
+    return os.path.join(cache, f"report-v2-{hours:g}h-{paths}p-{window_s:g}s{per}.db")
 
 
-def build(path: str, *, hours: float, paths: int, window_s: float, seed: int = 7) -> None:
+def build(path: str, *, hours: float, paths: int, window_s: float, seed: int = 7,
+          pods: int = PODS) -> None:
+    """The store of `hours` × `paths`, `pods` pods per path (each service's)."""
     rng = np.random.default_rng(seed)
     services = -(-paths // PATHS_PER_SERVICE)
-    restarts = _restart_times(services, hours)
+    restarts = _restart_times(services, hours, pods)
     names = [f"svc{p // PATHS_PER_SERVICE:02d}-op{p % PATHS_PER_SERVICE}" for p in range(paths)]
     streams = {p for p in range(paths) if p % 10 == 9}
     steps = int(hours * 3600 / window_s)
@@ -153,7 +158,7 @@ def _events_and_inventory(store: Store, restarts: np.ndarray, names: list[str],
         rows = []
         for s in range(services):
             new = int((restarts[s] <= at).sum())
-            for version, pods in ((OLD, PODS - new), (NEW, new)):
+            for version, pods in ((OLD, restarts.shape[1] - new), (NEW, new)):
                 if pods:
                     rows.append(InventoryRow(f"ns-{s:02d}", f"svc{s:02d}", version, pods,
                                              float(rng.uniform(60, 86400))))

@@ -3,18 +3,23 @@
 and `/gate`, through its verdict cache, after one more window arrived).
 
 Uses the store `benchmarks/report_speed.py` builds (24 h × 50 paths of 10 s windows, six
-pods per path with their endpoint windows; cached). Each figure is the median of `--repeat`:
+pods per path unless `--pods` says otherwise, with their endpoint windows; cached). Each
+figure is the median of `--repeat`:
 
 - cold, in a fresh Python process per repeat (modules imported, the file in the page cache,
   nothing of the store in memory): read the path windows, read the endpoint windows into
-  the pods × strata grids, judge, and all of `compute_verdict`; and the wall time of the
-  whole `skewprobe verdict --store ... --json` command (interpreter and imports included);
+  the pods × strata grids, judge, and all of `compute_verdict`; and the wall time, CPU and
+  peak RSS of the whole `skewprobe verdict --store ... --json` command (interpreter and
+  imports included);
+- the running probe's first verdict after a restart (a fresh process, a new `VerdictCache`
+  filled from the store): CPU and peak RSS;
 - warm, on a copy of the store: a `VerdictCache` reads it once (the running probe's first
   verdict), then one more window is written (the last window's rows again, 10 s later, as
   the probe writes them) before each timed verdict: the same phases through the cache.
 
-    .venv/bin/python benchmarks/verdict_cost.py            # 24 h x 50 paths
-    .venv/bin/python benchmarks/verdict_cost.py --quick    # 6 h x 50 paths
+    .venv/bin/python benchmarks/verdict_cost.py                  # 24 h x 50 paths x 6 pods
+    .venv/bin/python benchmarks/verdict_cost.py --quick          # 6 h x 50 paths
+    .venv/bin/python benchmarks/verdict_cost.py --pods 6,12,50   # one run per pod count
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from report_speed import NEW, OLD, T0, build, store_file  # noqa: E402
+from report_speed import NEW, OLD, PODS, T0, build, store_file  # noqa: E402
 
 from probes._timeparse import rfc3339  # noqa: E402
 from probes.store import Store  # noqa: E402
@@ -92,6 +97,11 @@ def phases(now: float, settings: JudgingSettings, opened: Callable[[], Any],
     return out
 
 
+def _peak_mb() -> float:
+    """This process's peak RSS (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def cold(db: str, now: float) -> dict[str, Any]:
     """One fresh-process measurement (run as `--cold DB NOW` in a child)."""
     settings = JudgingSettings()
@@ -101,8 +111,25 @@ def cold(db: str, now: float) -> dict[str, Any]:
         with Store.open(db, readonly=True) as store:
             yield store
 
-    return phases(now, settings, opened, lambda: compute_verdict(
+    out = phases(now, settings, opened, lambda: compute_verdict(
         db, settings, baseline=OLD, canary=NEW, now=now, overload=None))
+    return {**out, "peak MB": _peak_mb()}
+
+
+def first(db: str, now: float) -> dict[str, Any]:
+    """A restarted probe's first verdict, which fills its cache from the store (run as
+    `--first DB NOW` in a child): CPU seconds and peak RSS."""
+    c = time.process_time()
+    compute_verdict(db, JudgingSettings(), baseline=OLD, canary=NEW, now=now, overload=None,
+                    cache=VerdictCache(db))
+    return {"cpu": time.process_time() - c, "peak MB": _peak_mb()}
+
+
+# The whole command in a child that reports its own peak RSS (on stderr, as it exits).
+_COMMAND = ("import atexit, resource, runpy, sys; atexit.register(lambda: print("
+            "'PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr));"
+            " sys.argv = ['skewprobe', *sys.argv[1:]]; runpy.run_module('probes.cli',"
+            " run_name='__main__')")
 
 
 def next_window(store: Store, start: float, window_s: float) -> None:
@@ -151,51 +178,80 @@ def warm(db: str, now: float, repeat: int) -> tuple[float, list[dict[str, Any]]]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="6 h instead of 24 h")
+    ap.add_argument("--hours", type=float, help="hours of windows (24, or 6 with --quick)")
     ap.add_argument("--paths", type=int, default=50)
+    ap.add_argument("--pods", default=str(PODS),
+                    help="pods per path, comma-separated for one run each (6,12,50)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-warm", action="store_true", help="the cold figures only")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "skewprobe-bench"))
     ap.add_argument("--cold", nargs=2, metavar=("DB", "NOW"), help=argparse.SUPPRESS)
+    ap.add_argument("--first", nargs=2, metavar=("DB", "NOW"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.cold:
-        print(json.dumps(cold(args.cold[0], float(args.cold[1]))))
+    if args.cold or args.first:
+        db, now = args.cold or args.first
+        print(json.dumps((cold if args.cold else first)(db, float(now))))
         return 0
-    hours = 6.0 if args.quick else 24.0
+    hours = args.hours or (6.0 if args.quick else 24.0)
+    for pods in (int(p) for p in args.pods.split(",")):
+        run(args, hours, pods)
+    return 0
+
+
+def run(args: argparse.Namespace, hours: float, pods: int) -> None:
+    """The figures for one store: `hours` × `args.paths` paths × `pods` pods per path."""
     Path(args.cache).mkdir(parents=True, exist_ok=True)
-    db = store_file(args.cache, hours, args.paths, 10.0)
+    db = store_file(args.cache, hours, args.paths, 10.0, pods)
     if not Path(db).exists():
         print(f"building {db} ...", flush=True)
         Path(db + ".building").unlink(missing_ok=True)  # a build cut short before
-        build(db + ".building", hours=hours, paths=args.paths, window_s=10.0)
+        build(db + ".building", hours=hours, paths=args.paths, window_s=10.0, pods=pods)
         Path(db + ".building").replace(db)
     now = T0 + hours * 3600
     colds: list[dict[str, Any]] = []
-    walls: list[tuple[float, float]] = []
+    walls: list[tuple[float, float, float]] = []
+    firsts: list[dict[str, Any]] = []
     for _ in range(args.repeat):
         out = subprocess.run([sys.executable, __file__, "--cold", db, repr(now)],
                              capture_output=True, text=True, check=True)
         colds.append(json.loads(out.stdout))
         t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-m", "probes.cli", "verdict", "--store", db,
-                        "--baseline", OLD, "--canary", NEW, "--at", rfc3339(now), "--json"],
-                       capture_output=True, check=False, cwd=REPO)
+        cmd = subprocess.run([sys.executable, "-c", _COMMAND, "verdict", "--store", db,
+                              "--baseline", OLD, "--canary", NEW, "--at", rfc3339(now),
+                              "--json"], capture_output=True, text=True, check=False, cwd=REPO)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak = [line.split()[1] for line in cmd.stderr.splitlines()
+                if line.startswith("PEAK_KB")]
         walls.append((time.perf_counter() - t, after.ru_utime + after.ru_stime
-                      - before.ru_utime - before.ru_stime))
-    first, warms = warm(db, now, args.repeat)
-    pods = int(colds[0]["paths judged per pod"])
-    print(f"{hours:g} h x {args.paths} paths, six pods each, {pods} paths judged per pod; "
+                      - before.ru_utime - before.ru_stime,
+                      int(peak[-1]) / 1024 if peak else float("nan")))
+        out = subprocess.run([sys.executable, __file__, "--first", db, repr(now)],
+                             capture_output=True, text=True, check=True)
+        firsts.append(json.loads(out.stdout))
+    judged = int(colds[0]["paths judged per pod"])
+    print(f"{hours:g} h x {args.paths} paths, {pods} pods each, store "
+          f"{Path(db).stat().st_size / 1e6:.0f} MB, {judged} paths judged per pod; "
           f"median of {args.repeat}")
+    warms: list[dict[str, Any]] = []
+    if not args.no_warm:
+        started, warms = warm(db, now, args.repeat)
     print(f"  {'phase':34s} {'cold wall':>10s} {'cold CPU':>10s} {'warm wall':>10s} "
           f"{'warm CPU':>10s}")
     for name in PHASES:
         cells = [statistics.median(r[name][k] for r in runs) * 1000
-                 for runs in (colds, warms) for k in (0, 1)]
+                 for runs in (colds, warms) if runs for k in (0, 1)]
         print(f"  {name:34s}" + "".join(f" {x:7.1f} ms" for x in cells))
+    print(f"  cold phases in one process: peak RSS "
+          f"{statistics.median(r['peak MB'] for r in colds):.0f} MB")
     print(f"  skewprobe verdict --store (the whole command, cold): "
-          f"{statistics.median(w for w, _ in walls):.2f} s wall, "
-          f"{statistics.median(c for _, c in walls):.2f} s CPU")
-    print(f"  the running probe's first verdict (reads the store into its cache): {first:.2f} s")
-    return 0
+          f"{statistics.median(w for w, _, _ in walls):.2f} s wall, "
+          f"{statistics.median(c for _, c, _ in walls):.2f} s CPU, peak RSS "
+          f"{statistics.median(m for _, _, m in walls):.0f} MB")
+    print(f"  the running probe's first verdict after a restart (fills its cache): "
+          f"{statistics.median(f['cpu'] for f in firsts):.2f} s CPU, peak RSS "
+          f"{statistics.median(f['peak MB'] for f in firsts):.0f} MB")
+    if not args.no_warm:
+        print(f"  the first verdict of the warm copy's cache (wall): {started:.2f} s")
 
 
 if __name__ == "__main__":

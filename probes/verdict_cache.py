@@ -335,8 +335,13 @@ class _PooledLatency:
         start = _stratum_of(lat.start, self._origin, stratum)
         rec = EndpointLatency(start, p.astype(np.int32), e.astype(np.int32),
                               c.astype(np.int32), lat.started, lat.bucket, lat.count)
-        seen = np.array([self._first_seen.get(k, -math.inf) for k in zip(
-            p.tolist(), e.tolist(), c.tolist(), strict=True)], dtype=np.float64)
+        # Each pod's first stratum looked up once per pod, not once per record (a day's
+        # cold read is tens of millions of records).
+        sizes = [len(w) for w in self._where]
+        pods, which = np.unique((p * sizes[1] + e) * sizes[2] + c, return_inverse=True)
+        seen = np.array([self._first_seen.get(
+            (x // sizes[2] // sizes[1], x // sizes[2] % sizes[1], x % sizes[2]), -math.inf)
+            for x in pods.tolist()], dtype=np.float64)[which.ravel()]
         began = np.where(np.isnan(lat.started), seen, lat.started)
         settled = ((start > began + self._warmup + self._MARGIN)
                    & (start > self._origin + self._warmup + self._MARGIN)
@@ -348,7 +353,6 @@ class _PooledLatency:
         started = np.where(np.isnan(lat.started[s]), -math.inf, lat.started[s])
         # Each record's pod (codes and start time) named once per distinct pod, not per record.
         times, when = np.unique(started, return_inverse=True)
-        sizes = [len(w) for w in self._where]
         pod = (((p[s] * sizes[1] + e[s]) * sizes[2] + c[s]) * len(times)
                + when.ravel().astype(np.int64))
         pods, which = np.unique(pod, return_inverse=True)
@@ -549,12 +553,18 @@ class VerdictCache:
         self.reads_afresh["pods"] += 1
         seal = self._pod_seal(origin, stratum_s)
         with_latency = warmup_s is not None
-        sealed = store.read_endpoint_columns(since=origin, until=seal, stratum_s=stratum_s,
-                                             latency=with_latency)
-        tail = store.read_endpoint_columns(since=seal, latency=with_latency)
         lat = _PooledLatency(origin, stratum_s, warmup_s or 0.0)
-        if with_latency:
-            lat.add(sealed, self._length_bound(stratum_s), spans, summed=True)
+        length = self._length_bound(stratum_s)
+        with store.stream_endpoint_columns(since=origin, until=seal, stratum_s=stratum_s,
+                                           latency=with_latency) as (sealed, chunks):
+            # The rows first (each pod's first stratum), then their latency records pooled
+            # a chunk at a time: a day's records held whole were gigabytes (BENCHMARKS.md D23).
+            if with_latency:
+                lat.add(sealed, length, spans, summed=True)
+            none = take(sealed, np.zeros(len(sealed.start), dtype=bool))
+            for chunk in chunks:
+                lat.add(dataclasses.replace(none, latency=chunk), length, spans, summed=True)
+        tail = store.read_endpoint_columns(since=seal, latency=with_latency)
         return _Pods(origin, stratum_s, warmup_s, _by_path(_rows_only(sealed)), tail, seal, lat,
                      _Grids())
 

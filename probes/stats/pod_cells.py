@@ -20,7 +20,7 @@ from probes.measure.histogram import BUCKET_COUNT
 from probes.stats.pods import PodGrid
 from probes.stats.series import overlapping
 
-__all__ = ["PerPod", "add_per_pod", "by_path", "per_pod_of"]
+__all__ = ["LatencyFold", "PerPod", "add_per_pod", "by_path", "per_pod_of", "warm_latency"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -105,22 +105,85 @@ def add_per_pod(grid: PodGrid, per_pod: PerPod, rows: npt.NDArray[np.intp], path
     b = per_pod.lat_bounds
     on = slice(int(b[path]), int(b[path + 1])) if b is not None else per_pod.lat_path == path
     key = per_pod.lat_endpoint[on].astype(np.int64) * n_cohorts + per_pod.lat_cohort[on]
-    at = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
-    known = keys[at] == key if len(keys) else np.zeros(len(key), dtype=bool)
-    t = per_pod.lat_start[on]
-    started = per_pod.lat_started[on]
-    began = np.where(np.isnan(started), first[at], started)
-    use = known & (t >= began + warmup_s)
-    if since is not None:
-        use &= t >= since
-    flat = at[use] * BUCKET_COUNT + per_pod.lat_bucket[on][use]
-    hist = np.asarray(np.bincount(flat, weights=per_pod.lat_count[on][use].astype(np.float64),
-                                  minlength=len(keys) * BUCKET_COUNT),
-                      dtype=np.float64).reshape(len(keys), BUCKET_COUNT)
+    flat, seen = warm_latency(keys, first, key, per_pod.lat_start[on], per_pod.lat_started[on],
+                              per_pod.lat_bucket[on], per_pod.lat_count[on], since=since,
+                              warmup_s=warmup_s)
+    hist = flat.reshape(len(keys), BUCKET_COUNT)
     # Rows that carry none at all (a writer that keeps no per-pod attempts or latency, as
     # tests' and benchmarks' stores) leave the metric to the pooled test, as v1 rows do.
     any_attempts = bool(per_pod.attempts_count[rows][kept].sum() > 0)
-    any_latency = bool(np.any(t[known] >= (since if since is not None else -np.inf)))
+    any_latency = bool(seen.any())
     return replace(grid, attempts_calls=a_n if any_attempts else None,
                    attempts_sum=a_s if any_attempts else None,
                    latency=hist if any_latency else None, per_pod_metrics=recorded)
+
+
+def warm_latency(keys: I64, first: F64, key: I64, t: F64, started: F64, bucket: I64,
+                 count: I64, *, since: float | None, warmup_s: float) -> tuple[F64, Bool]:
+    """The warm latency histograms (flat: pods × `BUCKET_COUNT`) of the pods `keys`
+    (sorted; `first` each one's first row) from the records of pods `key` (records of
+    other pods left out) at `t`: a record counts from `since` once its pod is out of
+    warm-up (from `started`, else from its first row). Also which pods have a record from
+    `since`. Additive over records: a cold read sums it chunk by chunk (`LatencyFold`)."""
+    at = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
+    known = keys[at] == key if len(keys) else np.zeros(len(key), dtype=bool)
+    began = np.where(np.isnan(started), first[at], started) if len(keys) else t
+    use = known & (t >= began + warmup_s)
+    recent = known if since is None else known & (t >= since)
+    if since is not None:
+        use &= recent
+    flat = np.asarray(np.bincount(at[use] * BUCKET_COUNT + bucket[use],
+                                  weights=count[use].astype(np.float64),
+                                  minlength=len(keys) * BUCKET_COUNT), dtype=np.float64)
+    seen = np.zeros(len(keys), dtype=bool)
+    seen[at[recent]] = True
+    return flat, seen
+
+
+class LatencyFold:
+    """Every pod's warm latency histogram of endpoint columns read without latency
+    (`cols`), summed from their latency records chunk by chunk (`add`) as `add_per_pod`
+    sums them from records held whole: a day of 12 pods per path is tens of millions of
+    records, its histograms a few MB. `grids` puts them into `pods.pod_grids`' grids."""
+
+    def __init__(self, cols: Any, *, since: float | None, warmup_s: float, length_s: float,
+                 exclude: Sequence[tuple[float, float]]) -> None:
+        self._cols, self._since, self._warmup = cols, since, warmup_s
+        self._length, self._exclude = length_s, exclude
+        # A pod is (path, endpoint, cohort), in `pod_grids`' order within each path.
+        self._keys, pod = np.unique(self._key(cols.path, cols.endpoint, cols.cohort),
+                                    return_inverse=True)
+        self._first = np.full(len(self._keys), np.inf)
+        np.minimum.at(self._first, pod.ravel(), cols.start)
+        self._hist = np.zeros(len(self._keys) * BUCKET_COUNT)
+        self._seen = np.zeros(len(self._keys), dtype=bool)
+
+    def _key(self, path: I32, endpoint: I32, cohort: I32) -> I64:
+        e, c = len(self._cols.endpoints), len(self._cols.cohorts)
+        return np.asarray((path.astype(np.int64) * e + endpoint) * c + cohort, dtype=np.int64)
+
+    def add(self, lat: Any) -> None:
+        """The records `lat` (`EndpointLatency`, indexed as the columns), those of windows
+        touching an `exclude` span left out as `per_pod_of` leaves them out."""
+        keep = ~overlapping(lat.start, self._length, self._exclude)
+        flat, seen = warm_latency(
+            self._keys, self._first, self._key(lat.path[keep], lat.endpoint[keep],
+                                               lat.cohort[keep]),
+            lat.start[keep], lat.started[keep], lat.bucket[keep], lat.count[keep],
+            since=self._since, warmup_s=self._warmup)
+        self._hist += flat
+        self._seen |= seen
+
+    def grids(self, grids: dict[str, PodGrid]) -> dict[str, PodGrid]:
+        """`grids` (`pod_grids`' of the columns) with the histograms summed so far, as
+        `add_per_pod` gives them."""
+        per_path = len(self._cols.endpoints) * len(self._cols.cohorts)
+        bounds = np.searchsorted(self._keys, np.arange(len(self._cols.paths) + 1) * per_path)
+        hist = self._hist.reshape(-1, BUCKET_COUNT)
+        out = dict(grids)
+        for p, name in enumerate(self._cols.paths):
+            lo, hi = int(bounds[p]), int(bounds[p + 1])
+            if name in out:
+                out[name] = replace(out[name], latency=hist[lo:hi]
+                                    if self._seen[lo:hi].any() else None)
+        return out

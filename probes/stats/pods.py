@@ -932,13 +932,33 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
     if read is None:
         return None
     lo = None if since is None else since - warmup_s
+    length_s = stratum_s or window_s
+    stream = getattr(source, "stream_endpoint_columns", None)
+    if per_pod and stream is not None:
+        from probes.stats.pod_cells import LatencyFold
+
+        # The latency records a chunk at a time, summed into each pod's histogram as they
+        # come: a day's records held whole grew with pods past the store's size (BENCHMARKS.md D23).
+        with stream(since=lo, until=until, paths=paths, cohorts=cohorts,
+                    stratum_s=stratum_s) as (cols, chunks):
+            fold = LatencyFold(cols, since=since, warmup_s=warmup_s, length_s=length_s,
+                               exclude=exclude)
+            for chunk in chunks:
+                fold.add(chunk)
+        return fold.grids(_grids_of(cols, since, warmup_s, length_s, exclude, per_pod))
     cols = read(since=lo, until=until, paths=paths, cohorts=cohorts, stratum_s=stratum_s,
                 **({"latency": True} if per_pod else {}))
+    return _grids_of(cols, since, warmup_s, length_s, exclude, per_pod)
+
+
+def _grids_of(cols: Any, since: float | None, warmup_s: float, length_s: float,
+              exclude: Sequence[tuple[float, float]], per_pod: bool) -> dict[str, PodGrid]:
+    """`pod_grids` of endpoint columns read for `read_pod_grids`, rows `length_s` long."""
     extra = None
     if per_pod:
         from probes.stats.pod_cells import per_pod_of
 
-        extra = per_pod_of(cols, stratum_s or window_s, exclude)
+        extra = per_pod_of(cols, length_s, exclude)
     return pod_grids(
         cols.start, cols.path, cols.endpoint, cols.cohort,
         cols.requests, cols.errors,

@@ -37,6 +37,7 @@ NAMED: Mapping[str, str] = {"outcomes": "outcome_names", "stream_resets": "reset
 LAST = frozenset({"start", "length"})
 MAX = frozenset({"lag_max_s"})
 FIRST = frozenset({"started"})
+REDUCE_SLICE = 1 << 20  # entries of compressed rows `reduce` pools at once
 
 
 def rows_of(cols: Any) -> int:
@@ -167,11 +168,23 @@ def reduce(cols: T, group: npt.ArrayLike, n_groups: int) -> T:
     for ptr, entries in csr.items():
         p = getattr(cols, ptr)
         ids, counts = (getattr(cols, e) for e in entries)
-        row = np.repeat(np.arange(rows_of(cols)), np.diff(p))
-        key = g[row] * (int(ids.max(initial=0)) + 1) + ids
-        uniq, inv = np.unique(key, return_inverse=True)
-        pooled = np.bincount(inv, weights=counts, minlength=uniq.size)
         width = int(ids.max(initial=0)) + 1
+        # Entries pooled a slice of rows at a time, then the slices' sums pooled: a day's
+        # path windows are tens of millions of entries, and pooling them at once took
+        # gigabytes of int64 keys (BENCHMARKS.md D23). Float sums of counts are exact.
+        keys, sums = [], []
+        cuts = np.unique(np.searchsorted(p, np.arange(0, int(p[-1]), REDUCE_SLICE),
+                                         side="right") - 1)
+        for r0, r1 in zip(cuts.tolist(), [*cuts[1:].tolist(), rows_of(cols)], strict=True):
+            lo, hi = int(p[r0]), int(p[r1])
+            row = np.repeat(np.arange(r0, r1), np.diff(p[r0:r1 + 1]))
+            k, inv = np.unique(g[row] * width + ids[lo:hi], return_inverse=True)
+            keys.append(k)
+            sums.append(np.bincount(inv.ravel(), weights=counts[lo:hi], minlength=k.size))
+        uniq, inv = np.unique(np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64),
+                              return_inverse=True)
+        pooled = np.bincount(inv.ravel(), weights=np.concatenate(sums) if sums else None,
+                             minlength=uniq.size)
         grp = uniq // width
         out[ptr] = np.searchsorted(grp, np.arange(n_groups + 1)).astype(np.int64)
         out[entries[0]] = (uniq % width).astype(ids.dtype)

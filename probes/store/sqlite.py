@@ -30,12 +30,13 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 import numpy as np
+import numpy.typing as npt
 
 from probes._exceptions import StoreCorrupt, StoreError
 from probes._types import EndpointWindow, PathWindow
@@ -58,6 +59,9 @@ __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
 
 DEFAULT_PATH = "skewprobe.db"
 _CHUNK = 4096  # small fetches keep buffers in the allocator: 20 % faster than 64k rows
+# Endpoint rows whose latency records a cold verdict holds at once (`stream_endpoint_columns`):
+# ~9 records a row of 10 calls, 44 bytes each decoded, so about 50 MB a chunk.
+LATENCY_CHUNK_ROWS = 32_768
 _FAR = 1e300
 # Endpoint ids cached by labels object; cleared when it holds this many (label churn).
 _OBJECT_CACHE_MAX = 50_000
@@ -450,37 +454,52 @@ class Store:
         With `stratum_s`, summed in SQLite into strata that long from `since` (each row's
         start is its stratum's): a day of a rollout in a few times fewer rows. With
         `latency`, also the rows' latency histograms (one entry per stored bucket record,
-        each at its row's stratum)."""
+        each at its row's stratum): `stream_endpoint_columns` gives them a chunk at a time."""
+        with self.stream_endpoint_columns(since, until, paths, cohorts, stratum_s=stratum_s,
+                                          latency=latency) as (cols, chunks):
+            parts = list(chunks)
+        if not parts:
+            return cols
+        return replace(cols, latency=EndpointLatency.joined(parts))
+
+    @contextmanager
+    def stream_endpoint_columns(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        paths: Iterable[str] | None = None,
+        cohorts: Iterable[str] | None = None,
+        *,
+        stratum_s: float | None = None,
+        latency: bool = True,
+        chunk_rows: int | None = None,
+    ) -> Iterator[tuple[EndpointColumns, Iterator[EndpointLatency]]]:
+        """`read_endpoint_columns` (its `latency` left empty) and the rows' latency records
+        as an iterator of chunks, each of at most `chunk_rows` rows' records
+        (`LATENCY_CHUNK_ROWS` unless given), indexed into
+        the columns' name tables; both read in one transaction, which lasts while the block
+        runs (iterate inside it). A cold verdict folds the chunks into each pod's histogram
+        as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23)."""
         where, args = self._where(since, until, paths, cohorts)
         a_sum, a_count, _ = self._endpoint_v2.split(", ")
         origin = 0.0 if since is None else float(since)
-        stratum = (f"{origin!r} + {float(stratum_s)!r} * CAST((start - {origin!r})"
-                   f" / {float(stratum_s)!r} AS INTEGER)") if stratum_s is not None else "start"
-        if stratum_s is not None:
-            select = (
-                f"SELECT {stratum} AS s, path_id, endpoint_id, cohort_id,"
-                f" SUM(requests), SUM(errors), COALESCE(SUM({a_sum}), 0),"
-                f" COALESCE(SUM({a_count}), 0), SUM({a_count} IS NULL)"
-                f" FROM endpoint_windows WHERE {where}"
-                " GROUP BY s, path_id, endpoint_id, cohort_id ORDER BY s"
-            )
-        else:
-            select = ("SELECT start, path_id, endpoint_id, cohort_id, requests, errors,"
-                      f" COALESCE({a_sum}, 0), COALESCE({a_count}, 0), {a_count} IS NULL"
-                      f" FROM endpoint_windows WHERE {where} ORDER BY start")
-        blobs: list[bytes] = []
-        blob_keys: list[float] = []
+        rows = max(1, chunk_rows or LATENCY_CHUNK_ROWS)
         with self._lock, mapped(self._path, "read endpoint windows"):
             conn = self._conn
             # One read transaction: every histogram read belongs to a row of counts read.
             conn.execute("BEGIN")
+            chunks: Iterator[EndpointLatency] = iter(())
             try:
                 names = dict(conn.execute("SELECT id, name FROM names").fetchall())
-                # Rows streamed into arrays, never held as a list of tuples: tens of
-                # thousands of live tuples would make the running probe's collector walk
-                # them while its event loop waits (BENCHMARKS.md D15).
-                a = np.fromiter(conn.execute(select, args), dtype=np.dtype((np.float64, 9))
-                                ).astype(np.float64, copy=False)
+                if stratum_s is None:
+                    a = _rows_of(conn, "SELECT start, path_id, endpoint_id, cohort_id,"
+                                 f" requests, errors, COALESCE({a_sum}, 0),"
+                                 f" COALESCE({a_count}, 0), {a_count} IS NULL"
+                                 f" FROM endpoint_windows WHERE {where} ORDER BY start", args)
+                    ranges: list[tuple[float, float]] = []
+                else:
+                    a, ranges = _strata_rows(conn, where, args, origin, float(stratum_s),
+                                             (a_sum, a_count), rows)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
                 started_of = np.full(max((r[0] for r in endpoint_rows), default=0) + 1, np.nan)
                 for i, _, labels in endpoint_rows:
@@ -489,71 +508,80 @@ class Store:
                 # (read only if some endpoint has none: Kubernetes' pods all have one).
                 start_events = conn.execute(START_EVENTS_SQL, START_EVENTS).fetchall() if (
                     len(a) and np.isnan(started_of[a[:, 2].astype(np.int64)]).any()) else []
-                if latency and a_sum != "NULL":
-                    keep_blob, keep_key = blobs.append, blob_keys.extend
-                    for row in conn.execute(
-                            f"SELECT latency, {stratum}, path_id, endpoint_id, cohort_id"
-                            f" FROM endpoint_windows WHERE {where} AND LENGTH(latency) > 0",
-                            args):
-                        keep_blob(row[0])
-                        keep_key(row[1:])
+                cols, ids = _endpoint_columns(a, names, endpoint_rows, started_of, start_events)
+                if latency and a_sum != "NULL" and len(a):
+                    lookups = (*(_positions(i, idx) for i, idx in zip(
+                        ids, (cols.path, cols.endpoint, cols.cohort), strict=True)), started_of,
+                        cols.endpoints, cols.cohorts, start_events)
+                    chunks = (self._latency_rows(conn.execute(
+                        "SELECT latency, start, path_id, endpoint_id, cohort_id FROM"
+                        f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
+                        lookups, rows) if stratum_s is None else self._latency_strata(
+                        conn, where, args, origin, float(stratum_s), ranges, lookups))
+                yield cols, chunks
             finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()  # a chunk iterator left part-read: its cursor goes first
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")  # a read: nothing to keep
-        endpoint_names = {i: name for i, name, _ in endpoint_rows}
-        if len(a):
-            start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
-            requests, errors, attempts_sum, attempts_count, unrecorded = (
-                a[:, k].astype(np.int64) for k in range(4, 9))
-        else:
-            start = np.zeros(0)
-            path_id = endpoint_id = cohort_id = requests = errors = np.zeros(0, dtype=np.int64)
-            attempts_sum = attempts_count = unrecorded = requests
 
-        def index(ids: Any, name_of: Mapping[int, str]) -> tuple[tuple[str, ...], Any]:
-            # Two endpoint ids may share a name (different labels): one pod either way.
-            present = np.unique(ids)
-            found = sorted({name_of[int(i)] for i in present})
-            position = {n: k for k, n in enumerate(found)}
-            lookup = np.zeros(int(present.max()) + 1 if present.size else 1, dtype=np.int32)
-            for i in present:
-                lookup[i] = position[name_of[int(i)]]
-            return tuple(found), lookup[ids]
+    def _latency_rows(self, cursor: sqlite3.Cursor, lookups: tuple[Any, ...], chunk_rows: int
+                      ) -> Iterator[EndpointLatency]:
+        """The latency records of `cursor`'s rows (blob, start, path, endpoint and cohort
+        ids), `chunk_rows` rows at a time, indexed by `lookups` (`_records`)."""
+        try:
+            while batch := cursor.fetchmany(chunk_rows):
+                b = np.array([r[1:] for r in batch], dtype=np.float64)
+                yield self._records([r[0] for r in batch], b[:, 0],
+                                    b[:, 1:4].astype(np.int64), lookups)
+        finally:
+            cursor.close()
 
-        path_names, path = index(path_id, names)
-        endpoints, endpoint = index(endpoint_id, endpoint_names)
-        cohort_names, cohort = index(cohort_id, names)
-        hist = EndpointLatency.empty()
-        if blobs:
-            try:
-                ptr, bucket, count = decode_many(blobs, LATENCY)
-            except ValueError as exc:
+    def _latency_strata(self, conn: sqlite3.Connection, where: str, args: list[Any],
+                        origin: float, stratum_s: float, ranges: Sequence[tuple[float, float]],
+                        lookups: tuple[Any, ...]) -> Iterator[EndpointLatency]:
+        """The latency records of the rows in `ranges` of start, a range at a time, each at
+        its row's stratum: one joined blob and one text column per key a range (SQLite's
+        `group_concat`), not a Python tuple per row."""
+        k = _stratum_index(origin, stratum_s)
+        for lo, hi in ranges:
+            blob, sizes, *keys = conn.execute(
+                "SELECT CAST(group_concat(latency, x'') AS BLOB), group_concat(LENGTH(latency)),"
+                f" group_concat({k}), group_concat(path_id), group_concat(endpoint_id),"
+                f" group_concat(cohort_id) FROM endpoint_windows WHERE {where}"
+                " AND LENGTH(latency) > 0", _within(args, lo, hi)).fetchone()
+            if blob is None:
+                continue
+            size = _ints(sizes)
+            if np.any(size % LATENCY.itemsize):
                 raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
-                                   f" ({exc})") from exc
-            per = np.diff(ptr)
-            b = np.array(blob_keys, dtype=np.float64).reshape(-1, 4)
-            ids = b[:, 1:4].astype(np.int64)
-            p_lookup, e_lookup, c_lookup = (_positions(x, y) for x, y in (
-                (path_id, path), (endpoint_id, endpoint), (cohort_id, cohort)))
-            h_endpoint = e_lookup[ids[:, 1]]
-            h_cohort = c_lookup[ids[:, 2]]
-            h_started = known_starts(started_of[ids[:, 1]], b[:, 0], h_endpoint, h_cohort,
-                                     endpoints, cohort_names, start_events)
-            hist = EndpointLatency(
-                start=np.repeat(b[:, 0], per),
-                path=np.repeat(p_lookup[ids[:, 0]], per),
-                endpoint=np.repeat(h_endpoint, per),
-                cohort=np.repeat(h_cohort, per),
-                started=np.repeat(h_started, per),
-                bucket=bucket.astype(np.int64), count=count.astype(np.int64),
-            )
-        return EndpointColumns(
-            paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
-            path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
-            started=known_starts(started_of[endpoint_id], start, endpoint, cohort, endpoints,
-                                 cohort_names, start_events), attempts_sum=attempts_sum,
-            attempts_count=attempts_count, unrecorded=unrecorded, latency=hist,
-        )
+                                   " (sparse blob is not a whole number of records)")
+            key = np.stack([_ints(x) for x in keys], axis=1)
+            yield self._records([blob], origin + stratum_s * key[:, 0], key[:, 1:], lookups,
+                                per=size // LATENCY.itemsize)
+
+    def _records(self, blobs: list[bytes], start: Any, ids: Any, lookups: tuple[Any, ...],
+                 per: Any = None) -> EndpointLatency:
+        """The records of `blobs` (one a row, or all rows' joined with `per` records a row),
+        each at its row's `start` and stored (path, endpoint, cohort) `ids`, indexed by
+        `lookups` (stored id -> name index for each, stored endpoint id -> start time, and
+        what `known_starts` reads for rows without one)."""
+        try:
+            ptr, bucket, count = decode_many(blobs, LATENCY)
+        except ValueError as exc:
+            raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
+                               f" ({exc})") from exc
+        n = np.diff(ptr) if per is None else per
+        p_lookup, e_lookup, c_lookup, started_of, endpoints, cohorts, events = lookups
+        endpoint, cohort = e_lookup[ids[:, 1]], c_lookup[ids[:, 2]]
+        started = known_starts(started_of[ids[:, 1]], start, endpoint, cohort, endpoints,
+                               cohorts, events)
+        return EndpointLatency(
+            start=np.repeat(start, n), path=np.repeat(p_lookup[ids[:, 0]], n),
+            endpoint=np.repeat(endpoint, n), cohort=np.repeat(cohort, n),
+            started=np.repeat(started, n),
+            bucket=bucket.astype(np.int64), count=count.astype(np.int64))
 
     def read_endpoint_totals(
         self,
@@ -725,6 +753,126 @@ class Store:
         for r in rows:
             by_time[r[0]].append(InventoryRow(r[1], r[2], r[3], r[4], r[5]))
         return [InventorySnapshot(t, tuple(by_time[t])) for t in times]
+
+
+def _rows_of(conn: sqlite3.Connection, select: str, args: Sequence[Any]
+             ) -> npt.NDArray[np.float64]:
+    """The rows of `select` (9 numbers each) as one array."""
+    # Rows streamed into arrays, never held as a list of tuples: tens of thousands of live
+    # tuples would make the running probe's collector walk them while its event loop
+    # waits (BENCHMARKS.md D15).
+    return np.fromiter(conn.execute(select, args), dtype=np.dtype((np.float64, 9))
+                       ).astype(np.float64, copy=False)
+
+
+def _stratum_index(origin: float, stratum_s: float) -> str:
+    """SQL for a row's stratum: its index from `origin` (the stratum starts at
+    `origin + stratum_s * index`, as numpy computes it from the index too)."""
+    return f"CAST((start - {origin!r}) / {stratum_s!r} AS INTEGER)"
+
+
+def _within(args: Sequence[Any], lo: float, hi: float) -> list[Any]:
+    """`Store._where`'s arguments (its time bounds first) narrowed to [lo, hi): SQLite
+    searches the primary key by one pair of bounds, so a second pair would scan from the
+    first bound to the end for every range."""
+    return [max(args[0], lo), min(args[1], hi), *args[2:]]
+
+
+def _ints(text: str | None) -> npt.NDArray[np.int64]:
+    """A `group_concat` of integers as an array."""
+    if not text:
+        return np.zeros(0, dtype=np.int64)
+    return np.fromstring(text, dtype=np.int64, sep=",")
+
+
+def _strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], origin: float,
+                 stratum_s: float, v2: tuple[str, str], rows: int
+                 ) -> tuple[npt.NDArray[np.float64], list[tuple[float, float]]]:
+    """The endpoint rows of `where` summed into strata, as `_endpoint_columns` takes them
+    (by stratum, then path, endpoint and cohort id), and the ranges of start they were read
+    in (about `rows` rows each). Read a range at a time as one text column per field
+    (`group_concat`) and summed in numpy: SQLite's GROUP BY sorted every row first, and
+    a tuple per row cost more than the sums."""
+    a_sum, a_count = v2
+    k = _stratum_index(origin, stratum_s)
+    fields = (k, "path_id", "endpoint_id", "cohort_id", "requests", "errors",
+              f"COALESCE({a_sum}, 0)", f"COALESCE({a_count}, 0)", f"{a_count} IS NULL")
+    select = (f"SELECT {', '.join(f'group_concat({f})' for f in fields)}, COUNT(*)"
+              f" FROM endpoint_windows WHERE {where}")
+    first, last = conn.execute(f"SELECT MIN(start), MAX(start) FROM endpoint_windows"
+                               f" WHERE {where}", args).fetchone()
+    parts: list[npt.NDArray[np.int64]] = []
+    ranges: list[tuple[float, float]] = []
+    # Ranges of whole strata, sized to about `rows` rows from the last one's.
+    span, lo = stratum_s, first
+    while lo is not None and lo <= last:
+        hi = lo + span
+        *text, n = conn.execute(select, _within(args, lo, hi)).fetchone()
+        ranges.append((lo, hi))
+        if n:
+            parts.append(_summed(np.stack([_ints(x) for x in text], axis=1)))
+        # At most twice as long: a gap in the windows says nothing of the rows after it.
+        span = stratum_s * max(1.0, min(2 * span / stratum_s,
+                                        math.floor(span / stratum_s * rows / max(n, 1))))
+        lo = hi
+    if not parts:
+        return np.zeros((0, 9)), ranges
+    key = _summed(np.concatenate(parts))  # a stratum across two ranges summed once
+    a = key.astype(np.float64)
+    a[:, 0] = origin + stratum_s * key[:, 0]
+    return a, ranges
+
+
+def _summed(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """`rows` (stratum, path, endpoint, cohort, then counts) summed per key, by key."""
+    order = np.lexsort(rows[:, 3::-1].T)
+    rows = rows[order]
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = np.any(rows[1:, :4] != rows[:-1, :4], axis=1)
+    at = np.flatnonzero(new)
+    out = rows[at].copy()
+    out[:, 4:] = np.add.reduceat(rows[:, 4:], at, axis=0)
+    return out
+
+
+def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],
+                      endpoint_rows: Sequence[tuple[int, str, str]], started_of: Any,
+                      start_events: Sequence[tuple[str, str, float, str]]
+                      ) -> tuple[EndpointColumns, tuple[Any, Any, Any]]:
+    """The endpoint rows `a` (start, path, endpoint and cohort ids, requests, errors,
+    attempts sum and count, unrecorded) as `EndpointColumns` without latency, and the rows'
+    stored (path, endpoint, cohort) ids; each row's pod start from `started_of` (by stored
+    endpoint id) or else `start_events` (`known_starts`)."""
+    endpoint_names = {i: name for i, name, _ in endpoint_rows}
+    if len(a):
+        start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
+        requests, errors, attempts_sum, attempts_count, unrecorded = (
+            a[:, k].astype(np.int64) for k in range(4, 9))
+    else:
+        start = np.zeros(0)
+        path_id = endpoint_id = cohort_id = requests = errors = np.zeros(0, dtype=np.int64)
+        attempts_sum = attempts_count = unrecorded = requests
+
+    def index(ids: Any, name_of: Mapping[int, str]) -> tuple[tuple[str, ...], Any]:
+        # Two endpoint ids may share a name (different labels): one pod either way.
+        present = np.unique(ids)
+        found = sorted({name_of[int(i)] for i in present})
+        position = {n: k for k, n in enumerate(found)}
+        lookup = np.zeros(int(present.max()) + 1 if present.size else 1, dtype=np.int32)
+        for i in present:
+            lookup[i] = position[name_of[int(i)]]
+        return tuple(found), lookup[ids]
+
+    path_names, path = index(path_id, names)
+    endpoints, endpoint = index(endpoint_id, endpoint_names)
+    cohort_names, cohort = index(cohort_id, names)
+    return EndpointColumns(
+        paths=path_names, endpoints=endpoints, cohorts=cohort_names, start=start,
+        path=path, endpoint=endpoint, cohort=cohort, requests=requests, errors=errors,
+        started=known_starts(started_of[endpoint_id], start, endpoint, cohort, endpoints,
+                             cohort_names, start_events), attempts_sum=attempts_sum,
+        attempts_count=attempts_count, unrecorded=unrecorded, latency=EndpointLatency.empty(),
+    ), (path_id, endpoint_id, cohort_id)
 
 
 def _positions(ids: Any, index: Any) -> Any:

@@ -15,6 +15,7 @@ matrices whose columns are `outcome_names` and `reset_reasons`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,9 @@ __all__ = [
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
-_SLICE = 1 << 22
+# Entries pooled at once by `latency_by_group`: in cache, and a few tens of MB of int64
+# temporaries beside a day's table rather than a few hundred (BENCHMARKS.md D23).
+_SLICE = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -65,6 +68,14 @@ class EndpointLatency:
     def empty(cls) -> EndpointLatency:
         f, i = np.zeros(0), np.zeros(0, dtype=np.int32)
         return cls(f, i, i, i, f, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+    @classmethod
+    def joined(cls, parts: Sequence[EndpointLatency]) -> EndpointLatency:
+        """The records of `parts`, one after the other."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(*(np.concatenate([getattr(p, f.name) for p in parts])
+                     for f in dataclasses.fields(cls)))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

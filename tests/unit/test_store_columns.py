@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 from probes.store.columns import concat, reduce, take
 from probes.store.table import EndpointColumns, EndpointLatency
@@ -69,3 +70,24 @@ def test_rows_sum_into_groups_exactly_whatever_the_columns() -> None:
     # Counts add (a pooled bucket outgrows a window's uint8), the start is the newest row's.
     assert named(out, 0) == (20.0, "p", "e0", 12, 13, {3: 400, 5: 1})
     assert named(out, 1) == (10.0, "p", "e1", 1, 2, {})
+
+
+def test_compressed_rows_pooled_slice_by_slice_are_pooled_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A day of path windows is pooled a slice of entries at a time (memory): slices of a
+    # few entries, cut inside groups and across empty rows, give the one-pass sums.
+    from probes.store import columns
+
+    rng = np.random.default_rng(3)
+    rows = [(float(t), 0, int(rng.integers(2)), int(rng.integers(1, 9)), 1,
+             [(int(b), int(rng.integers(1, 200))) for b in sorted(
+                 rng.choice(40, int(rng.integers(0, 6)), replace=False))])
+            for t in range(60)]
+    c = cols(("p",), ("e0", "e1"), rows)
+    group = rng.integers(0, 7, len(rows))
+    whole = reduce(c, group, 7)
+    for size in (1, 3, 50):
+        monkeypatch.setattr(columns, "REDUCE_SLICE", size)
+        sliced = reduce(c, group, 7)
+        assert [named(sliced, r) for r in range(7)] == [named(whole, r) for r in range(7)]
+    assert sum(len(named(whole, r)[-1]) for r in range(7)) > 20

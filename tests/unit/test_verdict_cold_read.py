@@ -1,0 +1,156 @@
+"""A cold verdict reads the endpoint windows' latency records a chunk at a time
+(`Store.stream_endpoint_columns`) and sums them into each pod's histogram as they come
+(`pod_cells.LatencyFold`): the grids, and the verdict, are those of the records read whole.
+The store is written by the probe's own writer: pods moving to the canary one by one, a pod
+joining, a pod restarted under its own name, and an overload span.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from probes import verdict_service
+from probes._timeparse import rfc3339
+from probes._types import EndpointWindow
+from probes.measure.overload import OVERLOAD_EVENT
+from probes.stats.pods import read_pod_grids
+from probes.store import Event, Store
+from probes.store import sqlite as store_sqlite
+from probes.verdict_service import compute_verdict, overload_spans
+from tests.unit.test_verdict_cache import NEW, SETTINGS, T0, W, _same_grids, windows_at
+
+WINDOWS = 160
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = str(tmp_path_factory.mktemp("cold") / "probe.db")
+    rng = np.random.default_rng(21)
+    restarted = {"start_time": rfc3339(T0 + 95 * W)}
+    with Store.open(path) as store:
+        for k in range(WINDOWS):
+            paths, cells = windows_at(k, rng, labels={"shop-3": restarted} if k >= 95 else None)
+            if k >= 70:  # a pod joins the canary
+                cells.append(EndpointWindow(
+                    start=T0 + k * W, path="checkout", endpoint="shop-9", cohort=NEW,
+                    requests=30, errors=k % 3, attempts_sum=31, attempts_count=30,
+                    latency={450 + k % 7: 30, 500: k % 4}))
+            store.write(paths, cells)
+        store.write_events([Event(OVERLOAD_EVENT, T0 + 104 * W, detail={"reason": "late"}),
+                            Event(OVERLOAD_EVENT, T0 + 125 * W, detail={"reason": None})])
+    return path
+
+
+class _Whole:
+    """The store as a source that reads the latency records whole (no streaming)."""
+
+    def __init__(self, store: Store) -> None:
+        self.read_endpoint_columns = store.read_endpoint_columns
+
+
+@pytest.mark.parametrize("stratum_s", [None, 3 * W])
+@pytest.mark.parametrize("since", [T0 + 60 * W, T0 + 100 * W])
+def test_grids_read_in_chunks_are_those_read_whole(db: str, stratum_s: float | None,
+                                                   since: float,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store.open(db, readonly=True) as store:
+        spans = [(a, b) for a, b, _ in overload_spans(store, T0 + WINDOWS * W + 1, W)]
+        assert spans, "the overload span is in the store"
+        kw: dict[str, Any] = dict(since=since, until=T0 + WINDOWS * W, warmup_s=30.0,
+                                  window_s=W, stratum_s=stratum_s, exclude=spans)
+        whole = read_pod_grids(_Whole(store), **kw)
+        # Chunks of a few rows each: many chunks, pods and strata split across them.
+        chunks: list[int] = []
+        stream = store.stream_endpoint_columns
+
+        def small(*args: Any, **kwargs: Any) -> Any:
+            return _counted(stream(*args, chunk_rows=7, **kwargs), chunks)
+
+        monkeypatch.setattr(store, "stream_endpoint_columns", small)
+        chunked = read_pod_grids(store, **kw)
+    _same_grids(chunked, whole)
+    assert whole is not None and all(g.latency is not None for g in whole.values())
+    assert "shop-9" in whole["checkout"].pods
+    # Every record came, in many chunks.
+    with Store.open(db, readonly=True) as store:
+        records = len(store.read_endpoint_columns(since=since - 30.0, until=kw["until"],
+                                                  stratum_s=stratum_s, latency=True).latency)
+    assert len(chunks) > 10 and sum(chunks) == records
+
+
+def _counted(cm: Any, sizes: list[int]) -> Any:
+    """`cm` (a `stream_endpoint_columns` block) whose chunks' records are counted in
+    `sizes`."""
+
+    @contextlib.contextmanager
+    def wrapped() -> Iterator[Any]:
+        with cm as (cols, chunks):
+            def each() -> Iterator[Any]:
+                for chunk in chunks:
+                    sizes.append(len(chunk))
+                    yield chunk
+            yield cols, each()
+
+    return wrapped()
+
+
+@pytest.mark.parametrize("strata", [None, 40])
+def test_the_verdict_read_in_chunks_is_the_verdict_read_whole(
+        db: str, strata: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = T0 + WINDOWS * W + 1
+    if strata is not None:  # a day's strata: windows summed into a few each
+        monkeypatch.setattr(verdict_service, "MAX_STRATA", strata)
+    whole = compute_verdict(db, SETTINGS, now=now, overload=None)
+    monkeypatch.setattr(store_sqlite, "LATENCY_CHUNK_ROWS", 5)
+    chunked = compute_verdict(db, SETTINGS, now=now, overload=None)
+    assert chunked == whole
+    rules = {name: m["rule"] for p in whole["paths"] for name, m in p["metrics"].items()}
+    assert rules["latency_p99_ms"] == "pods", rules
+
+
+def test_read_whole_is_every_chunk_joined(db: str) -> None:
+    with Store.open(db, readonly=True) as store:
+        whole = store.read_endpoint_columns(since=T0, latency=True)
+        with store.stream_endpoint_columns(since=T0, chunk_rows=11) as (cols, chunks):
+            parts = list(chunks)
+    assert len(parts) > 10 and not len(cols.latency)
+    for f in dataclasses.fields(whole.latency):
+        np.testing.assert_array_equal(np.concatenate([getattr(p, f.name) for p in parts]),
+                                      getattr(whole.latency, f.name), err_msg=f.name)
+
+
+@pytest.mark.parametrize("chunk_rows", [7, 100_000])
+def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int) -> None:
+    # The strata are summed in numpy from ranges of rows (a stratum may straddle two):
+    # the same rows, in the same order, as SQLite's GROUP BY over every row gives.
+    import sqlite3
+
+    since, stratum = T0 + 7.0, 3 * W  # strata not aligned to the windows' starts
+    with Store.open(db, readonly=True) as store, store.stream_endpoint_columns(
+            since=since, stratum_s=stratum, latency=False, chunk_rows=chunk_rows) as (cols, _):
+        pass
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(
+            f"SELECT {since!r} + {stratum!r} * CAST((start - {since!r}) / {stratum!r}"
+            " AS INTEGER) AS s, p.name, e.name, c.name, SUM(requests), SUM(errors),"
+            " SUM(attempts_sum), SUM(attempts_count) FROM endpoint_windows"
+            " JOIN names AS p ON p.id = path_id JOIN names AS c ON c.id = cohort_id"
+            " JOIN endpoints AS e ON e.id = endpoint_id WHERE start >= ?"
+            " GROUP BY s, path_id, endpoint_id, cohort_id ORDER BY s, path_id, endpoint_id,"
+            " cohort_id", (since,)).fetchall()
+    finally:
+        conn.close()
+    got = list(zip(cols.start.tolist(), (cols.paths[i] for i in cols.path),
+                   (cols.endpoints[i] for i in cols.endpoint),
+                   (cols.cohorts[i] for i in cols.cohort), cols.requests.tolist(),
+                   cols.errors.tolist(), cols.attempts_sum.tolist(),
+                   cols.attempts_count.tolist(), strict=True))
+    assert got == [tuple(r) for r in rows]
+    assert len(set(cols.start.tolist())) > 50
