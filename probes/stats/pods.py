@@ -105,8 +105,8 @@ MIXING_SCALES = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 _SE_FLOOR = 0.5
 # Pseudo-calls at the running mean that smooth each window's mean for the variance.
 _SMOOTH_CALLS = 50.0
-# How many standard errors above its excess per call a canary pod may plausibly be: the
-# worst pod is capped there, at the most the other pods allow (`_capped`).
+# How many standard errors above the other canary pods' pooled excess per call the worst
+# may plausibly be: it is capped there (`_capped`).
 _CAP_Z = 2.0
 # A cohort's worst pod this many standard errors beyond what the other pods' spread allows
 # is set aside as sick (`_outlier`): about 3e-7 one-sided per pod and look for a normal pod.
@@ -749,23 +749,23 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, pod_calls_c: F64, base: Bool,
 
 def _capped(excess: F64, calls: F64, sd2: F64, tau2: F64) -> tuple[F64, I64]:
     """Σ of the canary pods' excesses with the worst pod's (by excess per call) capped at
-    the most any other canary pod plausibly has (its excess per call plus `_CAP_Z` standard
-    errors, sampling and spread), and that pod; (groups, pods, looks) in, (groups, looks) out.
-    A sick pod among healthy ones is set aside this way, while a regression on every pod
-    keeps (nearly) all its evidence: the pod that joined last, with few calls, has a wide
-    bound and caps nothing. The sum is never above the uncapped one."""
+    the most the other canary pods plausibly have (their pooled excess per call plus
+    `_CAP_Z` standard errors, sampling and spread), and that pod; (groups, pods, looks) in,
+    (groups, looks) out. A sick pod among healthy ones is set aside this way, while a
+    regression on every pod keeps (nearly) all its evidence. Pooled, the others' bound is
+    not set by a pod that has just joined with a handful of calls. The sum is never above
+    the uncapped one."""
     has = calls > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(has, excess / np.where(has, calls, 1.0), -np.inf)
-        upper = np.where(has, rate + _CAP_Z * np.sqrt(sd2[:, None, :] / np.where(has, calls, 1.0)
-                                                      + tau2[:, None, :]), -np.inf)
     worst = _first_max(rate, axis=1)
-    others = upper.copy()
-    np.put_along_axis(others, worst[:, None, :], -np.inf, axis=1)
-    cap = others.max(axis=1)
     r_w = np.take_along_axis(rate, worst[:, None, :], axis=1)[:, 0]
     n_w = np.take_along_axis(calls, worst[:, None, :], axis=1)[:, 0]
-    with np.errstate(invalid="ignore"):
+    e_w = np.take_along_axis(excess, worst[:, None, :], axis=1)[:, 0]
+    n_o = calls.sum(axis=1) - n_w
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cap = np.where(n_o > 0, (excess.sum(axis=1) - e_w) / np.where(n_o > 0, n_o, 1.0)
+                       + _CAP_Z * np.sqrt(sd2 / np.where(n_o > 0, n_o, 1.0) + tau2), np.inf)
         over = np.where(np.isfinite(cap) & np.isfinite(r_w), np.maximum(r_w - cap, 0.0), 0.0)
     return excess.sum(axis=1) - n_w * over, worst
 
