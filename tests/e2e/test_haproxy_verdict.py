@@ -44,7 +44,7 @@ from targets.haproxy import default_versions_file
 from targets.haproxy_config import load_haproxy_versions
 from tests.servers.fleet_cli import fleet_process, read_until
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
-from tests.servers.probe_run import Windows, http_config, probe_runner, running
+from tests.servers.probe_run import Windows, http_config, probe_runner, running, windows_for
 
 pytestmark = [needs_haproxy, pytest.mark.slow]
 
@@ -56,6 +56,7 @@ Z = 4.5
 # The attempts test needs ~2,400 canary calls on average (docstring); not failing after this
 # many times as many is a broken test, not a slow machine.
 EXPECTED_CANARY_CALLS, GIVE_UP_FACTOR = 2400, 5
+RATE, CANARY_PODS = 100.0, 2  # calls/s per pod; the pods rolled out (`--batch 2`)
 
 
 def _se_rate(n: int) -> float:
@@ -80,7 +81,7 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
     assert versions.app_routes["/api/checkout"].error_rate == 0.1  # the docstring's premise
     assert versions.app_routes["/api/checkout"].transient_error_rate == 0.0
     haproxy_dir = tmp_path / "haproxy"
-    config = http_config(endpoints, rate="100/s", timeout="1s",
+    config = http_config(endpoints, rate=f"{RATE:g}/s", timeout="1s",
                          paths={"checkout": "/api/checkout"})
     store = str(tmp_path / "probe.db")
     written = Windows()
@@ -110,8 +111,10 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
             # Judge after every window the probe writes (no polling), until the attempts
             # test fails and both cohorts hold enough calls to check the success rates.
             trusted, seen = 0, 0
+            wait = written.budget(windows_for(EXPECTED_CANARY_CALLS, CANARY_PODS * RATE),
+                                  "checkout to fail on attempts per request")
             while True:
-                await written.next()
+                await wait.next()
                 verdict = dict(await runner.verdict_json(VerdictQuery()))
                 paths = {p["path"]: p for p in verdict["paths"]}
                 checkout = paths.get("checkout", {})

@@ -29,8 +29,8 @@ from probes.pairs import PairMatrix, pair_matrix
 from probes.store import Store
 from probes.verdict_service import JudgingSettings
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
-from tests.servers.probe_run import Windows, probe_runner, running
-from tests.servers.relay_estate import MIN_SAMPLES, NEW, OLD, PATH, config, estate
+from tests.servers.probe_run import Windows, probe_runner, running, windows_for
+from tests.servers.relay_estate import MIN_SAMPLES, NEW, OLD, PAIR_PER_S, PATH, config, estate
 from tests.servers.stores import newest_window_end
 
 # The hang guard's multiple: a decision the statistics cannot reach with this many calls per
@@ -68,16 +68,21 @@ async def test_retrying_caller_fails_on_attempts_against_old_old_at_equal_succes
         runner = probe_runner(config(relays), store, on_window=windows.on_window)
         async with running(runner, stop_within_s=30):
             matrix: PairMatrix | None = None
+            # A pair's fail needs its first MIN_SAMPLES calls (1.4 attempts per call against
+            # 1 is no close call), so the wait is bounded by the windows those take.
+            wait = windows.budget(windows_for(MIN_SAMPLES, PAIR_PER_S),
+                                  f"the pair {NEW} -> {OLD} to fail")
             while True:
-                await windows.until([(PATH, pair_cohort(*p)) for p in pairs], MIN_SAMPLES)
+                await wait.next()
+                fewest = min(windows.requests[PATH, pair_cohort(*p)] for p in pairs)
+                if fewest < MIN_SAMPLES:
+                    continue
                 matrix = pair_matrix(store, settings, path=PATH, now=as_written(store),
                                      every_window=True)
                 cell = matrix.cell(NEW, OLD)
                 assert cell is not None
-                fewest = min(windows.requests[PATH, pair_cohort(*p)] for p in pairs)
                 if cell.verdict == "fail" or fewest > MAX_SAMPLES:
                     break
-                await windows.next()
 
     # Every result is keyed by both versions: the four pairs and nothing else.
     assert {c for _, c in windows.requests} == {pair_cohort(*p) for p in pairs}

@@ -100,8 +100,9 @@ async def test_the_running_probes_verdict_is_the_stores_as_windows_arrive(
         runner = probe_runner(config(endpoints), str(db), listen=listen,
                               on_window=windows.on_window)
         async with running(runner, stop_within_s=30), httpx.AsyncClient() as client:
+            wait = windows.budget(TRIES, "two comparisons between windows")
             for _ in range(TRIES):
-                await windows.next()
+                await wait.next()
                 before = runner.windows_written
                 served = (await client.get(f"http://{listen}/verdict", timeout=60)).json()
                 fresh = await cli_verdict(db, config_file)
