@@ -184,7 +184,8 @@ def _to_config_error(error: jsonschema.ValidationError, root: yaml.Node, file: s
         )
     if validator == "oneOf" and path and path[-1] == "port":
         return ConfigError(
-            f"{error.instance!r} is not a port number or port name", file=file, line=line, key=key
+            f"{_BRIEF.repr(error.instance)} is not a port number or port name", file=file,
+            line=line, key=key
         )
     if validator in ("minProperties", "maxProperties") and path and path[-1] == "version_from":
         return ConfigError(
@@ -194,16 +195,17 @@ def _to_config_error(error: jsonschema.ValidationError, root: yaml.Node, file: s
     if validator == "pattern":
         pattern = error.schema.get("pattern", "")
         if "ms|s|m|h" in pattern:
-            message = f"{error.instance!r} is not a duration like 500ms, 1s, 2m, 1h"
+            message = f"{_BRIEF.repr(error.instance)} is not a duration like 500ms, 1s, 2m, 1h"
         elif "s|m|min|h" in pattern:
-            message = f"{error.instance!r} is not a rate like 5/s, 30/min, 1/h"
+            message = f"{_BRIEF.repr(error.instance)} is not a rate like 5/s, 30/min, 1/h"
         else:
-            message = f"{error.instance!r} is not in the expected form"
+            message = f"{_BRIEF.repr(error.instance)} is not in the expected form"
         return ConfigError(message, file=file, line=line, key=key)
     if validator == "enum":
         choices = ", ".join(repr(c) for c in error.schema["enum"])
         return ConfigError(
-            f"{error.instance!r} is not one of {choices}", file=file, line=line, key=key
+            f"{_BRIEF.repr(error.instance)} is not one of {choices}", file=file, line=line,
+            key=key
         )
     if validator == "type":
         expected = error.schema.get("type")

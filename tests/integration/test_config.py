@@ -223,3 +223,11 @@ def test_aliases_within_the_bounds_still_load() -> None:
         "    rate: 30/min\n", "    rate: 30/min\n    timeout: *t\n")
     config = parse_config(shared)
     assert [p.timeout_s for p in config.paths][:2] == [1.0, 1.0]
+
+
+def test_a_large_wrong_value_is_quoted_briefly() -> None:
+    # The error quotes the value to recognise it by; 5,000 characters of it would be noise.
+    long_rate = _error(GOOD.replace("rate: 5/s", "rate: '" + "9" * 5000 + "'"))
+    whole_list = _error("paths: {" + ", ".join(f"k{i}: v" for i in range(5000)) + "}\n")
+    for error in (long_rate, whole_list):
+        assert len(str(error)) < 300 and "..." in str(error), str(error)[:400]
