@@ -10,11 +10,16 @@ STAMP := $(VENV)/.installed
 # windows, so two workers halve the suite's time on two cores (`PYTEST_WORKERS=0`: serial).
 PYTEST_WORKERS ?= 2
 
+# pip's and the build's output goes to a log, shown only when the install fails.
+PIP := $(BIN)/pip --quiet --disable-pip-version-check
+INSTALL_LOG := $(VENV)/install.log
+
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing skewprobe and its dev tools into $(VENV) (log: $(INSTALL_LOG))"
+	@$(PYTHON) -m venv $(VENV)
+	@{ $(PIP) install --upgrade pip && $(PIP) install -e '.[dev]'; } >$(INSTALL_LOG) 2>&1 \
+		|| { cat $(INSTALL_LOG); echo "install failed (log: $(INSTALL_LOG))" >&2; exit 1; }
+	@touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/skewprobe demo

@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import itertools
 import re
+import reprlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,12 +48,17 @@ from probes._spec import (
 )
 from probes._timeparse import parse_days, parse_duration
 from probes._types import Endpoint
+from probes._yaml_limits import BoundedSafeLoader, YamlLimitError, read_bounded
 
 __all__ = ["load_config", "parse_config", "parse_duration", "parse_rate"]
 
 _RATE_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _RATE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/(s|m|min|h)$")
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+_ERRORS_RANKED = 50
+# A value quoted in an error: enough to recognise it, never the whole of a large one.
+_BRIEF = reprlib.Repr()
+_BRIEF.maxstring = _BRIEF.maxother = 80
 
 
 def parse_rate(text: str) -> float:
@@ -68,27 +75,31 @@ def parse_rate(text: str) -> float:
 def load_config(path: str | Path) -> Config:
     """Read, parse and validate a config file; every failure is a one-line ConfigError."""
     file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"cannot read config: {reason}", file=file) from exc
-    return parse_config(text, file=file)
+    return parse_config(read_bounded(path, "config"), file=file)
 
 
 def parse_config(text: str, *, file: str = "<config>") -> Config:
+    # Composed once and built from the nodes, within the loader's bounds (probes._yaml_limits).
+    loader = BoundedSafeLoader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         line = mark.line + 1 if mark is not None else None
-        raise ConfigError(f"invalid YAML: {problem}", file=file, line=line) from exc
+        # Past a bound the YAML is valid, only too big for a config.
+        what = problem if isinstance(exc, YamlLimitError) else f"invalid YAML: {problem}"
+        raise ConfigError(what, file=file, line=line) from exc
+    finally:
+        loader.dispose()
     if node is None or data is None:
         raise ConfigError("the config is empty", file=file)
     _reject_duplicate_keys(node, file)
-    errors = sorted(_VALIDATOR.iter_errors(data), key=_error_rank)
+    # The first errors found are enough to pick the most specific: sorting all of them would
+    # cost a jsonschema error per item of a list of thousands of junk values.
+    errors = sorted(itertools.islice(_VALIDATOR.iter_errors(data), _ERRORS_RANKED),
+                    key=_error_rank)
     if errors:
         raise _to_config_error(errors[0], node, file)
     return _build(data, node, file)
@@ -173,7 +184,8 @@ def _to_config_error(error: jsonschema.ValidationError, root: yaml.Node, file: s
         )
     if validator == "oneOf" and path and path[-1] == "port":
         return ConfigError(
-            f"{error.instance!r} is not a port number or port name", file=file, line=line, key=key
+            f"{_BRIEF.repr(error.instance)} is not a port number or port name", file=file,
+            line=line, key=key
         )
     if validator in ("minProperties", "maxProperties") and path and path[-1] == "version_from":
         return ConfigError(
@@ -183,21 +195,23 @@ def _to_config_error(error: jsonschema.ValidationError, root: yaml.Node, file: s
     if validator == "pattern":
         pattern = error.schema.get("pattern", "")
         if "ms|s|m|h" in pattern:
-            message = f"{error.instance!r} is not a duration like 500ms, 1s, 2m, 1h"
+            message = f"{_BRIEF.repr(error.instance)} is not a duration like 500ms, 1s, 2m, 1h"
         elif "s|m|min|h" in pattern:
-            message = f"{error.instance!r} is not a rate like 5/s, 30/min, 1/h"
+            message = f"{_BRIEF.repr(error.instance)} is not a rate like 5/s, 30/min, 1/h"
         else:
-            message = f"{error.instance!r} is not in the expected form"
+            message = f"{_BRIEF.repr(error.instance)} is not in the expected form"
         return ConfigError(message, file=file, line=line, key=key)
     if validator == "enum":
         choices = ", ".join(repr(c) for c in error.schema["enum"])
         return ConfigError(
-            f"{error.instance!r} is not one of {choices}", file=file, line=line, key=key
+            f"{_BRIEF.repr(error.instance)} is not one of {choices}", file=file, line=line,
+            key=key
         )
     if validator == "type":
         expected = error.schema.get("type")
         return ConfigError(
-            f"expected {expected}, got {type(error.instance).__name__} {error.instance!r}",
+            f"expected {expected}, got {type(error.instance).__name__} "
+            f"{_BRIEF.repr(error.instance)}",
             file=file,
             line=line,
             key=key,

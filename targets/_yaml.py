@@ -15,6 +15,7 @@ import yaml
 
 from probes._exceptions import ConfigError
 from probes._timeparse import parse_duration
+from probes._yaml_limits import BoundedSafeLoader, YamlLimitError, read_bounded
 
 __all__ = ["LineMap", "LineParser", "load_yaml", "read_yaml_file"]
 
@@ -33,7 +34,7 @@ class _DuplicateKey(Exception):
         self.line = line
 
 
-class _LineLoader(yaml.SafeLoader):
+class _LineLoader(BoundedSafeLoader):
     pass
 
 
@@ -54,29 +55,35 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> LineMap:
     return out
 
 
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
+# The stubs allow only PyYAML's own loader classes here; this one is a SafeLoader in all but
+# name (probes._yaml_limits).
+_LineLoader.add_constructor(  # type: ignore[type-var]
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 
 
 def read_yaml_file(path: str | Path, what: str) -> tuple[str, str]:
-    """(text, source name) of a file; an unreadable one is a ConfigError naming `what`."""
-    source = str(path)
-    try:
-        return Path(path).read_text(encoding="utf-8"), source
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {what}: {exc}", file=source) from exc
+    """(text, source name) of a file; an unreadable or oversized one is a ConfigError naming
+    `what`."""
+    return read_bounded(path, what), str(path)
 
 
 def load_yaml(text: str, source: str) -> Any:
     """Parse YAML into LineMaps; syntax errors and duplicate keys are ConfigErrors."""
+    loader = _LineLoader(text)
     try:
-        return yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass
+        return loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark is not None else None
-        raise ConfigError(f"invalid YAML: {exc.problem}", file=source, line=line) from exc
+        # Past a bound the YAML is valid, only too big for one of these files.
+        what = (exc.problem or "") if isinstance(exc, YamlLimitError) else (
+            f"invalid YAML: {exc.problem}")
+        raise ConfigError(what, file=source, line=line) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=source) from exc
     except _DuplicateKey as exc:
         raise ConfigError("duplicate key", file=source, line=exc.line, key=exc.key) from exc
+    finally:
+        loader.dispose()
 
 
 class LineParser:

@@ -25,6 +25,7 @@ from probes._exceptions import BadInput
 from targets.fleet import EventKind, Fleet, pod_hosts
 from targets.profile import load_profiles
 from targets.proto import target_pb2, target_pb2_grpc
+from tests.servers.grpc_streams import read_to_the_end
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = load_profiles(ROOT / "targets" / "examples" / "profiles.yaml")
@@ -85,6 +86,7 @@ async def test_restart_closes_held_connections_and_new_ones_see_the_new_version(
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
         assert b"x-proxy-version: 1.20.3" in head
         async with grpc.aio.insecure_channel(f"{pod.host}:{pod.grpc_port}") as channel:
+            opened = time.monotonic()
             stream = target_pb2_grpc.TargetStub(channel).Subscribe(
                 target_pb2.SubscribeRequest(interval_ms=50))
             await stream.read()
@@ -98,8 +100,7 @@ async def test_restart_closes_held_connections_and_new_ones_see_the_new_version(
             rest = await asyncio.wait_for(reader.read(), 5)
             assert rest.endswith(b"}")
             with pytest.raises(grpc.aio.AioRpcError) as info:
-                while True:
-                    await stream.read()
+                await read_to_the_end(stream, interval_s=0.05, opened_at=opened)
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         writer.close()
         with contextlib.suppress(ConnectionError):

@@ -78,8 +78,9 @@ async def judge_until_pay_fails(tmp_path: Path, canary_pods: int) -> dict[str, A
         runner = probe_runner(static_config(fleet), str(tmp_path / "probe.db"),
                               on_window=written.on_window)
         async with running(runner, stop_within_s=30):
+            wait = written.budget(WINDOWS_TO_FAIL, "pay to fail")
             for _ in range(WINDOWS_TO_FAIL):
-                await written.next()
+                await wait.next()
                 verdict = dict(await runner.verdict_json(VerdictQuery()))
                 paths = {p["path"]: p for p in verdict["paths"]}
                 if paths.get("pay", {}).get("verdict") == "fail":

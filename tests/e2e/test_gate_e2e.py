@@ -13,18 +13,20 @@ import pytest
 
 from tests.servers.ports import free_port
 from tests.servers.probe_run import (
+    ATTEMPTS_FAIL_CANARY_CALLS,
     Windows,
     example_fleet,
     http_config,
     probe_runner,
     running,
+    windows_for,
 )
 
 BASELINE, CANARY = "1.20.3", "1.21.0"
 MIN_SAMPLES = 100
-# Checkout's attempts test needs a few hundred canary calls on average at 2 × attempts; not
-# failing after this many is a broken probe, not a slow machine.
-GIVE_UP_CANARY_CALLS = 10_000
+# Not failing after this many canary calls is a broken probe, not a slow machine.
+GIVE_UP_CANARY_CALLS = 20 * ATTEMPTS_FAIL_CANARY_CALLS
+RATE, PODS, CANARY_PODS = 40.0, 4, 2  # calls/s per pod and path; the example fleet's pods
 
 
 @pytest.mark.slow
@@ -33,7 +35,8 @@ async def test_regressed_path_fails_the_gate(tmp_path: Path) -> None:
     port = free_port()
     store = str(tmp_path / "gate.db")
     written = Windows()
-    runner = probe_runner(http_config(endpoints, rate="40/s", min_samples=MIN_SAMPLES), store,
+    config = http_config(endpoints, rate=f"{RATE:g}/s", min_samples=MIN_SAMPLES)
+    runner = probe_runner(config, store,
                           listen=f"127.0.0.1:{port}", on_window=written.on_window)
     base = f"http://127.0.0.1:{port}"
     async with (
@@ -43,18 +46,21 @@ async def test_regressed_path_fails_the_gate(tmp_path: Path) -> None:
     ):
         # Before any canary exists the gate must not pass, however much baseline data there
         # is: one cohort is inconclusive.
-        await written.until([("checkout", BASELINE), ("catalog", BASELINE)], MIN_SAMPLES)
+        await written.until([("checkout", BASELINE), ("catalog", BASELINE)], MIN_SAMPLES,
+                            within=windows_for(MIN_SAMPLES, PODS * RATE))
         early = await client.get("/verdict")
         assert early.status_code == 200 and early.json()["verdict"] == "inconclusive"
         held = await client.post("/gate", json={"name": "x", "namespace": "y"})
         assert held.status_code == 409
 
-        await fleet.rollout(CANARY, interval_s=0.2, limit=2)
+        await fleet.rollout(CANARY, interval_s=0.2, limit=CANARY_PODS)
         # Judge after every window written, until checkout fails (bounded by the canary's
-        # calls, not the clock: a loaded machine makes them more slowly).
+        # calls and by the windows they take: a loaded machine makes them more slowly).
+        wait = written.budget(windows_for(ATTEMPTS_FAIL_CANARY_CALLS, CANARY_PODS * RATE),
+                              "checkout to fail on /verdict, then on /gate")
         verdict: dict = {}
         while True:
-            await written.next()
+            await wait.next()
             verdict = (await client.get("/verdict")).json()
             checkout = next((p for p in verdict["paths"] if p["path"] == "checkout"), None)
             if checkout is not None and checkout["verdict"] == "fail":
@@ -66,10 +72,18 @@ async def test_regressed_path_fails_the_gate(tmp_path: Path) -> None:
         assert by_path["checkout"]["metrics"]["attempts_per_request"]["verdict"] == "fail"
         assert by_path["catalog"]["verdict"] != "fail"
         assert (verdict["baseline"], verdict["canary"]) == (BASELINE, CANARY)
-        gate = await client.post("/gate", json={"name": "checkout", "namespace": "shop",
-                                                "phase": "Progressing", "checksum": "1",
-                                                "metadata": {"path": "checkout"}})
-        assert gate.status_code == 409 and gate.json()["verdict"] == "fail"
+        # The gate judges the rollout as of its own request, so a window written since the
+        # verdict above may change what it sees (an overloaded one made it inconclusive on a
+        # loaded machine). What must hold: it never passes, and it sees the fail as /verdict
+        # did, asked again as windows arrive, within the same budget of windows.
+        while True:
+            gate = await client.post("/gate", json={"name": "checkout", "namespace": "shop",
+                                                    "phase": "Progressing", "checksum": "1",
+                                                    "metadata": {"path": "checkout"}})
+            assert gate.status_code == 409, gate.text
+            if gate.json()["verdict"] == "fail":
+                break
+            await wait.next()
         only_catalog = await client.get("/verdict", params={"path": "catalog"})
         assert only_catalog.json()["verdict"] != "fail"
         metrics = (await client.get("/metrics")).text

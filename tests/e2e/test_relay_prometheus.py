@@ -26,9 +26,9 @@ from probes.api import VerdictQuery
 from probes.pairs import pair_matrix
 from probes.verdict_service import JudgingSettings
 from tests.servers.ports import free_port
-from tests.servers.probe_run import Windows, probe_runner, running
+from tests.servers.probe_run import Windows, probe_runner, running, windows_for
 from tests.servers.prometheus import PrometheusServer, needs_prometheus
-from tests.servers.relay_estate import MIN_SAMPLES, NEW, OLD, PATH, config, estate
+from tests.servers.relay_estate import MIN_SAMPLES, NEW, OLD, PAIR_PER_S, PATH, config, estate
 from tests.servers.stores import newest_window_end
 
 # Hang guard in calls, not seconds: a matrix the statistics cannot decide with this many
@@ -68,8 +68,12 @@ async def test_pair_matrix_from_prometheus_fails_the_retrying_caller_as_the_stor
             runner = probe_runner(text, store, listen=listen, on_window=windows.on_window)
             async with running(runner, stop_within_s=30):
                 body: dict[str, Any] = {}
+                # The fail needs each pair's first MIN_SAMPLES calls, as Prometheus scraped
+                # them (a scrape a second): bounded by the windows those take.
+                wait = windows.budget(windows_for(MIN_SAMPLES, PAIR_PER_S),
+                                      f"the pair {NEW} -> {OLD} to fail from Prometheus")
                 while True:
-                    await windows.next()
+                    await wait.next()
                     if windows.requests[PATH, pair_cohort(NEW, OLD)] < MIN_SAMPLES:
                         continue
                     # GET /verdict's own code: the runner judges from Prometheus. The CLI

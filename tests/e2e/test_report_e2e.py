@@ -18,20 +18,22 @@ from probes.report.cli import write_report
 from probes.store import Store
 from targets.fleet import EventKind
 from tests.servers.probe_run import (
+    ATTEMPTS_FAIL_CANARY_CALLS,
     Windows,
     example_fleet,
     http_config,
     probe_runner,
     running,
+    windows_for,
 )
 
 BASELINE, CANARY = "1.20.3", "1.21.0"
 
 
-# The canary's attempts test needs a few hundred canary calls on average at 2 × attempts;
-# not failing after this many canary calls is a broken probe, not a slow machine.
-GIVE_UP_CANARY_CALLS = 10_000
+# Not failing after this many canary calls is a broken probe, not a slow machine.
+GIVE_UP_CANARY_CALLS = 20 * ATTEMPTS_FAIL_CANARY_CALLS
 WINDOW_S = 1.0  # http_config's windows
+RATE, PODS, CANARY_PODS = 40.0, 4, 2  # calls/s per pod and path; the example fleet's pods
 
 
 @pytest.mark.slow
@@ -40,7 +42,7 @@ async def test_report_from_a_real_run(tmp_path: Path) -> None:
     store = str(tmp_path / "run.db")
     min_samples = 100
     written = Windows()
-    config = (http_config(endpoints, rate="40/s", min_samples=min_samples)
+    config = (http_config(endpoints, rate=f"{RATE:g}/s", min_samples=min_samples)
               + "inventory: {snapshot_every: 1s}\n")
     runner = probe_runner(config, store, on_window=written.on_window)
     async with (
@@ -50,12 +52,15 @@ async def test_report_from_a_real_run(tmp_path: Path) -> None:
     ):
         # The baseline alone first, until each path has the verdict's minimum of samples
         # (counted in the windows written, not waited for by the clock).
-        await written.until([("checkout", BASELINE), ("catalog", BASELINE)], min_samples)
-        await fleet.rollout(CANARY, interval_s=0.5, limit=2)
+        await written.until([("checkout", BASELINE), ("catalog", BASELINE)], min_samples,
+                            within=windows_for(min_samples, PODS * RATE))
+        await fleet.rollout(CANARY, interval_s=0.5, limit=CANARY_PODS)
         # Then until the probe's own verdict has failed checkout on attempts per request:
         # the report replays the same sequential tests over the same windows.
+        wait = written.budget(windows_for(ATTEMPTS_FAIL_CANARY_CALLS, CANARY_PODS * RATE),
+                              "checkout to fail on attempts")
         while True:
-            await written.next()
+            await wait.next()
             verdict = await runner.verdict_json(VerdictQuery(path="checkout"))
             judged = {p["path"]: p for p in verdict["paths"]}.get("checkout", {})
             # (no metrics yet while the canary has no windows)

@@ -187,3 +187,53 @@ def test_schema_is_published_and_matches_examples() -> None:
         # Fault profiles and the relay's allowlist are the targets' files, not probe configs.
         if "profiles" not in example.name and "allowlist" not in example.name:
             load_config(example)
+
+
+def alias_bomb(levels: int) -> str:
+    """The billion laughs: each anchor a list of nine aliases to the one before, so the
+    last one is 9**levels values in a file of a few hundred bytes."""
+    lines = ['a0: &a0 [x, x, x, x, x, x, x, x, x]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "\n".join([*lines, f"paths: *a{levels}"]) + "\n"
+
+
+# (file text, the error's line and what it says): past each of the bounds of
+# probes._yaml_limits, and a cycle, which no bound would stop from being walked forever.
+_UNBOUNDED = {
+    "alias-bomb": (alias_bomb(9), 6, "more than 100000 values once aliases are expanded"),
+    "deep": ("targets: " + "[" * 500 + "]" * 500 + "\n", 1, "nested more than 64 levels"),
+    "many-aliases": ("x: &x 1\npaths: [" + ", ".join(["*x"] * 1001) + "]\n", 2,
+                     "more than 1000 aliases"),
+    "cycle": ("paths: &p [name, *p]\n", 1, "an alias inside the node it refers to"),
+    "oversize": ("paths:\n" + "  - name: p\n    rate: 5/s\n" * 6000, None,
+                 "config is larger than 128 KiB"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_UNBOUNDED))
+def test_validate_refuses_unbounded_yaml_in_one_line(tmp_path: Path, case: str) -> None:
+    text, line, says = _UNBOUNDED[case]
+    config = tmp_path / f"{case}.yaml"
+    config.write_text(text)
+    # Finishing at all is the point: the bomb held the CPU for minutes, the nesting ended in
+    # a RecursionError. _cli's 60 s bound only ends the test if it hangs again.
+    result = _cli("validate", str(config))
+    where = f"{config}:{line}: " if line is not None else f"{config}: "
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.startswith(f"skewprobe: error: {where}"), result.stderr[-2000:]
+    assert says in result.stderr and result.stderr.count("\n") == 1, result.stderr[-2000:]
+
+
+def test_aliases_within_the_bounds_still_load() -> None:
+    shared = GOOD.replace("    timeout: 1s\n", "    timeout: &t 1s\n").replace(
+        "    rate: 30/min\n", "    rate: 30/min\n    timeout: *t\n")
+    config = parse_config(shared)
+    assert [p.timeout_s for p in config.paths][:2] == [1.0, 1.0]
+
+
+def test_a_large_wrong_value_is_quoted_briefly() -> None:
+    # The error quotes the value to recognise it by; 5,000 characters of it would be noise.
+    long_rate = _error(GOOD.replace("rate: 5/s", "rate: '" + "9" * 5000 + "'"))
+    whole_list = _error("paths: {" + ", ".join(f"k{i}: v" for i in range(5000)) + "}\n")
+    for error in (long_rate, whole_list):
+        assert len(str(error)) < 300 and "..." in str(error), str(error)[:400]

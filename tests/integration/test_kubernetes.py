@@ -325,9 +325,13 @@ async def test_inventory_updates_are_shared_and_coalesced(
         await _next(snapshots)
         async with asyncio.timeout(5):
             latest = await anext(first)
-        while len(latest.pods) < 6:  # coalesced: at most one state per change seen
+        # Coalesced: at most one state per change of the burst, so five more reads at most.
+        for _ in range(5):
+            if len(latest.pods) == 6:
+                break
             async with asyncio.timeout(5):
                 latest = await anext(first)
+        assert len(latest.pods) == 6, latest.pods
         assert sorted({p.proxy.version for p in latest.pods}) == ["1.0", "2.0"]
     finally:
         await first.aclose()

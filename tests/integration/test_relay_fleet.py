@@ -21,13 +21,18 @@ from targets.fleet import EventKind, Fleet
 from targets.profile import parse_profiles
 from targets.relay_config import parse_relay
 from tests.integration import test_relay_stale as relay_stale
-from tests.servers.probe_run import Windows, probe_runner, running
+from tests.servers.probe_run import Windows, probe_runner, running, windows_for
 from tests.servers.relay_estate import PROFILES
 
 OLD, NEW = "1.20.3", "1.21.0"
 PATH = "relay-catalog"
 MIN_SAMPLES = 100
 MAX_SAMPLES = 40 * MIN_SAMPLES  # the hang guard, in calls per caller (never seconds)
+RATE = 5.0  # calls/s to each relay pod (`config`)
+# The slowest pair to fill, old -> old, and the old callers' stale calls: the two old
+# callers' calls, a third of them to the two old callees (of six), or, past the skew and
+# the scale-down, to the two addresses gone (of the six they still route to).
+SLOWEST_PER_S = 2 * RATE * 2 / 6
 # The destination fails 20 % of request ids on every attempt; 1.21.0's outbound side
 # retries 503 twice (tests/servers/relay_estate); the allowlist names the service
 # (test_relay_stale).
@@ -41,7 +46,7 @@ def config(endpoints: Path) -> str:
             f"verdict: {{min_samples: {MIN_SAMPLES}, warmup: 1s}}\n"
             f"paths:\n  - name: {PATH}\n"
             "    relay: {destination: catalog, callees: {service: catalog}}\n"
-            "    rate: 5/s\n    timeout: 1s\n")
+            f"    rate: {RATE:g}/s\n    timeout: 1s\n")
 
 
 def by_caller(store_path: str) -> dict[str, Counter[str]]:
@@ -77,7 +82,8 @@ async def test_fleet_outbound_retries_per_version_and_stale_views_past_the_skew(
         runner = probe_runner(config(endpoints), store, on_window=windows.on_window)
         async with running(runner, stop_within_s=30):
             pairs = [(PATH, pair_cohort(a, b)) for a in (OLD, NEW) for b in (OLD, NEW)]
-            await windows.until(pairs, MIN_SAMPLES)
+            await windows.until(pairs, MIN_SAMPLES,
+                                within=windows_for(MIN_SAMPLES, SLOWEST_PER_S))
             before = by_caller(store)
 
             fleet.mesh.move_control_plane("1.22.0")
@@ -86,8 +92,10 @@ async def test_fleet_outbound_retries_per_version_and_stale_views_past_the_skew(
             await fleet.scale(4)
             assert gone <= set(fleet.mesh.view(OLD).addresses("catalog"))
             assert not gone & set(fleet.mesh.view(NEW).addresses("catalog"))
+            wait = windows.budget(windows_for(MIN_SAMPLES, SLOWEST_PER_S),
+                                  f"{MIN_SAMPLES} stale calls from the old callers")
             while True:
-                await windows.next()
+                await wait.next()
                 now = by_caller(store)
                 calls_old = sum(now[OLD].values()) - sum(before[OLD].values())
                 if now[OLD][Outcome.STALE_ENDPOINT] >= MIN_SAMPLES or calls_old > MAX_SAMPLES:

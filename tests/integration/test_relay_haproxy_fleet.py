@@ -36,8 +36,11 @@ from targets.haproxy_outbound import HaproxyOutbound
 from targets.meshview import EmulatedMesh
 from targets.relay_config import parse_relay
 from targets.server import hostport
+
+# The same fleet as there: its rate, and so the windows its slowest pair takes.
+from tests.integration.test_relay_fleet import RATE, SLOWEST_PER_S
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
-from tests.servers.probe_run import Windows, probe_runner, running
+from tests.servers.probe_run import Windows, probe_runner, running, windows_for
 
 pytestmark = needs_haproxy
 
@@ -70,7 +73,7 @@ def config(endpoints: Path) -> str:
             f"verdict: {{min_samples: {MIN_SAMPLES}, warmup: 1s}}\n"
             f"paths:\n  - name: {PATH}\n"
             "    relay: {destination: catalog, callees: {service: catalog}}\n"
-            "    rate: 5/s\n    timeout: 2s\n")
+            f"    rate: {RATE:g}/s\n    timeout: 2s\n")
 
 
 def by_pair(store_path: str) -> dict[tuple[str, str], Counter[str]]:
@@ -135,7 +138,8 @@ async def test_real_outbound_haproxy_per_version_retries_and_keeps_a_stale_list_
                 runner = probe_runner(config(endpoints), store, on_window=windows.on_window)
                 async with running(runner, stop_within_s=30):
                     pairs = [(PATH, pair_cohort(a, b)) for a in (OLD, NEW) for b in (OLD, NEW)]
-                    await windows.until(pairs, MIN_SAMPLES)
+                    await windows.until(pairs, MIN_SAMPLES,
+                                        within=windows_for(MIN_SAMPLES, SLOWEST_PER_S))
                     before = by_pair(store)
 
                     await fleet.move_control_plane(MOVED)
@@ -146,8 +150,10 @@ async def test_real_outbound_haproxy_per_version_retries_and_keeps_a_stale_list_
                     # The new callers' HAProxy got the new list; the old callers' did not.
                     assert await serving(proxies[NEW]) == now_held
                     assert await serving(proxies[OLD]) == everyone
+                    wait = windows.budget(windows_for(MIN_SAMPLES, SLOWEST_PER_S),
+                                          f"{MIN_SAMPLES} stale calls from the old callers")
                     while True:
-                        await windows.next()
+                        await wait.next()
                         now = by_caller(by_pair(store))
                         calls_old = now[OLD]["calls"] - by_caller(before)[OLD]["calls"]
                         if (now[OLD][Outcome.STALE_ENDPOINT] >= MIN_SAMPLES

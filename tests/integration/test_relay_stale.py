@@ -28,13 +28,14 @@ from targets.meshview import EmulatedMesh
 from targets.profile import VersionProfile
 from targets.relay_config import parse_relay
 from targets.server import TargetServer
-from tests.servers.probe_run import Windows, probe_runner, running
+from tests.servers.probe_run import Windows, probe_runner, running, windows_for
 from tests.servers.stores import newest_window_end
 
 OLD, NEW = "1.20.3", "1.21.0"
 PATH = "relay-catalog"
 MIN_SAMPLES = 100
 MAX_SAMPLES = 40 * MIN_SAMPLES  # the hang guard, in calls per caller (never seconds)
+RATE = 20.0  # calls/s to each relay pod (`config`)
 RELAY = """
 relay:
   timeout: 500ms
@@ -102,7 +103,7 @@ def config(endpoints: Path) -> str:
             f"verdict: {{min_samples: {MIN_SAMPLES}, warmup: 1s}}\n"
             f"paths:\n  - name: {PATH}\n"
             "    relay: {destination: catalog, callees: {service: catalog}}\n"
-            "    selector: {role: relay}\n    rate: 20/s\n    timeout: 1s\n")
+            f"    selector: {{role: relay}}\n    rate: {RATE:g}/s\n    timeout: 1s\n")
 
 
 def outcomes_by_caller(store_path: str) -> dict[str, Counter[str]]:
@@ -128,7 +129,8 @@ async def test_control_plane_move_then_scale_down_is_stale_from_old_callers_only
         runner = probe_runner(config(e.file), store, on_window=windows.on_window)
         async with running(runner, stop_within_s=30):
             callers = [(PATH, pair_cohort(v, NEW)) for v in (OLD, NEW)]
-            await windows.until(callers, MIN_SAMPLES)
+            # Every caller's calls go to the one callee version.
+            await windows.until(callers, MIN_SAMPLES, within=windows_for(MIN_SAMPLES, RATE))
             before = outcomes_by_caller(store)
             # Every call so far went to a current pod: nothing stale, from anyone.
             assert before[OLD][Outcome.STALE_ENDPOINT] == before[NEW][Outcome.STALE_ENDPOINT] == 0
@@ -140,8 +142,11 @@ async def test_control_plane_move_then_scale_down_is_stale_from_old_callers_only
             assert e.mesh.view(NEW).addresses("catalog") == e.mesh.addresses("catalog")
             assert e.catalog["catalog-0"].http_address in e.mesh.view(OLD).addresses("catalog")
             # The old callers' view still holds catalog-1's address; the new ones' does not.
+            # Half of the old caller's calls go to the gone address (one of the two it keeps).
+            wait = windows.budget(windows_for(MIN_SAMPLES, RATE / 2),
+                                  f"{MIN_SAMPLES} stale calls from the old caller")
             while True:
-                await windows.next()
+                await wait.next()
                 now = outcomes_by_caller(store)
                 stale_old = now[OLD][Outcome.STALE_ENDPOINT]
                 calls_old = sum(now[OLD].values()) - sum(before[OLD].values())

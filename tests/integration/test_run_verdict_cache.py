@@ -110,8 +110,9 @@ async def served_and_cli(
         await fleet.restart(1, NEW)
         runner = probe_runner(text, str(db), listen=listen, on_window=windows.on_window)
         async with running(runner, stop_within_s=30), httpx.AsyncClient() as client:
+            wait = windows.budget(tries, "two comparisons between windows")
             for _ in range(tries):
-                await windows.next()
+                await wait.next()
                 if not ready(windows):
                     continue
                 before = runner.windows_written

@@ -68,8 +68,9 @@ async def test_present_pods_are_judged_at_once_and_a_restart_seen_warms_up(
         publish(fleet, targets)
         runner = probe_runner(config(targets), str(db), on_window=windows.on_window)
         async with running(runner, stop_within_s=30):
+            wait = windows.budget(MAX_WINDOWS, "400 canary calls")
             for _ in range(MAX_WINDOWS):
-                await windows.next()
+                await wait.next()
                 if windows.requests["checkout", NEW] >= 400:
                     break
             early = dict(await runner.verdict_json(VerdictQuery()))
@@ -79,8 +80,9 @@ async def test_present_pods_are_judged_at_once_and_a_restart_seen_warms_up(
             publish(fleet, targets)
             late: dict[str, Any] = {}
             agreed = False
+            wait = windows.budget(MAX_WINDOWS, "400 more canary calls and a comparison")
             for _ in range(MAX_WINDOWS):
-                await windows.next()
+                await wait.next()
                 if windows.requests["checkout", NEW] < canary_before + 400:
                     continue
                 # The store alone (as `skewprobe verdict --store`) judges the pods' starts as

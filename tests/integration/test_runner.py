@@ -296,8 +296,9 @@ async def test_a_probe_overloaded_all_along_still_fails_a_regression_on_its_call
         runner = probe_runner(config, str(db), on_window=windows.on_window)
         runner.overload.budget_s = 1e-6
         async with running(runner, stop_within_s=30):
+            wait = windows.budget(OVERLOADED_WINDOWS_MAX, "the overloaded probe to fail")
             for _ in range(OVERLOADED_WINDOWS_MAX):
-                await windows.next()
+                await wait.next()
                 if runner.overload.reason is None:
                     continue
                 judged = dict(await runner.verdict_json(VerdictQuery()))

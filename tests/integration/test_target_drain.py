@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from targets.profile import VersionProfile
 from targets.proto import target_pb2, target_pb2_grpc
 from targets.server import TargetServer
+from tests.servers.grpc_streams import read_to_the_end
 from tests.servers.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +69,7 @@ async def test_drain_fails_health_finishes_inflight_and_cuts_the_rest() -> None:
         health = health_pb2_grpc.HealthStub(channel)
         watch = health.Watch(health_pb2.HealthCheckRequest())
         assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+        opened = time.monotonic()
         stream = target_pb2_grpc.TargetStub(channel).Subscribe(
             target_pb2.SubscribeRequest(interval_ms=50))
         await stream.read()
@@ -92,8 +94,7 @@ async def test_drain_fails_health_finishes_inflight_and_cuts_the_rest() -> None:
         with pytest.raises(httpx.TransportError):
             await stuck
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            while True:
-                await stream.read()
+            await read_to_the_end(stream, interval_s=0.05, opened_at=opened)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         watch.cancel()
         with pytest.raises(httpx.ConnectError):

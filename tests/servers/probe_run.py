@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
@@ -131,26 +132,46 @@ async def running(runner: ProbeRunner, *, stop_within_s: float) -> AsyncIterator
 # Only a hang guard: a running probe writes a window every second however loaded the
 # machine is, so this long without one means it is stuck, not slow.
 NO_WINDOW_FOR_S = 60.0
+# How many times more slowly than configured a loaded machine may make a test's calls before
+# a wait for them counts as hung: a probe skips late sends (the overload rule) and its
+# targets answer late, but a wait still ten times over is a broken test or probe.
+SLOWDOWN = 10
+# Windows before the calls counted start: the file source's first read, a pod's warm-up
+# window, a rollout's notice and drain.
+SETTLE_WINDOWS = 10
+# The example fleet's checkout on the canary fails the attempts test after a few hundred
+# canary calls on average (2 attempts per call against 1).
+ATTEMPTS_FAIL_CANARY_CALLS = 500
+
+
+def windows_for(calls: int, per_s: float, *, window_s: float = 1.0) -> int:
+    """The windows a wait for `calls` calls, made at `per_s` calls a second, may take:
+    SLOWDOWN times the expected count, and SETTLE_WINDOWS. Every wait on windows is bounded
+    by one of these."""
+    return math.ceil(SLOWDOWN * calls / (per_s * window_s)) + SETTLE_WINDOWS
 
 
 class Windows:
     """What the runner has written, window by window: pass `on_window` to `probe_runner`,
-    then wait with `next()` instead of sleeping, and read the requests written per
-    (path, cohort) so far. Tests wait on counts, so a loaded machine only makes them
-    slower, never wrong."""
+    then wait with `budget()` or `until()` instead of sleeping, and read the requests written
+    per (path, cohort) so far. Tests wait on counts, so a loaded machine only makes them
+    slower, never wrong; every wait is bounded in windows (`windows_for`), so a count that
+    never comes fails the test instead of hanging it."""
 
     def __init__(self) -> None:
         self.requests: Counter[tuple[str, str]] = Counter()
         self.latest_end = 0.0  # the end of the newest window written: "now" for a verdict
+        self.written = 0  # times the runner wrote its windows: the budgets' clock
         self._written = asyncio.Event()
 
     def on_window(self, windows: Sequence[PathWindow]) -> None:
+        self.written += 1
         for w in windows:
             self.requests[w.path, w.cohort] += w.requests
             self.latest_end = max(self.latest_end, w.start + w.length)
         self._written.set()
 
-    async def next(self) -> None:
+    async def _next(self) -> None:
         """Until the runner writes its next windows (fails the test if it never does)."""
         try:
             async with asyncio.timeout(NO_WINDOW_FOR_S):
@@ -160,7 +181,34 @@ class Windows:
                 f"the probe wrote no window for {NO_WINDOW_FOR_S:.0f} s") from None
         self._written.clear()
 
-    async def until(self, path_cohorts: Sequence[tuple[str, str]], requests: int) -> None:
-        """Until each (path, cohort) has at least `requests` requests written."""
+    def budget(self, most: int, waiting_for: str) -> WindowBudget:
+        """At most `most` windows to wait for what `waiting_for` says."""
+        return WindowBudget(self, most, waiting_for)
+
+    async def until(self, path_cohorts: Sequence[tuple[str, str]], requests: int, *,
+                    within: int) -> None:
+        """Until each (path, cohort) has at least `requests` requests written; fails the test
+        after `within` windows without."""
+        wait = self.budget(within, f"{requests} requests for each of {list(path_cohorts)}")
         while min(self.requests[pc] for pc in path_cohorts) < requests:
-            await self.next()
+            await wait.next()
+
+
+class WindowBudget:
+    """A wait of at most `most` windows: `next()` waits for the runner's next window, and
+    fails the test, saying what it waited for and what was written, once `most` were written
+    since the budget began (counted as written, so a test that judges slowly, and wakes
+    once for several windows, spends them all)."""
+
+    def __init__(self, windows: Windows, most: int, waiting_for: str) -> None:
+        self.windows = windows
+        self.most = most
+        self.waiting_for = waiting_for
+        self.began = windows.written
+
+    async def next(self) -> None:
+        if self.windows.written - self.began >= self.most:
+            raise AssertionError(
+                f"still waiting for {self.waiting_for} after {self.most} windows; requests "
+                f"written: {dict(self.windows.requests)}")
+        await self.windows._next()

@@ -20,11 +20,14 @@ from targets.relay import RoundRobinView
 from targets.relay_config import parse_relay
 from targets.server import TargetServer
 
-__all__ = ["MIN_SAMPLES", "NEW", "OLD", "PATH", "PROFILES", "config", "estate"]
+__all__ = ["MIN_SAMPLES", "NEW", "OLD", "PAIR_PER_S", "PATH", "PROFILES", "config", "estate"]
 
 OLD, NEW = "1.20.3", "1.21.0"
 PATH = "relay-catalog"
 MIN_SAMPLES = 100
+RATE = 20.0  # calls/s to each caller's relay pod
+# Each caller/callee pair's calls a second: a caller's calls balanced over the two callees.
+PAIR_PER_S = RATE / 2
 
 PROFILES = """
 versions:
@@ -94,4 +97,4 @@ def config(relays: dict[str, TargetServer], extra: str = "") -> str:
     return (f"targets:\n  static:\n{static}window: 1s\n"
             f"verdict: {{min_samples: {MIN_SAMPLES}, warmup: 1s}}\n"
             f"paths:\n  - name: {PATH}\n    relay: {{destination: catalog}}\n"
-            "    rate: 20/s\n    timeout: 2s\n" + extra)
+            f"    rate: {RATE:g}/s\n    timeout: 2s\n" + extra)

@@ -9,6 +9,7 @@ import pytest
 from probes._exceptions import ConfigError
 from probes._timeparse import parse_duration
 from targets.profile import Faults, load_profiles, parse_profiles
+from tests.integration.test_config import alias_bomb
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "targets" / "examples"
 
@@ -115,6 +116,18 @@ def test_invalid_yaml_and_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read profile file") as info:
         load_profiles(missing)
     assert info.value.file == str(missing)
+
+
+def test_profiles_are_read_within_the_config_bounds(tmp_path: Path) -> None:
+    # The callee side's files go through the same bounded loader as the probe's config.
+    with pytest.raises(ConfigError, match=r"^p\.yaml:6: more than 100000 values"):
+        parse_profiles(alias_bomb(9), source="p.yaml")
+    with pytest.raises(ConfigError, match=r"^p\.yaml:1: nested more than 64 levels"):
+        parse_profiles("versions: " + "[" * 500 + "]" * 500, source="p.yaml")
+    big = tmp_path / "big.yaml"
+    big.write_text("versions: {}\n" + "#" * (200 << 10))
+    with pytest.raises(ConfigError, match=r"profile file is larger than 128 KiB"):
+        load_profiles(big)
 
 
 def test_unknown_version_names_file_and_known_ones() -> None:
