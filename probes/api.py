@@ -127,6 +127,8 @@ class ApiApp:
     async def _unless_stopping(self, awaitable: Awaitable[_T]) -> _T:
         """`awaitable`'s result, or _Stopping as soon as `stop()` is called."""
         if self._stopped:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started: nothing to wait for
             raise _Stopping
         work = asyncio.ensure_future(awaitable)
         self._waiting.add(work)
