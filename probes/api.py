@@ -52,8 +52,8 @@ log = logging.getLogger("skewprobe.api")
 _MAX_BODY = 64 * 1024
 # A body sent slower than this is a stalled client: 408, and the connection is closed.
 BODY_READ_S = 10.0
-# Requests answered per second at most, however many arrive: each costs the probing loop
-# about 0.2 ms of CPU, and a flood answered flat out made the probe's sends late (D20).
+# Requests answered per second at most, however many arrive: each answer costs the probing
+# loop under a millisecond, and a flood answered flat out made the probe's sends late (D20).
 MAX_ANSWERS_PER_S = 200.0
 _GATE_KEYS = ("baseline", "canary", "path", "since")
 # Every answer to a body the API will not read, or cannot, closes the connection: the
@@ -149,8 +149,10 @@ class ApiApp:
         if scope["type"] != "http":
             return
         try:
-            await self._unless_stopping(self._pace.wait())
             status, headers, body = await self._route(scope, receive)
+            # The answer waits its turn, not the request: the requests sharing a verdict
+            # would otherwise all be answered in one turn of the probing loop.
+            await self._unless_stopping(self._pace.wait())
         except _Stopping:
             status, headers, body = _json(503, {"error": "the probe is stopping"})
         except Exception:
