@@ -5,7 +5,7 @@ process it holds the GIL against the loop that sends the calls, and a burst of `
 requests made the probe's sends late until it judged itself overloaded. So the verdicts are
 computed in one child process (`VerdictWorker`), at a lower priority than the probe, with
 its own store connection and its own `VerdictCache`; it runs one verdict at a time, so the
-cache has one user. BENCHMARKS.md D20 has the measurements (under a flood of distinct
+cache has one user. BENCHMARKS.md D24 has the measurements (under a flood of distinct
 queries a thread left 7.6 % of the probe's sends late, the process 2.96 %).
 
 Requests for the same verdict share one computation (`SharedVerdicts`): the same query and

@@ -53,7 +53,7 @@ _MAX_BODY = 64 * 1024
 # A body sent slower than this is a stalled client: 408, and the connection is closed.
 BODY_READ_S = 10.0
 # Requests answered per second at most, however many arrive: each answer costs the probing
-# loop under a millisecond, and a flood answered flat out made the probe's sends late (D20).
+# loop under a millisecond, and a flood answered flat out made the probe's sends late (D24).
 MAX_ANSWERS_PER_S = 200.0
 _GATE_KEYS = ("baseline", "canary", "path", "since")
 # Every answer to a body the API will not read, or cannot, closes the connection: the

@@ -168,7 +168,7 @@ class ProbeRunner:
         # Where verdicts are computed (its own verdict cache: only new windows are read), and
         # requests for the same verdict sharing one computation.
         self.verdicts: VerdictWorker | None = None
-        self.verdicts_in_process = True  # False: in a thread (BENCHMARKS.md D20 compares)
+        self.verdicts_in_process = True  # False: in a thread (BENCHMARKS.md D24 compares)
         self.shared = SharedVerdicts(self.registry)
         # Events made on the loop (overload changes), written with the next window.
         self._events: list[Event] = []
