@@ -2,16 +2,22 @@
 
 The listening socket is bound before anything else starts, so a port another process holds
 is bad input (exit 2) before the store is created; hypercorn then takes it over by its
-descriptor and shuts down gracefully when the run stops.
+descriptor and shuts down gracefully when the run stops: the requests still waiting are
+answered 503 at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from http import HTTPStatus
 
+import h11
+import hypercorn.protocol
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.typing import H11SendableEvent
 
 from probes._exceptions import BadInput
 from probes._spec import ApiTlsSpec
@@ -47,6 +53,27 @@ def bind_api(listen: str) -> socket.socket:
     return sock
 
 
+class _ReasonedH11(H11Protocol):
+    """hypercorn's HTTP/1.1 with a reason phrase on the status line (`HTTP/1.1 200 OK`):
+    hypercorn sends none, and some clients (h2load) count `HTTP/1.1 200 ` as a failure."""
+
+    async def _send_h11_event(self, event: H11SendableEvent) -> None:
+        if isinstance(event, h11.Response | h11.InformationalResponse) and not event.reason:
+            try:
+                reason = HTTPStatus(event.status_code).phrase.encode()
+            except ValueError:
+                reason = b""
+            event = type(event)(status_code=event.status_code, headers=event.headers,
+                                http_version=event.http_version, reason=reason)
+        await super()._send_h11_event(event)
+
+
+def _reason_phrases() -> None:
+    # hypercorn picks its HTTP/1.1 protocol by this name at each connection; it offers no
+    # other way to change the status line.
+    hypercorn.protocol.H11Protocol = _ReasonedH11  # type: ignore[misc]
+
+
 async def serve_api(sock: socket.socket, app: ApiApp, tls: ApiTlsSpec | None,
                     stopping: asyncio.Event) -> None:
     """Serve `app` on `sock` (hypercorn takes the socket over and closes it) until
@@ -57,4 +84,12 @@ async def serve_api(sock: socket.socket, app: ApiApp, tls: ApiTlsSpec | None,
     hconfig.errorlog = None
     hconfig.graceful_timeout = 1.0
     apply_tls(hconfig, tls)
-    await serve(app, hconfig, shutdown_trigger=stopping.wait)  # type: ignore[arg-type]
+    _reason_phrases()
+
+    async def shutdown() -> None:
+        await stopping.wait()
+        # Requests still in flight answer now: hypercorn cancels those that outlast its
+        # grace, and on Python 3.11 each cancelled connection logs a CancelledError traceback.
+        app.stop()
+
+    await serve(app, hconfig, shutdown_trigger=shutdown)  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ The OpenAPI description of all this is `probes/openapi.yaml` (package data), ser
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hmac
@@ -29,7 +30,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 import yaml
@@ -49,6 +50,15 @@ __all__ = [
 log = logging.getLogger("skewprobe.api")
 
 _MAX_BODY = 64 * 1024
+# A body sent slower than this is a stalled client: 408, and the connection is closed.
+BODY_READ_S = 10.0
+# Requests answered per second at most, however many arrive: each answer costs the probing
+# loop under a millisecond, and a flood answered flat out made the probe's sends late (D24).
+MAX_ANSWERS_PER_S = 200.0
+_GATE_KEYS = ("baseline", "canary", "path", "since")
+# Every answer to a body the API will not read, or cannot, closes the connection: the
+# rest of an unread body would otherwise be read as the next request.
+_CLOSE = (b"connection", b"close")
 # Every route and the methods it answers (HEAD wherever GET is), for 405's Allow header.
 ROUTES = {
     "/metrics": ("GET", "HEAD"),
@@ -73,6 +83,7 @@ class VerdictQuery:
     at: str | None = None
 
 
+_T = TypeVar("_T")
 VerdictFn = Callable[[VerdictQuery], Awaitable[Mapping[str, Any]]]
 HealthFn = Callable[[], tuple[bool, str]]
 JsonFn = Callable[[], Awaitable[Mapping[str, Any]]]
@@ -91,12 +102,45 @@ class ApiApp:
         health: HealthFn,
         inventory: JsonFn | None = None,
         token: str | None = None,
+        max_per_s: float = MAX_ANSWERS_PER_S,
+        body_read_s: float = BODY_READ_S,
     ) -> None:
         self.registry = registry
         self.verdict = verdict
         self.health = health
         self.inventory = inventory
         self.token = token
+        self._pace = _Pacer(max_per_s)
+        self.body_read_s = body_read_s
+        # Set by stop(): what requests wait on then is cancelled and they answer 503.
+        self._stopped = False
+        self._waiting: set[asyncio.Future[Any]] = set()
+
+    def stop(self) -> None:
+        """Answer every request still waiting (for its turn, for a verdict) and every new
+        one with 503 at once: the server then closes each connection after its answer
+        instead of cancelling it mid-request when its grace runs out."""
+        self._stopped = True
+        for waiting in self._waiting:
+            waiting.cancel()
+
+    async def _unless_stopping(self, awaitable: Awaitable[_T]) -> _T:
+        """`awaitable`'s result, or _Stopping as soon as `stop()` is called."""
+        if self._stopped:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started: nothing to wait for
+            raise _Stopping
+        work = asyncio.ensure_future(awaitable)
+        self._waiting.add(work)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._stopped and (current is None or not current.cancelling()):
+                raise _Stopping from None
+            raise  # the request itself was cancelled (its client went away)
+        finally:
+            self._waiting.discard(work)
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -106,10 +150,17 @@ class ApiApp:
             return
         try:
             status, headers, body = await self._route(scope, receive)
+            # The answer waits its turn, not the request: the requests sharing a verdict
+            # would otherwise all be answered in one turn of the probing loop.
+            await self._unless_stopping(self._pace.wait())
+        except _Stopping:
+            status, headers, body = _json(503, {"error": "the probe is stopping"})
         except Exception:
             # A bug must still answer JSON, and a 5xx never passes a gate.
             log.exception("%s %s failed", scope.get("method"), scope.get("path"))
             status, headers, body = _json(500, {"error": "internal error (see the probe's log)"})
+        # A length, not chunks: a client reads exactly the answer, then the next one.
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -120,6 +171,14 @@ class ApiApp:
         if self.token is not None and route != "/healthz" and not self._authorised(scope):
             status, headers, body = _json(401, {"error": "missing or wrong bearer token"})
             return status, [*headers, (b"www-authenticate", b'Bearer realm="skewprobe"')], body
+        if method in ROUTES.get(route, ()) and method != "POST" and _has_body(scope):
+            # Only the gates read a body: any other request's is refused unread (and on
+            # /verdict, as any bad query there, reads as inconclusive).
+            refusal = {"error": f"{method} {route} takes no body"}
+            if route == "/verdict":
+                refusal = {"verdict": "inconclusive", **refusal}
+            status, headers, body = _json(400, refusal)
+            return status, [*headers, _CLOSE], body
         if route == "/metrics" and method in ("GET", "HEAD"):
             return 200, [(b"content-type", CONTENT_TYPE_LATEST.encode())], generate_latest(
                 self.registry
@@ -131,9 +190,12 @@ class ApiApp:
             return await self._verdict(_query(scope), gate=None)
         if route in ("/gate", "/gate/rollback") and method == "POST":
             try:
-                query = _gate_query(await _read_body(receive))
+                query = _gate_query(await _read_body(scope, receive, self.body_read_s))
             except BadInput as exc:
-                return _json(400, {"error": str(exc)})
+                # The API answers what it cannot read (400, 408, 413) and closes.
+                status = exc.status if isinstance(exc, _BodyRefused) else 400
+                status, headers, body = _json(status, {"error": str(exc)})
+                return status, [*headers, _CLOSE], body
             return await self._verdict(query, gate="pass" if route == "/gate" else "fail")
         if route == "/inventory" and method in ("GET", "HEAD"):
             if self.inventory is None:
@@ -150,12 +212,16 @@ class ApiApp:
         return _json(404, {"error": f"no route {route}"})
 
     def _authorised(self, scope: ASGIScope) -> bool:
-        expected = f"Bearer {self.token}".encode()
-        # Constant-time: how long a wrong token takes must not say how much of it was right.
-        return any(
-            k == b"authorization" and hmac.compare_digest(v, expected)
-            for k, v in scope["headers"]
-        )
+        assert self.token is not None
+        expected = self.token.encode()
+        for k, v in scope["headers"]:
+            scheme, _, credentials = bytes(v).strip().partition(b" ")
+            # The scheme is case-insensitive (RFC 7235); constant-time on the token: how
+            # long a wrong one takes must not say how much of it was right.
+            if (k == b"authorization" and scheme.lower() == b"bearer"
+                    and hmac.compare_digest(credentials.strip(), expected)):
+                return True
+        return False
 
     async def _verdict(
         self, query: VerdictQuery | BadInput, *, gate: str | None
@@ -164,7 +230,7 @@ class ApiApp:
         if isinstance(query, BadInput):
             return _json(409 if gate else 400, {"verdict": "inconclusive", "error": str(query)})
         try:
-            result = await self.verdict(query)
+            result = await self._unless_stopping(self.verdict(query))
         except BadInput as exc:
             # A bad query is an error for the caller: never a pass, never a rollback.
             return _json(409 if gate else 400, {"verdict": "inconclusive", "error": str(exc)})
@@ -173,6 +239,26 @@ class ApiApp:
         if gate:
             return _json(200 if result.get("verdict") == gate else 409, result)
         return _json(200, result)
+
+
+class _Stopping(Exception):
+    """The API is stopping: the request is answered 503 at once."""
+
+
+class _Pacer:
+    """Spaces the answers `1 / per_s` apart: a request beyond the rate waits its turn, so
+    a flood of them slows its own answers, not the probe's sends."""
+
+    def __init__(self, per_s: float) -> None:
+        self.interval = 1.0 / per_s
+        self._next = 0.0
+
+    async def wait(self) -> None:
+        now = asyncio.get_running_loop().time()
+        turn = max(now, self._next)
+        self._next = turn + self.interval
+        if turn > now:
+            await asyncio.sleep(turn - now)
 
 
 def _json(status: int, payload: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
@@ -200,6 +286,8 @@ def _gate_query(body: bytes) -> VerdictQuery:
         payload = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadInput(f"gate body is not JSON: {exc}") from exc
+    except RecursionError:
+        raise BadInput("gate body is nested too deeply") from None
     if not isinstance(payload, dict):
         raise BadInput("gate body must be a JSON object")
     metadata = payload.get("metadata")
@@ -207,6 +295,10 @@ def _gate_query(body: bytes) -> VerdictQuery:
         metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise BadInput("gate metadata must map strings to strings")
+    # A misspelt key would otherwise be dropped and every path judged.
+    if unknown := sorted(set(metadata) - set(_GATE_KEYS)):
+        raise BadInput(f"unknown gate metadata key(s): {', '.join(unknown)} "
+                       f"(valid: {', '.join(_GATE_KEYS)})")
     return VerdictQuery(
         path=metadata.get("path"),
         baseline=metadata.get("baseline"),
@@ -215,18 +307,46 @@ def _gate_query(body: bytes) -> VerdictQuery:
     )
 
 
-async def _read_body(receive: Receive) -> bytes:
+class _BodyRefused(BadInput):
+    """A body the API stops reading: answered with `status`, and the connection closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _header(scope: ASGIScope, name: bytes) -> bytes | None:
+    return next((bytes(v) for k, v in scope["headers"] if k == name), None)
+
+
+def _has_body(scope: ASGIScope) -> bool:
+    length = _header(scope, b"content-length")
+    return _header(scope, b"transfer-encoding") is not None or (
+        length is not None and length.strip() not in (b"", b"0"))
+
+
+async def _read_body(scope: ASGIScope, receive: Receive, within_s: float) -> bytes:
+    """The request's body: 413 past `_MAX_BODY` (said by its length, or as it arrives),
+    408 when it is not all in within `within_s`."""
+    length = _header(scope, b"content-length")
+    too_large = _BodyRefused(413, "gate body larger than 64 KiB")
+    if length is not None and length.strip().isdigit() and int(length) > _MAX_BODY:
+        raise too_large
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > _MAX_BODY:
-            raise BadInput("gate body larger than 64 KiB")
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
+    try:
+        async with asyncio.timeout(within_s):
+            while True:
+                message = await receive()
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > _MAX_BODY:
+                    raise too_large
+                chunks.append(chunk)
+                if not message.get("more_body"):
+                    return b"".join(chunks)
+    except TimeoutError:
+        raise _BodyRefused(408, f"gate body not received within {within_s:g} s") from None
 
 
 @functools.cache

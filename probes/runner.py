@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import math
 import signal
@@ -36,6 +35,14 @@ from probes._malloc import return_large_frees
 from probes._progress import NO_ANSWER, ProgressReporter
 from probes._spec import ApiTlsSpec, Config
 from probes._types import CallResult, Endpoint
+from probes._verdict_worker import (
+    SharedVerdicts,
+    VerdictJob,
+    VerdictWorker,
+    judge_job,
+    prometheus_job_settings,
+    verdict_key,
+)
 from probes._window_writer import WindowWriter
 from probes.api import ApiApp, VerdictQuery
 from probes.clients import OpenStream, StreamProber, build_prober
@@ -53,11 +60,10 @@ from probes.metrics import (
     PROMETHEUS_DURATION_BUCKETS,
     ProbeMetrics,
 )
-from probes.pairs import prometheus_verdict, store_verdict
+from probes.pairs import store_verdict
 from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
-from probes.verdict_cache import VerdictCache
 from probes.verdict_service import FROM_STORE, JudgingSettings, verdict_time
 from probes.verdict_settings import settings_event
 
@@ -151,9 +157,9 @@ class ProbeRunner:
         self.aggregator = WindowAggregator(length_s=config.window_s, grace_s=grace)
         self.overload = OverloadWatch()
         self.recorder = Recorder(self.aggregator, self.metrics, self.overload)
-        # One worker thread for the store's writes and the verdicts: glibc gives each thread
-        # its own malloc arena and keeps a freed arena's peak, so every pool thread that
-        # once ran a verdict held tens of MiB (BENCHMARKS.md D15).
+        # One worker thread for the store's writes: glibc gives each thread its own malloc
+        # arena and keeps a freed arena's peak (BENCHMARKS.md D15). Verdicts are computed in
+        # a process of their own (`probes._verdict_worker`).
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="skewprobe-worker")
         self.writer = WindowWriter(self.aggregator, self.metrics, on_window=options.on_window,
                                    executor=self.worker)
@@ -180,8 +186,11 @@ class ProbeRunner:
         self._lifetime_at = 0.0
         self.open_at_stop: tuple[OpenStream, ...] = ()
         self.last_verdict: Mapping[str, Any] | None = None
-        # What the verdicts read between windows: only new windows are read (verdict_cache).
-        self.verdict_cache: VerdictCache | None = None
+        # Where verdicts are computed (its own verdict cache: only new windows are read), and
+        # requests for the same verdict sharing one computation.
+        self.verdicts: VerdictWorker | None = None
+        self.verdicts_in_process = True  # False: in a thread (BENCHMARKS.md D24 compares)
+        self.shared = SharedVerdicts(self.registry)
         # Events made on the loop (overload changes), written with the next window.
         self._events: list[Event] = []
         # Pods back on another proxy version: `restart` events for the report's time axis.
@@ -212,12 +221,14 @@ class ProbeRunner:
                 self.store.write_events([settings_event(
                     JudgingSettings.from_config(self.config), time.time())])
                 self.snapshots.store = self.store
-                self.verdict_cache = VerdictCache(self.options.store_path)
+                self.verdicts = VerdictWorker(self.options.store_path,
+                                              in_process=self.verdicts_in_process)
+                self.verdicts.start()
                 try:
                     await self._main()
                 finally:
                     self.worker.shutdown(wait=True)
-                    self.verdict_cache.close()
+                    self.verdicts.close()
                     self.store.close()
         finally:
             if self._api_socket is not None:  # not handed to the server
@@ -302,6 +313,7 @@ class ProbeRunner:
             for task in (*tasks, gc_task):
                 task.cancel()
             await asyncio.gather(*tasks, gc_task, return_exceptions=True)
+            await self.shared.aclose()
             await self._write(force=True)
             self.snapshots.snapshot(force=True)
             await asyncio.gather(*(p.aclose() for p in self.probers.values()))
@@ -447,21 +459,22 @@ class ProbeRunner:
         # VerdictQuery's fields but `at` are the verdict functions' query keywords.
         query_args: dict[str, Any] = dataclasses.asdict(query)
         at = query_args.pop("at")
-        query_args["now"] = verdict_time(at, now=time.time())
-        if self.config.source == "prometheus":
-            assert self.config.prometheus is not None  # the schema requires it
-            judged = await asyncio.get_running_loop().run_in_executor(
-                self.worker, functools.partial(
-                    prometheus_verdict, self.config.prometheus, self.config, **query_args))
-            return judged.to_json()
-        # Relay paths as their caller × callee matrices, as `skewprobe verdict` shows them.
-        judged = await asyncio.get_running_loop().run_in_executor(
-            self.worker, functools.partial(
-                store_verdict, self.options.store_path, self.config,
-                overload=self.overload.reason if at is None else FROM_STORE,
-                cache=self.verdict_cache if at is None else None, **query_args,
-            ))
-        return judged.to_json()
+        now = verdict_time(at, now=time.time())
+        overload = self.overload.reason if at is None else FROM_STORE
+        asked_now = at is None and query.since is None
+        prometheus = self.config.prometheus if self.config.source == "prometheus" else None
+        job = VerdictJob(
+            self.options.store_path, JudgingSettings.from_config(self.config),
+            {**query_args, "now": now}, overload=overload, cached=at is None,
+            prometheus=None if prometheus is None else prometheus_job_settings(prometheus))
+        verdicts = self.verdicts
+        if verdicts is None:  # not running (a test of the verdict alone): no cache to keep
+            return await asyncio.to_thread(judge_job, dataclasses.replace(job, cached=False))
+        # The same query and overload state, no window written since, in the same window:
+        # the same verdict.
+        key = verdict_key(dataclasses.asdict(query), overload, self.writer.windows_written,
+                          math.floor(now / self.config.window_s))
+        return await self.shared.get(key, lambda: verdicts.judge(job), keep=asked_now)
 
     async def _serve_api(self) -> None:
         assert self._api_socket is not None

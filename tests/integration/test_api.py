@@ -267,6 +267,6 @@ async def test_verdict_at_through_the_probes_own_verdict(tmp_path: Path) -> None
             refused = await client.get("/verdict", params={"at": bad})
             assert refused.status_code == 400, bad
             assert refused.json()["verdict"] == "inconclusive" and why in refused.json()["error"]
-        # A gate judges the rollout now: `at` in its metadata is not read.
+        # A gate judges the rollout now: `at` in its metadata is refused, never a rollback.
         gate = await client.post("/gate/rollback", json={"metadata": {"at": at}})
-        assert gate.status_code == 409 and gate.json()["verdict"] == "inconclusive"
+        assert gate.status_code == 400 and "unknown gate metadata key(s): at" in gate.text
