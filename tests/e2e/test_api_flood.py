@@ -32,6 +32,7 @@ from tests.servers.probe_run import (
     http_config,
     probe_runner,
     running,
+    windows_for,
 )
 
 BASELINE, CANARY = "1.20.3", "1.21.0"
@@ -90,12 +91,15 @@ async def test_a_flood_of_verdict_requests_shares_computations_and_keeps_the_pro
         running(runner, stop_within_s=30),
         httpx.AsyncClient(base_url=base, timeout=60) as client,
     ):
-        await written.until([("checkout", BASELINE), ("checkout", CANARY)], MIN_REQUESTS)
+        # 20/s on each of the two pods a cohort has once the fleet's rollout is done.
+        await written.until([("checkout", BASELINE), ("checkout", CANARY)], MIN_REQUESTS,
+                            within=windows_for(MIN_REQUESTS, 40.0))
         # The control: as many windows with no request. A probe overloaded then is late by
         # the machine's load, and nothing here could say what the flood adds to it.
         quiet = time.time()
+        wait = written.budget(QUIET_WINDOWS, "the quiet windows")
         for _ in range(QUIET_WINDOWS):
-            await written.next()
+            await wait.next()
         if overloaded_since(runner, quiet):
             pytest.skip("this machine is too busy to judge the probe's lag: the probe was "
                         "overloaded with no API request")
@@ -109,8 +113,9 @@ async def test_a_flood_of_verdict_requests_shares_computations_and_keeps_the_pro
         since_computed = computed((await client.get("/metrics")).text) - before - now_computed
         during = writes - writes_before
         # The rule looks back OVERLOAD_WINDOWS windows: let it judge the flood's last ones.
+        wait = written.budget(OVERLOAD_WINDOWS + 1, "the overload rule's look back")
         for _ in range(OVERLOAD_WINDOWS + 1):
-            await written.next()
+            await wait.next()
         assert not overloaded_since(runner, began)
     assert now_codes == since_codes == [200] * CLIENTS * PER_CLIENT
     # Each write (and each window boundary, at most one per write) may start a new
