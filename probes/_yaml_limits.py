@@ -65,7 +65,10 @@ class YamlLimitError(yaml.MarkedYAMLError):
 
 class BoundedSafeLoader(Composer, _Events, SafeConstructor, Resolver):
     """A `yaml.SafeLoader` (the same constructors and resolver) that refuses documents past
-    MAX_DEPTH, MAX_ALIASES or MAX_NODES."""
+    MAX_DEPTH, MAX_ALIASES or MAX_NODES (`max_nodes` in a subclass for machine-written
+    documents, larger than a hand-written config)."""
+
+    max_nodes = MAX_NODES
 
     def __init__(self, stream: str) -> None:
         _Events.__init__(self, stream)
@@ -104,8 +107,8 @@ class BoundedSafeLoader(Composer, _Events, SafeConstructor, Resolver):
         if node is None:
             return None
         size = 1 + sum(self._tree_size[id(child)] for child in _children(node))
-        if size > MAX_NODES:
-            raise YamlLimitError(problem=f"more than {MAX_NODES} values once aliases are "
+        if size > self.max_nodes:
+            raise YamlLimitError(problem=f"more than {self.max_nodes} values once aliases are "
                                  "expanded", problem_mark=mark)
         self._tree_size[id(node)] = size
         return node

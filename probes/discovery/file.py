@@ -23,6 +23,7 @@ import yaml
 
 from probes._exceptions import BadInput
 from probes._types import Endpoint
+from probes._yaml_limits import BoundedSafeLoader
 
 __all__ = [
     "FileSource",
@@ -32,12 +33,21 @@ __all__ = [
 log = logging.getLogger("skewprobe.discovery")
 
 
+class _EndpointsLoader(BoundedSafeLoader):
+    # A machine-written list: some ten values an endpoint, so room for 500,000 endpoints;
+    # depth and aliases bounded as a config's are (an alias bomb stops early).
+    max_nodes = 5_000_000
+
+
 def parse_endpoints(text: str, *, source: str = "<endpoints>") -> list[Endpoint]:
     """Parse an endpoints document; raise BadInput with a one-line reason."""
+    loader = _EndpointsLoader(text)  # JSON is YAML
     try:
-        data = yaml.safe_load(text)  # JSON is YAML
+        data = loader.get_single_data()
     except yaml.YAMLError as exc:
         raise BadInput(f"{source}: not JSON or YAML: {str(exc).splitlines()[0]}") from exc
+    finally:
+        loader.dispose()
     if isinstance(data, Mapping):
         data = data.get("endpoints")
     if not isinstance(data, list):

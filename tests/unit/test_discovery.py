@@ -42,12 +42,24 @@ def test_parse_endpoints_reads_the_fleet_format() -> None:
         '{"endpoints": [{"address": "nohost"}]}',
         '{"endpoints": [{"address": "h:99999"}]}',
         '{"endpoints": [{"address": "h:1", "ports": {"a": "x"}}]}',
+        "[" * 500 + "]" * 500,  # past the nesting bound: no RecursionError
+        # An alias bomb: nine levels of nine aliases each, refused as it is composed.
+        "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n"
+            for i in range(9)),
     ],
 )
 def test_bad_endpoint_files_are_bad_input(text: str) -> None:
+    # Each a one-line BadInput, never a traceback nor a parse that runs for minutes.
     with pytest.raises(BadInput) as info:
         parse_endpoints(text, source="eps.json")
     assert str(info.value).startswith("eps.json") and "\n" not in str(info.value)
+
+
+def test_a_large_machine_written_endpoints_file_is_read() -> None:
+    # 20,000 endpoints, some 200,000 values: far past a config's bound, within the file's.
+    text = json.dumps({"endpoints": [_pod(i % 200, "1.21.0") for i in range(20_000)]})
+    assert len(parse_endpoints(text)) == 20_000
 
 
 async def test_file_source_follows_rewrites_and_survives_garbage(tmp_path: Path) -> None:
