@@ -48,8 +48,10 @@ __all__ = [
     "pod_reason",
     "pod_success_rate",
     "pod_success_rates",
+    "set_aside",
     "stream_resets",
     "success_rate",
+    "too_few_for_one_pod",
 ]
 
 SUCCESS_RATE = "success_rate"
@@ -384,8 +386,11 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     found_aside = aside_found if verdict != FAIL or pods_c == 1 else ""
     decided = pod_reason(head, verdict, lfa >= log_thr, pods_c, worst_name, share,
                          concentrated, what)
+    pods_b = int(track.pods_baseline[-1])
     if decided is not None:
         reason = decided
+    elif (few := too_few_for_one_pod(pods_c, pods_b)) is not None:
+        reason = head + few + found
     elif factor is not None:
         reason = (head + f": not enough evidence yet; a pass needs about {needs['calls']} more "
                   f"canary calls (~{duration(needs['seconds'])} at the current rate)" + found)
@@ -423,6 +428,15 @@ def set_aside(track: pods.PodTrack, names: Sequence[str], is_canary: npt.NDArray
         return [], ""
     return out, (f"; set aside as sick: {', '.join(out)} (its {what} beyond what the other "
                  "pods' spread allows; the version is judged on the rest)")
+
+
+def too_few_for_one_pod(pods_canary: int, pods_baseline: int) -> str | None:
+    """Why a canary of one pod is not judged, where its baseline has too few pods."""
+    if pods_canary != 1 or pods_baseline >= pods.ONE_POD_BASELINE:
+        return None
+    return (f": a canary of one pod is judged against {pods.ONE_POD_BASELINE} baseline pods "
+            f"or more ({pods_baseline} here: too few to show the spread a new pod may have); "
+            "a second canary pod would decide")
 
 
 def pod_reason(head: str, verdict: str, fails_with_every_pod: bool, pods_canary: int,

@@ -264,6 +264,8 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
                           P99_SLOW, ("slower", "slow"))
     spread = 100.0 * float(ok.tau[-1])
     needs: dict[str, Any] = {"calls": None, "seconds": None}
+    if reason is None and (few := M.too_few_for_one_pod(pods_c, pods_b)) is not None:
+        reason = head + few
     if reason is None:
         found = ("; " + M.concentration_finding(str(worst), share, P99_SLOW)
                  if concentrated else "")

@@ -78,6 +78,7 @@ __all__ = [
     "MAX_GRID_CELLS",
     "MEMO_MAX_PODS",
     "MIXING_SCALES",
+    "ONE_POD_BASELINE",
     "PodGrid",
     "PodTrack",
     "TrackMemo",
@@ -117,7 +118,7 @@ _ASIDE_MIN_PODS = 3
 # The fewest baseline pods that judge a canary of one pod: fewer show too little of the
 # spread a new pod is judged against (at σ 0.5 between pods, 3-5 baseline pods failed a
 # healthy one-pod canary in 1-4 % of rollouts at α 1 %; BENCHMARKS.md D21).
-_ONE_POD_BASELINE = 6
+ONE_POD_BASELINE = 6
 # How many of the baseline's pod standard deviations (τ) beyond them a canary of one pod
 # must be to fail, on top of the evidence (D21).
 _ONE_POD_TAIL = 2.0
@@ -584,9 +585,9 @@ def _pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     # It fails only beyond `_ONE_POD_TAIL` τ of the baseline's pods besides: pods' rates
     # have long upper tails (lognormal), which a spread estimated as a variance
     # understates, and a new pod at the top of the baseline's spread is not a sick
-    # version. Either side needs `_ONE_POD_BASELINE` baseline pods to measure the spread
+    # version. Either side needs `ONE_POD_BASELINE` baseline pods to measure the spread
     # a new pod is judged against.
-    one_pod = pods_b >= _ONE_POD_BASELINE
+    one_pod = pods_b >= ONE_POD_BASELINE
     # Its spread is every baseline pod's, none set aside: a pod at the top of a long tail
     # is what a new pod may be too.
     # While the pods' calls are few, τ² cannot be told from 0: it is taken at an upper

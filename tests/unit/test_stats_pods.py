@@ -436,3 +436,13 @@ def test_a_sick_pod_in_either_cohort_is_set_aside_and_the_version_judged_on_the_
     n, s, canary = grid(rng, [0.001] * 12, flags, 360, calls=200)
     track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR)
     assert (track.aside_canary == -1).all() and (track.aside_baseline == -1).all()
+
+
+def test_a_canary_of_one_pod_on_a_small_estate_says_why_it_is_not_judged() -> None:
+    # Five baseline pods show too little of the spread a new pod may have: neither side
+    # decides, however far off the pod is, and the reason says what would.
+    rng = np.random.default_rng(6)
+    verdict = one_canary_pod_verdict([0.001] * 5 + [0.05], [False] * 5 + [True], rng)
+    assert verdict.verdict == "inconclusive"
+    assert "judged against 6 baseline pods or more (5 here" in verdict.reason
+    assert "a second canary pod would decide" in verdict.reason
