@@ -162,6 +162,23 @@ def p99_passes(rng: np.random.Generator, row: P99Row, windows: int = 240, calls:
     return passed, failed, first
 
 
+def one_pod_table(rng: np.random.Generator, rollouts: int) -> None:
+    """A canary of one pod against few and many baseline pods (α = 1 %, 60 windows): passes
+    at the boundary and at twice the tolerance (a look every 10 windows), and fails of a
+    canary like the baseline, at the boundary, and +1 pp (a look every window)."""
+    print("| baseline vs canary pods | pods' spread σ | passes at the boundary | at twice the "
+          "tolerance | A/A fails | fails at the boundary | +1 pp failed |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for b, c in ((5, 1), (7, 1), (11, 1)):
+        for spread in (0.0, 0.3, 0.5):
+            cells = [rate_passes(rng, RateRow(b, c, spread, 0.5, rollouts))[0],
+                     rate_passes(rng, RateRow(b, c, spread, 1.0, rollouts))[0]]
+            cells += [rate_passes(rng, RateRow(b, c, spread, worse, rollouts), side="fail",
+                                  every=1)[0] for worse in (0.0, 0.5, 1.0)]
+            print(f"| {b} vs {c} | {spread:g} | "
+                  + " | ".join(f"{100 * k / rollouts:.1f} %" for k in cells) + " |")
+
+
 def _sides(above: np.ndarray, base: np.ndarray, canary_cut: np.ndarray, is_canary: np.ndarray
            ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Per look, one side's exceedances as `pod_exceed` takes them: `above` (looks, pods,
@@ -184,7 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="200 rollouts per row (make bench)")
     ap.add_argument("--seed", type=int, default=20261205)
+    ap.add_argument("--one-pod", action="store_true",
+                    help="only the table of a canary of one pod (BENCHMARKS.md D21)")
     args = ap.parse_args(argv)
+    if args.one_pod:
+        one_pod_table(np.random.default_rng(args.seed), 200 if args.quick else 600)
+        return 0
     big = 200 if args.quick else 1000
     edge_n = 200 if args.quick else 1500
     started = time.monotonic()
