@@ -94,7 +94,8 @@ async def test_one_kept_alive_connection_and_answers_that_are_not_relay_answers(
 # spent 73 % of a core at 80 relay calls/s walking every queued request per connection).
 DELAY_S = 0.1
 FEW, MANY = 20, 400
-MEASURED = 800  # calls per in-flight count
+MEASURED = 800  # calls per in-flight count and repeat
+REPEATS = 3
 TIMEOUT_S = 5.0
 
 
@@ -128,13 +129,17 @@ async def test_cpu_per_call_stays_flat_with_hundreds_of_calls_in_flight() -> Non
         async with asyncio.timeout(60.0):  # a Python start-up on a loaded machine
             line = (await server.stdout.readline()).decode()
         where = Endpoint("relay-0", "127.0.0.1", int(line.removeprefix("port=")))
-        cost = {}
-        for in_flight in (FEW, MANY):
-            prober = RelayProber(relay_path("catalog", timeout_s=TIMEOUT_S))
-            try:
-                cost[in_flight] = await _cpu_per_call(prober, where, in_flight)
-            finally:
-                await prober.aclose()
+        # Interleaved, the least of REPEATS each: what else the machine runs only ever adds
+        # CPU to a measurement (cache misses, the collector), so the least is the call's own.
+        costs: dict[int, list[float]] = {FEW: [], MANY: []}
+        for _ in range(REPEATS):
+            for in_flight in (FEW, MANY):
+                prober = RelayProber(relay_path("catalog", timeout_s=TIMEOUT_S))
+                try:
+                    costs[in_flight].append(await _cpu_per_call(prober, where, in_flight))
+                finally:
+                    await prober.aclose()
+        cost = {n: min(c) for n, c in costs.items()}
     finally:
         if server.stdin is not None:
             server.stdin.close()
