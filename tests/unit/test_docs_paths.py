@@ -81,6 +81,13 @@ def test_every_relative_link_resolves(doc: Path) -> None:
     assert not broken, f"{doc.name} has links that resolve to nothing: {broken}"
 
 
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    # A page nobody links to is a page a newcomer never finds.
+    linked = {t.partition("#")[0] for t in _LINK.findall(_CODE.sub("", DOCS[0].read_text()))}
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert pages and not pages - linked, sorted(pages - linked)
+
+
 def test_the_checks_see_a_missing_path_and_a_broken_anchor(tmp_path: Path) -> None:
     # The scanner itself: a moved module and a renamed heading must both be caught.
     assert _cited_paths("see `probes/gone.py` and `.venv/bin/python benchmarks/x.py --quick`") \
