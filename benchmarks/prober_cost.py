@@ -26,7 +26,7 @@ Options (`--options`, default all):
     relay-h2      RelayProber asking in HTTP/2 (`relay.version: "2"`, the lean client)
 
 The relay rows against `h1` are the relay's cost per call over a direct call to the same
-pods (issue 33: at most 2x; BENCHMARKS.md D17).
+pods (issue 33: at most 2x; BENCHMARKS.md D22).
 
     .venv/bin/python benchmarks/prober_cost.py                      # 200 endpoints, 5 cycles
     .venv/bin/python benchmarks/prober_cost.py --endpoints 600 --rounds 5 --cycles 7
