@@ -1,13 +1,14 @@
 """The unit tier's clock (`tests/unit/virtual_time.py`): async tests run on virtual time that
-skips what they would wait, and threads' work takes none of it."""
+skips what they would wait, threads' work takes none of it, and a real sleep fails the test."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from tests.unit.virtual_time import VirtualTimeLoop, virtual_loop
+from tests.unit.virtual_time import RealSleep, SleepGuard, VirtualTimeLoop, virtual_loop
 
 
 async def test_every_async_unit_test_runs_on_virtual_time() -> None:
@@ -62,3 +63,22 @@ async def test_work_in_a_thread_takes_no_virtual_time() -> None:
     total = await asyncio.wait_for(asyncio.to_thread(sum, range(3_000_000)), 0.001)
     assert total == 3_000_000 * 2_999_999 // 2
     assert loop.time() == start
+
+
+def test_time_sleep_fails_the_test(no_real_sleeps: SleepGuard) -> None:
+    with pytest.raises(RealSleep):
+        time.sleep(0.01)
+    # Kept even when product code swallows the exception: the fixture fails the test on it.
+    assert no_real_sleeps.refused == ["time.sleep(0.01)"]
+    no_real_sleeps.refused.clear()
+
+
+def test_asyncio_sleep_on_a_real_loop_fails_the_test(no_real_sleeps: SleepGuard) -> None:
+    async def nap(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    asyncio.run(nap(0.0))  # a yield to the loop waits for nothing
+    with pytest.raises(RealSleep):
+        asyncio.run(nap(0.01))
+    assert no_real_sleeps.refused == ["asyncio.sleep(0.01) on a real loop"]
+    no_real_sleeps.refused.clear()

@@ -1,4 +1,4 @@
-"""The unit tier's clock: an event loop on virtual time.
+"""The unit tier's clock: an event loop on virtual time, and the guard that keeps real sleeps out.
 
 `VirtualTimeLoop` starts its clock at zero and, whenever nothing is ready to run, jumps it to
 the next timer instead of waiting: `await asyncio.sleep(600)` returns at once with
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-__all__ = ["FakeClock", "VirtualTimeLoop", "virtual_loop"]
+__all__ = ["FakeClock", "RealSleep", "SleepGuard", "VirtualTimeLoop", "virtual_loop"]
 
 T = TypeVar("T")
 
@@ -98,3 +98,32 @@ def virtual_loop() -> VirtualTimeLoop:
     loop = asyncio.get_running_loop()
     assert isinstance(loop, VirtualTimeLoop), f"not on virtual time: {loop!r}"
     return loop
+
+
+class RealSleep(AssertionError):
+    """A unit test waited on the real clock."""
+
+
+class SleepGuard:
+    """Stand-ins for `time.sleep` and `asyncio.sleep` that refuse to wait on the real clock.
+
+    `asyncio.sleep` is still allowed on a `VirtualTimeLoop` (it waits for nothing) and with a
+    delay of zero (a yield to the loop). Each refusal raises `RealSleep` and is also kept in
+    `refused`, as product code may catch the exception (the engine counts a prober's)."""
+
+    def __init__(self) -> None:
+        self.refused: list[str] = []
+        self._asyncio_sleep = asyncio.sleep
+
+    def _refuse(self, what: str) -> RealSleep:
+        self.refused.append(what)
+        return RealSleep(f"{what}: tests/unit runs on virtual time (tests/unit/virtual_time.py); "
+                         "a test that needs real time belongs in tests/integration")
+
+    def time_sleep(self, seconds: float) -> None:
+        raise self._refuse(f"time.sleep({seconds})")
+
+    def asyncio_sleep(self, delay: float, result: Any = None) -> Coroutine[Any, Any, Any]:
+        if delay > 0 and not isinstance(asyncio.get_running_loop(), VirtualTimeLoop):
+            raise self._refuse(f"asyncio.sleep({delay}) on a real loop")
+        return self._asyncio_sleep(delay, result)
