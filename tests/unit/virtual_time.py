@@ -7,7 +7,9 @@ would run it, with no wait and no jitter. Every async test under tests/unit runs
 (`conftest.py`). Code that reads the loop's clock sees virtual time; code that takes a clock
 (`wall=`, `clock=`) is given `loop.time` or `loop.wall`; `loop.advance(s)` stands for the loop
 being blocked for `s` (a GC pause, a starved process). Sync code that takes a clock is given
-a `FakeClock`, which the test moves by hand.
+a `FakeClock`, which the test moves by hand. Code that reads time.monotonic or time.time
+itself still sees the real clock, so it must be given the loop's (as test_engine.py does for
+asyncio-throttle).
 
 Work handed to threads (`run_in_executor`, `asyncio.to_thread`) takes no virtual time: while
 any is running the loop waits for it for real and the clock stands still, so a hang guard
