@@ -11,6 +11,7 @@ import pytest
 
 from probes._exceptions import BadInput
 from probes.discovery import FileSource, StaticSource, parse_endpoints
+from tests.unit.virtual_time import virtual_loop
 
 
 def _write(path: Path, endpoints: list[dict[str, object]]) -> None:
@@ -84,6 +85,22 @@ async def test_file_source_follows_rewrites_and_survives_garbage(tmp_path: Path)
     _write(path, [_pod(1, "1.21.0")])
     third = await asyncio.wait_for(pending, 2)
     assert [e.name for e in third] == ["pod-1"]
+    await snapshots.aclose()
+
+
+async def test_file_source_sees_a_rewrite_within_one_refresh(tmp_path: Path) -> None:
+    path = tmp_path / "endpoints.json"
+    _write(path, [_pod(0, "1.20.3")])
+    source = FileSource(str(path))  # the default refresh, on virtual time
+    snapshots = source.snapshots()
+    await anext(snapshots)
+    loop = virtual_loop()
+    await asyncio.sleep(0.3)
+    written = loop.time()
+    _write(path, [_pod(0, "1.21.0")])
+    (endpoint,) = await anext(snapshots)
+    assert endpoint.labels["proxy_version"] == "1.21.0"
+    assert 0 < loop.time() - written <= source.refresh_s
     await snapshots.aclose()
 
 

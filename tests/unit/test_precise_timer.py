@@ -1,18 +1,18 @@
 """The engine's schedule timer (`probes._precise_timer`): never early, re-armable, closable.
 
-Every backend this machine offers is exercised, `call_at` (the fallback) included. No test
-bounds how late a timer may fire: a loaded machine may delay any wake; only order, "not
-before the deadline" and counts are asserted.
+Here on the loop's `call_at` (the fallback), on virtual time: a loop whose clock is not
+time.monotonic takes it by itself. The kernel timer (timerfd) counts on the real clock, so
+tests/integration/test_precise_timer.py runs the same checks (the `check_` functions below) on
+every timerfd backend this machine offers. Only order, "not before the deadline" and counts
+are asserted, never how late a timer fired.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -20,10 +20,14 @@ from probes._precise_timer import Backend, PreciseTimer, available_backends
 from probes._spec import PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.engine import COARSE_ABOVE_RATE_PER_S, Engine
+from tests.unit.virtual_time import virtual_loop
 
 BACKENDS = available_backends()
 # A guard against a hung test, not a bound on lateness.
 HANG_GUARD_S = 30.0
+# Long enough after the last deadline armed for a stray (replaced or cancelled) one to fire:
+# every deadline these checks arm is at most this far ahead.
+QUIET_S = 0.03
 
 
 class Fired:
@@ -61,9 +65,7 @@ def test_linux_offers_a_timerfd_and_every_platform_the_fallback() -> None:
         assert "timerfd-ctypes" in BACKENDS
 
 
-@pytest.mark.parametrize("coarse", [False, True])
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_fires_once_and_never_before_its_deadline(backend: Backend, coarse: bool) -> None:
+async def check_fires_once_and_never_before_its_deadline(backend: Backend, coarse: bool) -> None:
     with a_timer(backend) as (loop, fired, timer):
         assert timer.backend == backend
         for delay in (0.0031, 0.0007, 0.0123, 0.0):
@@ -72,12 +74,16 @@ async def test_fires_once_and_never_before_its_deadline(backend: Backend, coarse
             await fired.wait()
             assert fired.at[-1] >= deadline
             assert timer.deadline is None
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(QUIET_S)
         assert len(fired.at) == 4  # one call per arm, none spurious
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_rearming_replaces_the_deadline_earlier_or_later(backend: Backend) -> None:
+@pytest.mark.parametrize("coarse", [False, True])
+async def test_fires_once_and_never_before_its_deadline(coarse: bool) -> None:
+    await check_fires_once_and_never_before_its_deadline("call_at", coarse)
+
+
+async def check_rearming_replaces_the_deadline_earlier_or_later(backend: Backend) -> None:
     with a_timer(backend) as (loop, fired, timer):
         # Earlier: a deadline far off, replaced by a near one, fires at the near one.
         timer.arm(loop.time() + 3600.0)
@@ -94,8 +100,11 @@ async def test_rearming_replaces_the_deadline_earlier_or_later(backend: Backend)
         assert len(fired.at) == 2 and fired.at[1] >= later
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_switching_between_precise_and_coarse_keeps_only_the_last_deadline(
+async def test_rearming_replaces_the_deadline_earlier_or_later() -> None:
+    await check_rearming_replaces_the_deadline_earlier_or_later("call_at")
+
+
+async def check_switching_between_precise_and_coarse_keeps_only_the_last_deadline(
     backend: Backend,
 ) -> None:
     with a_timer(backend) as (loop, fired, timer):
@@ -105,63 +114,62 @@ async def test_switching_between_precise_and_coarse_keeps_only_the_last_deadline
             timer.arm(last, coarse=not first_coarse)
             await fired.wait()
             assert fired.at[-1] >= last
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(QUIET_S)
         assert len(fired.at) == 2
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_a_cancelled_or_closed_timer_does_not_fire(backend: Backend) -> None:
+async def test_switching_between_precise_and_coarse_keeps_only_the_last_deadline() -> None:
+    await check_switching_between_precise_and_coarse_keeps_only_the_last_deadline("call_at")
+
+
+async def check_a_cancelled_or_closed_timer_does_not_fire(backend: Backend) -> None:
     loop = asyncio.get_running_loop()
     fired = Fired(loop)
     timer = PreciseTimer(loop, fired, backend=backend)
     timer.arm(loop.time() + 0.005)
     timer.cancel()
     assert timer.deadline is None
-    await asyncio.sleep(0.03)
+    await asyncio.sleep(QUIET_S)
     assert fired.at == []
     timer.arm(loop.time() + 0.005)
     timer.close()
     timer.close()  # idempotent
-    await asyncio.sleep(0.03)
+    await asyncio.sleep(QUIET_S)
     assert fired.at == [] and timer.closed
     with pytest.raises(RuntimeError):
         timer.arm(loop.time())
 
 
-class _VirtualClockLoop(asyncio.SelectorEventLoop):
-    """A loop whose clock is not time.monotonic (a kernel deadline would be wrong for it)."""
-
-    def time(self) -> float:
-        return time.monotonic() + 1000.0
+async def test_a_cancelled_or_closed_timer_does_not_fire() -> None:
+    await check_a_cancelled_or_closed_timer_does_not_fire("call_at")
 
 
-def test_a_loop_on_another_clock_falls_back_to_call_at() -> None:
-    loop = _VirtualClockLoop()
+async def test_a_loop_on_another_clock_falls_back_to_call_at() -> None:
+    # The virtual loop's clock is not time.monotonic: a kernel deadline would be wrong for it.
+    loop = virtual_loop()
+    fired = Fired(loop)
+    timer = PreciseTimer(loop, fired)
     try:
-        async def fire_once() -> tuple[str, list[float], float]:
-            fired = Fired(loop)
-            timer = PreciseTimer(loop, fired)
-            deadline = loop.time() + 0.002
-            timer.arm(deadline)
-            await fired.wait()
-            timer.close()
-            return timer.backend, fired.at, deadline
-
-        backend, at, deadline = loop.run_until_complete(fire_once())
+        deadline = loop.time() + 0.002
+        timer.arm(deadline)
+        await fired.wait()
     finally:
-        loop.close()
-    assert backend == "call_at"
-    assert len(at) == 1 and at[0] >= deadline
+        timer.close()
+    assert timer.backend == "call_at"
+    assert fired.at == [deadline]
 
 
 # -- the engine on each backend ------------------------------------------------------------
 
 
 class StampProber:
-    """Answers ok at once, with the monotonic time the call began in `detail`."""
+    """Answers ok at once, with the time the call began on `clock` in `detail`."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
 
     async def call(self, endpoint: Endpoint, request_id: str) -> CallOutcome:
-        return CallOutcome(Outcome.OK, status=200, detail=repr(time.monotonic()))
+        return CallOutcome(Outcome.OK, status=200, detail=repr(self.clock()))
 
     def forget(self, endpoint: Endpoint) -> None:
         pass
@@ -190,24 +198,16 @@ def _ep(name: str) -> Endpoint:
     return Endpoint(name=name, host="127.0.0.1", port=1, labels={"proxy_version": "1"})
 
 
-def _timer_fd(engine: Engine) -> int:
-    timer = engine._timer
-    assert timer is not None
-    return timer._fd
-
-
-# 20 endpoints at 10/s: 200 sends/s, each on the timerfd unless close behind another; at
-# 20/s: 400 sends/s, above COARSE_ABOVE_RATE_PER_S, all on call_at.
-@pytest.mark.parametrize("rate", [10.0, 20.0])
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_engine_never_sends_before_the_intended_time(backend: Backend, rate: float) -> None:
-    # `wall=time.monotonic` puts intended times on the prober's clock: the engine reads the
-    # wall clock just before the loop's, so a reported intended time is never later than
-    # the true one, and a call that began before it would show as an early send.
+async def check_engine_never_sends_before_the_intended_time(
+    backend: Backend, rate: float, clock: Callable[[], float],
+) -> None:
+    # `wall=clock` puts intended times on the prober's clock: the engine reads the wall
+    # clock just before the loop's, so a reported intended time is never later than the
+    # true one, and a call that began before it would show as an early send.
     assert 20 * 10.0 < COARSE_ABOVE_RATE_PER_S < 20 * 20.0
     sink = ListSink(enough=200)
-    engine = Engine([PathSpec(name="p", rate_per_s=rate, timeout_s=0.5)], {"p": StampProber()},
-                    sink, wall=time.monotonic, timer_backend=backend)
+    engine = Engine([PathSpec(name="p", rate_per_s=rate, timeout_s=0.5)],
+                    {"p": StampProber(clock)}, sink, wall=clock, timer_backend=backend)
     engine.apply([_ep(f"e{i}") for i in range(20)])
     assert engine.timer_backend == backend
     await asyncio.wait_for(sink.has_enough.wait(), HANG_GUARD_S)
@@ -216,11 +216,17 @@ async def test_engine_never_sends_before_the_intended_time(backend: Backend, rat
     assert all(r.latency_s >= r.lag_s >= 0.0 for r in sink.results)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_engine_rearms_only_for_an_earlier_send(backend: Backend) -> None:
+# 20 endpoints at 10/s: 200 sends/s, each on the timerfd unless close behind another; at
+# 20/s: 400 sends/s, above COARSE_ABOVE_RATE_PER_S, all on call_at.
+@pytest.mark.parametrize("rate", [10.0, 20.0])
+async def test_engine_never_sends_before_the_intended_time(rate: float) -> None:
+    await check_engine_never_sends_before_the_intended_time("call_at", rate, virtual_loop().time)
+
+
+async def check_engine_rearms_only_for_an_earlier_send(backend: Backend) -> None:
     loop = asyncio.get_running_loop()
-    engine = Engine([PathSpec(name="p", rate_per_s=0.01, timeout_s=0.5)], {"p": StampProber()},
-                    ListSink(), timer_backend=backend)
+    engine = Engine([PathSpec(name="p", rate_per_s=0.01, timeout_s=0.5)],
+                    {"p": StampProber(loop.time)}, ListSink(), timer_backend=backend)
     endpoints: list[Endpoint] = []
     armed: list[float] = []
     # First sends are spread over the 100 s period: each new endpoint whose first send is
@@ -238,20 +244,5 @@ async def test_engine_rearms_only_for_an_earlier_send(backend: Backend) -> None:
     await engine.stop()
 
 
-@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "call_at"])
-async def test_engine_closes_its_timerfd_on_stop(backend: Backend) -> None:
-    loop = asyncio.get_running_loop()
-    engine = Engine([PathSpec(name="p", rate_per_s=20.0, timeout_s=0.5)], {"p": StampProber()},
-                    ListSink(), timer_backend=backend)
-    engine.apply([_ep("a")])
-    fd = _timer_fd(engine)
-    os.fstat(fd)  # open
-    await engine.stop()
-    assert engine._timer is None and engine.timer_backend is None
-    assert not loop.remove_reader(fd)  # no longer watched
-    with pytest.raises(OSError):
-        os.fstat(fd)
-    # Applied again after a stop, the engine arms a new timer.
-    engine.apply([_ep("b")])
-    assert engine.timer_backend == backend
-    await engine.stop()
+async def test_engine_rearms_only_for_an_earlier_send() -> None:
+    await check_engine_rearms_only_for_an_earlier_send("call_at")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from probes._spec import PathSpec, RelaySpec
 from probes._types import Endpoint, Outcome
 from probes.clients import RelayProber
+from tests.unit.virtual_time import FakeClock
 
 
 def catalog(i: int) -> Endpoint:
@@ -20,17 +21,17 @@ def answer(pod: str = "", address: str = "", **extra: object) -> dict[str, objec
 
 
 async def test_removed_pods_and_addresses_are_stale_after_the_timeout() -> None:
-    now = [0.0]
+    clock = FakeClock()
     path = PathSpec("r", 1.0, 1.0, relay=RelaySpec("catalog", {"service": "catalog"}))
-    prober = RelayProber(path, clock=lambda: now[0])
+    prober = RelayProber(path, clock=clock)
     try:
         other = Endpoint("relay-0", "127.0.0.2", 8080, {"pod": "relay-0", "role": "relay"})
         prober.observe([catalog(0), catalog(1), other])
-        now[0] = 10.0
+        clock.now = 10.0
         prober.observe([catalog(0), other])
-        now[0] = 10.5  # a call sent before the removal may still land there
+        clock.now = 10.5  # a call sent before the removal may still land there
         assert prober._judge(answer("catalog-1")).outcome == Outcome.OK
-        now[0] = 11.5
+        clock.now = 11.5
         assert prober._judge(answer("catalog-1")).outcome == Outcome.STALE_ENDPOINT
         assert prober._judge(answer("catalog-0")).outcome == Outcome.OK
         # A pod discovery has not seen yet is not judged; nor a pod of another service.
@@ -49,13 +50,13 @@ async def test_removed_pods_and_addresses_are_stale_after_the_timeout() -> None:
 
 
 async def test_without_callees_nothing_is_judged_stale() -> None:
-    now = [0.0]
+    clock = FakeClock()
     prober = RelayProber(PathSpec("r", 1.0, 1.0, relay=RelaySpec("catalog")),
-                         clock=lambda: now[0])
+                         clock=clock)
     try:
         prober.observe([catalog(0), catalog(1)])
         prober.observe([])
-        now[0] = 100.0
+        clock.now = 100.0
         assert prober._judge(answer("catalog-1")).outcome == Outcome.OK
     finally:
         await prober.aclose()
@@ -64,15 +65,15 @@ async def test_without_callees_nothing_is_judged_stale() -> None:
 async def test_a_pod_back_on_another_version_is_restarted_not_stale() -> None:
     """A sidecar upgrade restarts a pod under its name: until discovery shows it back, its
     answers on the new version are not stale; on the version it left with, they are."""
-    now = [0.0]
+    clock = FakeClock()
     path = PathSpec("r", 1.0, 1.0, relay=RelaySpec("catalog", {"service": "catalog"}))
-    prober = RelayProber(path, clock=lambda: now[0])
+    prober = RelayProber(path, clock=clock)
     try:
         pod = Endpoint("catalog-1", "127.0.0.11", 8080,
                        {"pod": "catalog-1", "service": "catalog", "proxy_version": "1.20.3"})
         prober.observe([catalog(0), pod])
         prober.observe([catalog(0)])
-        now[0] = 5.0
+        clock.now = 5.0
         back = answer("catalog-1")
         back["answered_by"] = {"pod": "catalog-1", "proxy_version": "1.21.0"}
         assert prober._judge(back).outcome == Outcome.OK

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 from targets.profile import Faults, HeaderRules, RetryPolicy, VersionProfile
 from targets.sidecar import AttemptCounter, Sidecar, grpc_code_for_http, rewrite_headers
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.virtual_time import FakeClock, virtual_loop
 
 
 def test_attempt_counter_counts_per_id_and_forgets_after_ttl() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     counter = AttemptCounter(ttl_s=10.0, capacity=100, clock=clock)
     assert [counter.hit("a"), counter.hit("a"), counter.hit("b"), counter.hit("a")] == [1, 2, 1, 3]
     clock.now += 11
@@ -25,7 +18,7 @@ def test_attempt_counter_counts_per_id_and_forgets_after_ttl() -> None:
 
 
 def test_attempt_counter_is_bounded_by_capacity() -> None:
-    counter = AttemptCounter(ttl_s=1e9, capacity=50, clock=FakeClock())
+    counter = AttemptCounter(ttl_s=1e9, capacity=50, clock=FakeClock(1000.0))
     for i in range(1000):
         counter.hit(f"id-{i}")
     assert len(counter) == 50
@@ -69,6 +62,16 @@ async def test_retries_only_on_listed_statuses() -> None:
     faults = Faults(error_rate=1.0, error_status=500, retries=RetryPolicy(num_retries=3))
     fwd = await car.forward(faults, "z")
     assert (fwd.status, fwd.attempts) == (500, 1)
+
+
+async def test_retries_wait_their_backoff_and_none_after_the_last() -> None:
+    car = Sidecar(VersionProfile("v"), pod="p", seed=1)
+    faults = Faults(error_rate=1.0, retries=RetryPolicy(num_retries=2, backoff_s=0.25))
+    loop = virtual_loop()
+    start = loop.time()
+    fwd = await car.forward(faults, "w")
+    assert (fwd.status, fwd.attempts) == (503, 3)
+    assert loop.time() - start == 0.5  # two waits, between three attempts
 
 
 def test_missing_request_id_gets_one_per_request() -> None:
