@@ -59,7 +59,7 @@ from grpc_health.v1 import health_pb2
 from probes._spec import GrpcSpec, HttpSpec, PathSpec, RelaySpec
 from probes._types import Endpoint, Outcome
 from probes.clients import GrpcProber, HttpProber, Prober, RelayProber
-from probes.clients import _grpc as grpc_module
+from probes.clients._channel import channel_options
 
 OPTIONS = ("h1", "h2-lean", "h2-httpcore", "grpc", "grpc-lean", "grpc-bare", "grpc-nocomp",
            "grpc-lat", "relay", "relay-h2")
@@ -100,7 +100,7 @@ class _BareGrpc:
 
     def __init__(self, extra: list[tuple[str, Any]]) -> None:
         spec = GrpcSpec(health_service="")
-        self._options = [*grpc_module._channel_options(spec), *extra]
+        self._options = [*channel_options(spec), *extra]
         self._request = health_pb2.HealthCheckRequest(service="").SerializeToString()
         self._stubs: dict[str, tuple[grpc.aio.Channel, Any]] = {}
 

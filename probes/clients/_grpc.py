@@ -6,27 +6,8 @@ bytes and the answer is only counted. With `health_service` set the call is the 
 `unexpected_status` (the RPC worked, the answer was not the expected one) with the status in
 the detail, and a status code other than OK is `grpc_<CODE>` as for any call.
 
-One channel per endpoint, reused and closed on `forget`/`aclose`. Channel options, and why:
-
-* `grpc.enable_retries=0`. gRPC transparently re-sends an RPC the server provably did not
-  see (stream above a GOAWAY's last-stream-id, REFUSED_STREAM), which is correct but makes
-  connection churn invisible. With retries off those RPCs fail UNAVAILABLE with
-  "GOAWAY received…" or "Received RST_STREAM with error code 7" (grpc core's chttp2
-  transport); the prober re-sends exactly those once itself, on a new channel, and counts
-  them as churn: the same rule as for HTTP/2. No configured retry policy applies either,
-  so what the probe reports is what one attempt did.
-* a local subchannel pool, so each path's channel owns its connection and closing it closes
-  the connection (the global pool would share it across paths).
-* reconnect backoff 100 ms to 1 s instead of 1 s to 120 s, so an endpoint that refused
-  once (a restarting pod) is tried again at the probe's pace, not minutes later. The
-  minimum (`grpc.min_reconnect_backoff_ms`) is left alone: grpc core also uses it as the
-  connect timeout (20 s), and the RPC deadline should be what ends a hanging connect, as
-  DEADLINE_EXCEEDED with "no connection yet" in the detail.
-* 4 MiB receive limit (gRPC's default, made explicit): a bigger answer is
-  RESOURCE_EXHAUSTED with bounded memory.
-* no channelz: grpc core keeps a channelz node (and its trace) per channel and
-  subchannel for the channelz service, which the probe never serves. Off, each channel
-  costs ~3 KiB less: 8 MiB at 2,400 held streams (BENCHMARKS.md, "Memory").
+One channel per endpoint, reused and closed on `forget`/`aclose`; its options, and why, are
+`_channel`'s.
 """
 
 from __future__ import annotations
@@ -45,6 +26,7 @@ from probes._spec import GrpcSpec, PathSpec
 from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import _grpc_lean, _h2base, _h2lean
 from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
+from probes.clients._channel import MAX_RECEIVE_BYTES, channel_options
 from probes.clients._classify import classify_exception, classify_grpc_code, parse_count
 from probes.clients._pool import EndpointPool
 from probes.clients._tls import grpc_credentials, ssl_context
@@ -54,7 +36,6 @@ _SERVING = health_pb2.HealthCheckResponse(
     status=health_pb2.HealthCheckResponse.SERVING
 ).SerializeToString()
 APP_ATTEMPTS_KEY = "x-app-attempts"
-MAX_RECEIVE_BYTES = 4 << 20
 
 # Details grpc core gives an RPC it failed because the server never saw it (see above).
 _UNPROCESSED_DETAILS = ("GOAWAY received", "Received RST_STREAM with error code 7")
@@ -96,7 +77,7 @@ class GrpcProber:
         self._credentials = (
             grpc_credentials(spec.tls, where=f"path {path.name}") if spec.tls else None
         )
-        self._options = _channel_options(spec)
+        self._options = channel_options(spec)
         self._client = client or GRPC_CLIENT
         if self._client not in GRPC_CLIENTS:
             raise BadInput(f"gRPC client must be one of {', '.join(GRPC_CLIENTS)}")
@@ -309,17 +290,3 @@ def _serving_status(response: bytes) -> str:
         return "UNPARSEABLE"
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(status))
 
-
-def _channel_options(spec: GrpcSpec) -> list[tuple[str, str | int]]:
-    options: list[tuple[str, str | int]] = [
-        ("grpc.enable_retries", 0),
-        ("grpc.use_local_subchannel_pool", 1),
-        ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", 1000),
-        ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-        ("grpc.primary_user_agent", USER_AGENT),
-        ("grpc.enable_channelz", 0),
-    ]
-    if spec.tls is not None and spec.tls.server_name:
-        options.append(("grpc.ssl_target_name_override", spec.tls.server_name))
-    return options
