@@ -116,24 +116,15 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-# The product with another HTTP/2 or gRPC unary client than its default (`--client`): the
-# same `skewprobe run`, its client selection set before it starts (no config key yet).
-_CLIENT_LAUNCHER = """
-import sys
-from probes.clients import _grpc, _http
-_http.H2_CLIENT, _grpc.GRPC_CLIENT = {h2!r}, {grpc!r}
-from probes.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
 def _probe_launcher(args: argparse.Namespace) -> list[str]:
     if args.client:
         if args.gc_log or args.gc_experiment:
             raise SystemExit("--client cannot be combined with --gc-log or --gc-experiment")
         h2 = args.client if not args.grpc else "lean"
         grpc = args.client if args.grpc else "lean"
-        return [h.PYTHON, "-c", _CLIENT_LAUNCHER.format(h2=h2, grpc=grpc)]
+        # The same `skewprobe run` with a library reference in place of the probe's own
+        # client (tests/reference/).
+        return [h.PYTHON, "-m", "tests.reference", "--http2", h2, "--grpc", grpc]
     if args.gc_log:
         # The product unchanged, with a gc.callbacks hook (benchmarks/_gclog.py) that logs
         # every collection after the warm-up's freeze.
@@ -429,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the unary path is a gRPC health Check on the pods' gRPC ports (with "
                          "--target haproxy: one grpc.aio health server on every pod address)")
     ap.add_argument("--client", choices=("lean", "httpcore", "grpcio"),
-                    help="the HTTP/2 (--http 2) or gRPC (--grpc) client, if not the default")
+                    help="the HTTP/2 (--http 2) or gRPC (--grpc) client, if not the default:"
+                         " a library reference (tests/reference/)")
     ap.add_argument("--target", choices=("fleet", "haproxy"), default="fleet",
                     help="what answers the HTTP calls: the Python fleet (default) or one "
                          "HAProxy returning 200 on every pod's address (streams stay on "

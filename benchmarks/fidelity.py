@@ -20,8 +20,8 @@ time and the same rate per protocol:
   `Echo` as an HTTP/2 POST (`content-type: application/grpc`, `te: trailers`, an empty message
   behind its 5-byte prefix), up to 4 streams; it does not read `grpc-status`.
 - `--grpc-client grpcio` runs the probe's gRPC path on grpc.aio instead of its own HTTP/2
-  client, `--http2-client httpcore` its HTTP/2 path on httpcore (set before `skewprobe run`
-  starts, as the product has no config key for it yet).
+  client, `--http2-client httpcore` its HTTP/2 path on httpcore: the library references the
+  tests prove the probe's own clients against (`tests/reference/`), not in the product.
 
 "minus delay" is the quantile minus the nominal injected delay: the server's, the loopback's
 and the client's overhead together. The reference's is the floor; the probe's minus the
@@ -58,16 +58,6 @@ from probes.store import Store
 PATHS = ("http1", "http2", "grpc")
 _NAMES = {"1.1": "http1", "2": "http2"}
 LAG = "skewprobe_schedule_lag_seconds"
-
-
-# `skewprobe run` with the HTTP/2 and gRPC unary clients asked for (no config key yet).
-_CLIENT_LAUNCHER = """
-import sys
-from probes.clients import _grpc, _http
-_http.H2_CLIENT, _grpc.GRPC_CLIENT = {h2!r}, {grpc!r}
-from probes.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 def _profile(delay: str) -> str:
@@ -184,8 +174,9 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         config = work / "fidelity.yaml"
         config.write_text(_config(args.host, http_port, grpc_port, args.rate, args),
                           encoding="utf-8")
-        launcher = [h.PYTHON, "-c", _CLIENT_LAUNCHER.format(h2=args.http2_client,
-                                                            grpc=args.grpc_client)]
+        # `skewprobe run`, on a library reference if asked for (tests/reference/).
+        launcher = [h.PYTHON, "-m", "tests.reference", "--http2", args.http2_client,
+                    "--grpc", args.grpc_client]
         probe_cmd = [
             *launcher, "run", "--config", str(config), "--store", str(store),
             "--listen", f"127.0.0.1:{listen_port}",

@@ -14,13 +14,13 @@ Options (`--options`, default all):
 
     h1            HttpProber, HTTP/1.1 (`_h1`, the probe's own protocol)
     h2-lean       HttpProber, HTTP/2 on the probe's own protocol and framing (`_h2lean`, `_h2own`)
-    h2-httpcore   HttpProber, HTTP/2 through httpcore (`_h2`)
-    grpc          GrpcProber on grpc.aio (`client="grpcio"`)
+    h2-httpcore   HTTP/2 through httpcore, the library reference (`tests/reference/`)
+    grpc          gRPC unary on grpc.aio, the library reference (`tests/reference/`)
     grpc-lean     GrpcProber over the probe's own HTTP/2 client and framing
     grpc-bare     grpc.aio, the same channel options, only `await stub(req)`: no metadata
                   read back (the floor of grpc.aio's per-call cost)
-    grpc-nocomp   the product's call with compression explicitly off on the channel
-    grpc-lat      the product's call with `grpc.optimization_target: latency`
+    grpc-nocomp   the grpc.aio reference's call with compression explicitly off on the channel
+    grpc-lat      the grpc.aio reference's call with `grpc.optimization_target: latency`
     relay         RelayProber, HTTP/1.1: `GET /relay/bench` to the same addresses, HAProxy
                   answering a relay's JSON answer (`targets.relay.RelayAnswer`, ~330 bytes)
     relay-h2      RelayProber asking in HTTP/2 (`relay.version: "2"`, the lean client)
@@ -58,8 +58,9 @@ from grpc_health.v1 import health_pb2
 
 from probes._spec import GrpcSpec, HttpSpec, PathSpec, RelaySpec
 from probes._types import Endpoint, Outcome
-from probes.clients import GrpcProber, HttpProber, Prober, RelayProber
-from probes.clients import _grpc as grpc_module
+from probes.clients import Prober, RelayProber
+from probes.clients._channel import channel_options
+from tests.reference import GRPC_CLIENTS, HTTP2_CLIENTS
 
 OPTIONS = ("h1", "h2-lean", "h2-httpcore", "grpc", "grpc-lean", "grpc-bare", "grpc-nocomp",
            "grpc-lat", "relay", "relay-h2")
@@ -100,7 +101,7 @@ class _BareGrpc:
 
     def __init__(self, extra: list[tuple[str, Any]]) -> None:
         spec = GrpcSpec(health_service="")
-        self._options = [*grpc_module._channel_options(spec), *extra]
+        self._options = [*channel_options(spec), *extra]
         self._request = health_pb2.HealthCheckRequest(service="").SerializeToString()
         self._stubs: dict[str, tuple[grpc.aio.Channel, Any]] = {}
 
@@ -124,9 +125,9 @@ class _BareGrpc:
 
 def _make(option: str, port: int, grpc_port: int) -> tuple[Callable[[], Any], int]:
     """A factory for the option's client, and the port its endpoints listen on."""
-    def http(version: str, client: str | None = None) -> Prober:
+    def http(version: str, client: str = "lean") -> Prober:
         path = PathSpec("p", 1.0, 1.0, http=HttpSpec(path="/", version=version))
-        return HttpProber(path, h2_client=client)
+        return HTTP2_CLIENTS[client](path)
 
     def relay(version: str) -> Prober:
         return RelayProber(PathSpec("r", 1.0, 1.0, relay=RelaySpec("bench", version=version)))
@@ -135,8 +136,8 @@ def _make(option: str, port: int, grpc_port: int) -> tuple[Callable[[], Any], in
         extra_options: list[tuple[str, Any]] | None = None, client: str = "grpcio"
     ) -> Prober:
         spec = PathSpec("g", 1.0, 1.0, grpc=GrpcSpec(health_service=""))
-        prober = GrpcProber(spec, client=client)
-        if extra_options:  # an experiment on the product's channel options
+        prober = GRPC_CLIENTS[client](spec)
+        if extra_options:  # an experiment on grpc.aio's channel options
             prober._options = [*prober._options, *extra_options]
         return prober
 

@@ -35,10 +35,10 @@ import _harness as h
 import _heaptrack
 
 from probes._spec import GrpcSpec
-from probes.clients._grpc import _channel_options
+from probes.clients._channel import channel_options
 
 # The probe's own channel options, then variants that might shrink a channel's buffers.
-_BASE = _channel_options(GrpcSpec())
+_BASE = channel_options(GrpcSpec())
 _SMALL_READS = [("grpc.experimental.tcp_read_chunk_size", 1024),
                 ("grpc.experimental.tcp_min_read_chunk_size", 256),
                 ("grpc.experimental.tcp_max_read_chunk_size", 8192)]

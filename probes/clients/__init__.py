@@ -2,26 +2,27 @@
 
     Prober (Protocol)          call(endpoint, request_id) -> CallOutcome; forget; aclose
     ├── HttpProber             HTTP/1.1 on the probe's own protocol + httptools (`_h1`),
-    │                          HTTP/2 on the probe's own protocol and framing (`_h2lean`),
-    │                          or on httpcore through the httpx transport API (`_h2`)
-    ├── GrpcProber             grpc.aio unary, raw bytes; standard health Check; or the
-    │                          same over `_h2lean` (`_grpc_lean`)
+    │                          HTTP/2 on the probe's own protocol and framing (`_h2lean`)
+    ├── GrpcProber             gRPC unary, raw bytes, or the standard health Check, as
+    │                          HTTP/2 POSTs on the same client (`_grpc_lean`)
     └── RelayProber            through a relay pod (`/relay/<destination>`): the
                                destination's outcome, attempts and answering pod; an
                                HttpProber on `_h1` (or `_h2lean`) that reads the answer
-    build_prober(path)         picks one from PROBERS by PathSpec.kind; `registry_for` gives
-                               the registry with the HTTP/2 and gRPC clients a config picked
+    build_prober(path)         picks one from PROBERS by PathSpec.kind
 
     StreamProber               the engine's StreamHolder: K long-lived server streams per
-                               (stream path, endpoint), re-opened with backoff; reports
-                               OpenStream / StreamEnd (reason: EndReason) to a StreamSink
+                               (stream path, endpoint) on grpc.aio (`_channel`), re-opened
+                               with backoff; reports OpenStream / StreamEnd (reason:
+                               EndReason) to a StreamSink
 
 Every library error is mapped to an outcome class in `_classify`; a request the server
 provably did not process (HTTP/2 GOAWAY or REFUSED_STREAM, gRPC likewise) is re-sent once
 on a fresh connection and counted in `CallOutcome.churn`, not as a failure.
 
-Why these transports: they are the cheapest measured that keep every outcome class honest
-(BENCHMARKS.md, decision records D6, D10 and D15, with the figures and their history).
+One client per protocol. Why these: they are the cheapest measured that keep every outcome
+class honest (BENCHMARKS.md, decision records D6 and D15). The library clients they were
+measured against, httpcore for HTTP/2 and grpc.aio for gRPC unary, are not in the product:
+they are the reference the tests prove these clients against (`tests/reference/`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from probes.clients._base import Prober
 from probes.clients._classify import classify_exception, classify_grpc_code, classify_status
 from probes.clients._grpc import GrpcProber
 from probes.clients._http import BODY_LIMIT, HttpProber
-from probes.clients._registry import PROBERS, ProberFactory, build_prober, registry_for
+from probes.clients._registry import PROBERS, ProberFactory, build_prober
 from probes.clients._relay import RelayProber
 from probes.clients._stream_types import (
     EndReason,
@@ -61,5 +62,4 @@ __all__ = [
     "classify_grpc_code",
     "classify_status",
     "classify_stream_end",
-    "registry_for",
 ]

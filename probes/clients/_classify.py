@@ -3,7 +3,8 @@
 This is the one place that knows the exception types of the HTTP/1.1 transport (`_h1`),
 httpcore, h2, httptools, ssl and the OS. A prober catches whatever its library raised and
 asks `classify_exception` for the outcome class and a one-line detail, so library errors
-stop at this edge.
+stop at this edge. httpcore's and httpx's rules serve the HTTP/2 reference the tests prove
+the probe's own client against (`tests/reference/`): one rule book for both.
 
 Library wrappers are not trusted on their own: httpx re-raises httpcore's errors as its
 own, and a wrapper may name a symptom (a connect error) where what it wraps names the cause

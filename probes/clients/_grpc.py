@@ -1,4 +1,4 @@
-"""The gRPC prober: one unary call through grpc.aio with raw bytes in and out, classified.
+"""The gRPC prober: one unary call with raw bytes in and out, classified.
 
 The probe needs no generated code for the callee: the request is the path's raw protobuf
 bytes and the answer is only counted. With `health_service` set the call is the standard
@@ -6,38 +6,20 @@ bytes and the answer is only counted. With `health_service` set the call is the 
 `unexpected_status` (the RPC worked, the answer was not the expected one) with the status in
 the detail, and a status code other than OK is `grpc_<CODE>` as for any call.
 
-One channel per endpoint, reused and closed on `forget`/`aclose`. Channel options, and why:
-
-* `grpc.enable_retries=0`. gRPC transparently re-sends an RPC the server provably did not
-  see (stream above a GOAWAY's last-stream-id, REFUSED_STREAM), which is correct but makes
-  connection churn invisible. With retries off those RPCs fail UNAVAILABLE with
-  "GOAWAY received…" or "Received RST_STREAM with error code 7" (grpc core's chttp2
-  transport); the prober re-sends exactly those once itself, on a new channel, and counts
-  them as churn: the same rule as for HTTP/2. No configured retry policy applies either,
-  so what the probe reports is what one attempt did.
-* a local subchannel pool, so each path's channel owns its connection and closing it closes
-  the connection (the global pool would share it across paths).
-* reconnect backoff 100 ms to 1 s instead of 1 s to 120 s, so an endpoint that refused
-  once (a restarting pod) is tried again at the probe's pace, not minutes later. The
-  minimum (`grpc.min_reconnect_backoff_ms`) is left alone: grpc core also uses it as the
-  connect timeout (20 s), and the RPC deadline should be what ends a hanging connect, as
-  DEADLINE_EXCEEDED with "no connection yet" in the detail.
-* 4 MiB receive limit (gRPC's default, made explicit): a bigger answer is
-  RESOURCE_EXHAUSTED with bounded memory.
-* no channelz: grpc core keeps a channelz node (and its trace) per channel and
-  subchannel for the channelz service, which the probe never serves. Off, each channel
-  costs ~3 KiB less: 8 MiB at 2,400 held streams (BENCHMARKS.md, "Memory").
+Each call is one HTTP/2 POST on the probe's own client (`_grpc_lean` over `_h2lean`), one
+connection per endpoint, reused and closed on `forget`/`aclose` (BENCHMARKS.md, D15). Its
+outcomes are named as grpc core names them, so a path reads the same as on grpc.aio. A call
+the server provably never saw (a stream above a GOAWAY's last-stream-id, REFUSED_STREAM) is
+re-sent once, on a new connection, and counted as churn: the same rule as for HTTP/2.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
-import grpc
-import grpc.aio
 from grpc_health.v1 import health_pb2
 
 from probes._exceptions import BadInput
@@ -45,6 +27,7 @@ from probes._spec import GrpcSpec, PathSpec
 from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import _grpc_lean, _h2base, _h2lean
 from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
+from probes.clients._channel import MAX_RECEIVE_BYTES
 from probes.clients._classify import classify_exception, classify_grpc_code, parse_count
 from probes.clients._pool import EndpointPool
 from probes.clients._tls import grpc_credentials, ssl_context
@@ -54,26 +37,16 @@ _SERVING = health_pb2.HealthCheckResponse(
     status=health_pb2.HealthCheckResponse.SERVING
 ).SerializeToString()
 APP_ATTEMPTS_KEY = "x-app-attempts"
-MAX_RECEIVE_BYTES = 4 << 20
 
-# Details grpc core gives an RPC it failed because the server never saw it (see above).
-_UNPROCESSED_DETAILS = ("GOAWAY received", "Received RST_STREAM with error code 7")
-
-_Channel = tuple[grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable] | _h2lean.H2Client
-
-# The gRPC unary clients, by name: the probe's own HTTP/2 client ("lean": `_grpc_lean` over
-# `_h2lean`) or grpc.aio ("grpcio", grpc core). One place picks; `GrpcProber(client=...)`
-# overrides it (BENCHMARKS.md D15).
-GRPC_CLIENTS = ("lean", "grpcio")
-GRPC_CLIENT = "lean"
 _Metadata = Sequence[tuple[str, str | bytes]]
-_AnyMetadata: TypeAlias = "grpc.aio.Metadata | Sequence[tuple[str, str]] | None"
+# Initial or trailing metadata as a client library hands it back (None: none arrived).
+_AnyMetadata: TypeAlias = "Iterable[tuple[str, str | bytes]] | None"
 
 
 class GrpcProber:
-    """gRPC unary calls (or health checks) for one path, one channel per endpoint."""
+    """gRPC unary calls (or health checks) for one path, one connection per endpoint."""
 
-    def __init__(self, path: PathSpec, *, client: str | None = None) -> None:
+    def __init__(self, path: PathSpec) -> None:
         spec = path.grpc
         if spec is None:
             raise BadInput(f"path {path.name}: not a gRPC path")
@@ -93,34 +66,29 @@ class GrpcProber:
         self._metadata = tuple((k.lower(), v) for k, v in spec.metadata.items())
         self._attempt_keys = tuple(dict.fromkeys((path.attempts_header.lower(), APP_ATTEMPTS_KEY)))
         self._cohort_key = path.cohort_header.lower() if path.cohort_header else None
-        self._credentials = (
-            grpc_credentials(spec.tls, where=f"path {path.name}") if spec.tls else None
+        if spec.tls is not None:
+            # The TLS rules of a gRPC path are grpc.aio's, as for its held streams: a path
+            # means the same on either (insecure_skip_verify is refused).
+            grpc_credentials(spec.tls, where=f"path {path.name}")
+        self._scheme = "https" if spec.tls else "http"
+        self._ssl = ssl_context(spec.tls, where=f"path {path.name}") if spec.tls else None
+        if self._ssl is not None:
+            self._ssl.set_alpn_protocols(["h2"])
+        self._server_name = spec.tls.server_name if spec.tls else None
+        self._h2 = _h2base.H2Settings(
+            connect_budget_s=self._budget,
+            read_budget_s=self._budget,
+            keepalive_s=keepalive_s(path.rate_per_s),
+            body_limit=MAX_RECEIVE_BYTES + 6,
+            wanted=frozenset(
+                (*_grpc_lean.STATUS_KEYS,
+                 *(k.encode("latin-1") for k in (*self._attempt_keys, self._cohort_key) if k))
+            ),
+            keep_body=True,
         )
-        self._options = _channel_options(spec)
-        self._client = client or GRPC_CLIENT
-        if self._client not in GRPC_CLIENTS:
-            raise BadInput(f"gRPC client must be one of {', '.join(GRPC_CLIENTS)}")
-        self._lean = self._client != "grpcio"
-        if self._lean:
-            self._scheme = "https" if spec.tls else "http"
-            self._ssl = ssl_context(spec.tls, where=f"path {path.name}") if spec.tls else None
-            if self._ssl is not None:
-                self._ssl.set_alpn_protocols(["h2"])
-            self._server_name = spec.tls.server_name if spec.tls else None
-            self._h2 = _h2base.H2Settings(
-                connect_budget_s=self._budget,
-                read_budget_s=self._budget,
-                keepalive_s=keepalive_s(path.rate_per_s),
-                body_limit=MAX_RECEIVE_BYTES + 6,
-                wanted=frozenset(
-                    (*_grpc_lean.STATUS_KEYS,
-                     *(k.encode("latin-1") for k in (*self._attempt_keys, self._cohort_key) if k))
-                ),
-                keep_body=True,
-            )
-            self._body = _grpc_lean.frame(self._request)
-            self._lean_headers("localhost")  # a metadata entry that cannot be sent: bad input
-        self._pool: EndpointPool[_Channel] = EndpointPool(self._connect, self._disconnect)
+        self._body = _grpc_lean.frame(self._request)
+        self._lean_headers("localhost")  # a metadata entry that cannot be sent: bad input
+        self._pool: EndpointPool[_h2lean.H2Client] = EndpointPool(self._connect, self._disconnect)
 
     @property
     def spec(self) -> GrpcSpec:
@@ -135,17 +103,15 @@ class GrpcProber:
         deadline = asyncio.get_running_loop().time() + self._budget
         async with self._pool.use(endpoint) as lease:
             first = await self._once(lease.client, metadata, deadline)
-            if not _unprocessed(first):
-                assert isinstance(first, CallOutcome)
+            if not isinstance(first, Unprocessed):
                 return first
-            outcome = first.outcome if isinstance(first, _Unprocessed) else first
-            # Never seen by the server: re-send once, on a channel of its own.
+            # Never seen by the server: re-send once, on a connection of its own.
             self._pool.retire(lease)
         async with self._pool.use(endpoint) as lease:
             again = await self._once(lease.client, metadata, deadline)
-        if isinstance(again, _Unprocessed):
+        if isinstance(again, Unprocessed):
             again = again.outcome
-        note = f"re-sent on a fresh connection: {outcome.detail}"
+        note = f"re-sent on a fresh connection: {first.outcome.detail}"
         return dataclasses.replace(
             again, churn=1, detail=f"{note}; {again.detail}" if again.detail else note
         )
@@ -156,19 +122,12 @@ class GrpcProber:
     async def aclose(self) -> None:
         await self._pool.aclose()
 
-    def _connect(self, endpoint: Endpoint) -> _Channel:
-        target = host_port(endpoint.host, endpoint.port_for(self._path.port))
-        if self._lean:
-            return _h2lean.H2Client(
-                endpoint.host, endpoint.port_for(self._path.port), self._lean_headers(target),
-                self._body, self._h2, ssl_context=self._ssl, server_name=self._server_name,
-            )
-        if self._credentials is not None:
-            channel = grpc.aio.secure_channel(target, self._credentials, options=self._options)
-        else:
-            channel = grpc.aio.insecure_channel(target, options=self._options)
-        # Bytes in, bytes out: no serializers, so no generated code for the callee.
-        return channel, channel.unary_unary(self._method)
+    def _connect(self, endpoint: Endpoint) -> _h2lean.H2Client:
+        port = endpoint.port_for(self._path.port)
+        return _h2lean.H2Client(
+            endpoint.host, port, self._lean_headers(host_port(endpoint.host, port)),
+            self._body, self._h2, ssl_context=self._ssl, server_name=self._server_name,
+        )
 
     def _lean_headers(self, authority: str) -> list[_h2base.Header]:
         try:
@@ -179,63 +138,14 @@ class GrpcProber:
             raise BadInput(f"path {self._path.name}: grpc: {exc}") from exc
 
     @staticmethod
-    async def _disconnect(client: _Channel) -> None:
-        if isinstance(client, _h2lean.H2Client):
-            await client.aclose()
-        else:
-            await client[0].close()
+    async def _disconnect(client: _h2lean.H2Client) -> None:
+        await client.aclose()
 
     async def _once(
-        self, client: _Channel, metadata: _Metadata, deadline: float
-    ) -> CallOutcome | _Unprocessed:
-        if isinstance(client, _h2lean.H2Client):
-            return await self._once_lean(client, metadata[-1][1], deadline)
-        channel, method = client
+        self, client: _h2lean.H2Client, metadata: _Metadata, deadline: float
+    ) -> CallOutcome | Unprocessed:
         remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
-        try:
-            call = method(self._request, timeout=remaining, metadata=metadata)
-            response = await call
-            initial = await call.initial_metadata()
-            trailing = await call.trailing_metadata()
-        except grpc.aio.AioRpcError as err:
-            code = err.code()
-            detail = " ".join((err.details() or "").split())
-            if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-                state = channel.get_state(try_to_connect=False)
-                if state is not grpc.ChannelConnectivity.READY:
-                    detail = f"{detail} (channel {state.name}: no connection yet)"
-            return CallOutcome(
-                classify_grpc_code(code.name, self._expected, detail),
-                status=code.value[0],
-                attempts=self._attempts(err.initial_metadata(), err.trailing_metadata()),
-                cohort_hint=self._cohort(err.initial_metadata(), err.trailing_metadata()),
-                detail=detail,
-            )
-        except Exception as exc:
-            kind, detail = classify_exception(exc)
-            return CallOutcome(kind, detail=detail)
-        attempts = self._attempts(initial, trailing)
-        cohort = self._cohort(initial, trailing)
-        if response is None:
-            # OK with no message (or a message cut short, which grpc core drops): a unary
-            # answer must carry one, and grpc-java and grpc-go fail such a call INTERNAL.
-            code = grpc.StatusCode.INTERNAL
-            return CallOutcome(
-                classify_grpc_code(code.name, self._expected), status=code.value[0],
-                attempts=attempts, cohort_hint=cohort, detail="status OK without a message",
-            )
-        outcome = classify_grpc_code("OK", self._expected)
-        detail = ""
-        if self._health and outcome == Outcome.OK:
-            serving = _serving_status(response)
-            if serving != "SERVING":
-                outcome, detail = Outcome.UNEXPECTED_STATUS, f"health status {serving}"
-        return CallOutcome(outcome, status=0, attempts=attempts, cohort_hint=cohort, detail=detail)
-
-    async def _once_lean(
-        self, client: _h2lean.H2Client, request_id: str | bytes, deadline: float
-    ) -> CallOutcome | _Unprocessed:
-        remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
+        request_id = metadata[-1][1]
         rid = request_id if isinstance(request_id, bytes) else request_id.encode("latin-1")
         extra = [_grpc_lean.timeout_header(remaining), (b"x-request-id", rid)]
         try:  # the connection's timer carries the deadline
@@ -259,7 +169,7 @@ class GrpcProber:
                 outcome, detail = Outcome.UNEXPECTED_STATUS, f"health status {serving}"
         result = CallOutcome(outcome, status=_grpc_lean.CODES[code], attempts=attempts,
                              cohort_hint=cohort, detail=detail)
-        return _Unprocessed(result) if reply.unprocessed else result
+        return Unprocessed(result) if reply.unprocessed else result
 
     def _attempts(self, *metadata: _AnyMetadata) -> int | None:
         for key in self._attempt_keys:
@@ -273,20 +183,10 @@ class GrpcProber:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Unprocessed:
-    """A lean call the server provably never saw (its HTTP/2 client says so)."""
+class Unprocessed:
+    """A call the server provably never saw: re-sent once, on a fresh connection."""
 
     outcome: CallOutcome
-
-
-
-
-def _unprocessed(outcome: CallOutcome | _Unprocessed) -> bool:
-    if isinstance(outcome, _Unprocessed):
-        return True
-    return outcome.outcome == Outcome.grpc("UNAVAILABLE") and any(
-        marker in outcome.detail for marker in _UNPROCESSED_DETAILS
-    )
 
 
 def _lookup(key: str, metadata: Sequence[_AnyMetadata]) -> str | None:
@@ -309,17 +209,3 @@ def _serving_status(response: bytes) -> str:
         return "UNPARSEABLE"
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(status))
 
-
-def _channel_options(spec: GrpcSpec) -> list[tuple[str, str | int]]:
-    options: list[tuple[str, str | int]] = [
-        ("grpc.enable_retries", 0),
-        ("grpc.use_local_subchannel_pool", 1),
-        ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", 1000),
-        ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-        ("grpc.primary_user_agent", USER_AGENT),
-        ("grpc.enable_channelz", 0),
-    ]
-    if spec.tls is not None and spec.tls.server_name:
-        options.append(("grpc.ssl_target_name_override", spec.tls.server_name))
-    return options

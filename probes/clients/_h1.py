@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import httptools
 
 from probes.clients._base import connect_protocol
-from probes.clients._wire import Replay, WireRecord
+from probes.clients._wire import Replay
 
 
 class H1Error(Exception):
@@ -446,7 +446,7 @@ class H1Client:
         return conn
 
 
-def replay_reason(exc: BaseException, record: WireRecord) -> tuple[Replay, str] | None:
+def replay_reason(exc: BaseException) -> tuple[Replay, str] | None:
     """A request may be re-sent only when a reused keep-alive connection closed before any
     byte of an answer (the server may have closed it while the request was on its way)."""
     if isinstance(exc, Disconnected) and exc.reused and not exc.answered:

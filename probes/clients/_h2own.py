@@ -13,8 +13,9 @@ does not decode (COMPRESSION_ERROR) or is interrupted before END_HEADERS; PUSH_P
 overrun; SETTINGS and PING of the wrong length. A response without a valid `:status` is a
 protocol error of that stream.
 
-How streams end, kept more honest than through httpcore (`_h2`'s notes); the errors are
-`_h2base`'s, and their `replay` says whether the request may be re-sent:
+How streams end, kept more honest than through httpcore (the notes of its test reference,
+`tests/reference/httpcore_h2.py`); the errors are `_h2base`'s, and their `replay` says
+whether the request may be re-sent:
 
 * GOAWAY: streams above last-stream-id fail at once as provably unprocessed
   (`Replay.UNPROCESSED`); the others are read to their end when the GOAWAY is graceful,

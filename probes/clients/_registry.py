@@ -19,19 +19,6 @@ PROBERS: Mapping[str, ProberFactory] = MappingProxyType(
     {"http": HttpProber, "grpc": GrpcProber, "relay": RelayProber})
 
 
-def registry_for(*, http2_client: str, grpc_client: str) -> Mapping[str, ProberFactory]:
-    """The default registry with the HTTP/2 and gRPC unary clients a config picked."""
-
-    def http(path: PathSpec) -> Prober:
-        return HttpProber(path, h2_client=http2_client)
-
-    def grpc(path: PathSpec) -> Prober:
-        return GrpcProber(path, client=grpc_client)
-
-    # The relay always asks on the probe's own clients (httpcore's pool is what it left).
-    return MappingProxyType({"http": http, "grpc": grpc, "relay": RelayProber})
-
-
 def build_prober(path: PathSpec, registry: Mapping[str, ProberFactory] = PROBERS) -> Prober:
     """The prober for a path, from `registry` (default: HTTP, gRPC unary and relay)."""
     try:

@@ -91,7 +91,7 @@ class RelayProber(HttpProber):
         # kept so that an answer too large to be one is told apart from one at the limit.
         ask = HttpSpec(method="GET", path=self._route, version=relay.version)
         super().__init__(dataclasses.replace(path, http=ask, relay=None),
-                         body_limit=ANSWER_LIMIT + 1, h2_client="lean", keep_body=True)
+                         body_limit=ANSWER_LIMIT + 1, keep_body=True)
         self._callees = dict(relay.callees)
         self._clock = clock
         self._pods = _Removed()

@@ -26,7 +26,7 @@ Why the pieces are shaped this way:
   `client_rotated`, not a reset.
 * Channels: one per (path, endpoint), shared by its K streams (a client multiplexes them on
   one connection, so a connection loss ends them together, as it would for real callers);
-  the unary prober's options plus HTTP/2 keepalive every 5 min (gRPC servers answer more
+  `_channel`'s options plus HTTP/2 keepalive every 5 min (gRPC servers answer more
   frequent pings with a too_many_pings GOAWAY), so a black-holed pod ends its streams.
 """
 
@@ -48,7 +48,8 @@ from probes._exceptions import BadInput
 from probes._spec import GrpcSpec, PathSpec, StreamSpec
 from probes._types import Endpoint
 from probes.clients._base import host_port
-from probes.clients._grpc import _channel_options, _serving_status
+from probes.clients._channel import channel_options
+from probes.clients._grpc import _serving_status
 from probes.clients._pool import EndpointPool
 from probes.clients._stream_types import (
     EndReason,
@@ -500,7 +501,7 @@ class StreamProber:
             raise BadInput(f"path {path.name}: stream.max_lifetime must be positive")
         where = f"path {path.name}"
         options = [
-            *_channel_options(GrpcSpec(tls=spec.tls)),
+            *channel_options(GrpcSpec(tls=spec.tls)),
             ("grpc.keepalive_time_ms", int(self._policy.keepalive_s * 1000)),
             ("grpc.keepalive_timeout_ms", 20_000),
         ]

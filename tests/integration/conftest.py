@@ -1,37 +1,45 @@
-"""The conformance suites: every HTTP/2 test of the client modules runs on both HTTP/2
-clients, the probe's own (`_h2lean`) and httpcore's (`_h2`), and every gRPC unary test on
-both gRPC clients, grpc core's (grpc.aio) and the probe's own (`_grpc_lean` over `_h2lean`),
+"""The conformance suite: every HTTP/2 test of the client modules runs on the probe's own
+HTTP/2 client (`_h2lean`) and on the library reference, httpcore's
+(`tests/reference/httpcore_h2.py`), and every gRPC unary test on the probe's own
+(`_grpc_lean` over `_h2lean`) and on grpc core's (grpc.aio, `tests/reference/grpcio_unary.py`),
 as uvicorn runs one suite on both its HTTP parsers. A test takes `h2_client` (HTTP/2 only),
-`version` ("1.1", then "2" on each client) or `grpc_client`; where the clients differ on
-purpose (or only in a detail's words), the test says which does what."""
+`version` (HTTP/1.1, then HTTP/2 on each client) or `grpc_client`, and builds its probers
+with the fixture's `build`; where the clients differ on purpose (or only in a detail's
+words), the test says which does what."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 
-from probes.clients import _grpc, _http
+from tests.reference import GRPCIO, HTTPCORE, OWN, Clients
 
 
-@pytest.fixture(params=_http.H2_CLIENTS)
-def h2_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The HTTP/2 client HttpProber picks by default for this test."""
-    monkeypatch.setattr(_http, "H2_CLIENT", request.param)
-    return str(request.param)
+class Version(NamedTuple):
+    """An HTTP version, and the clients a test builds its probers with."""
+
+    number: str
+    clients: Clients
 
 
-@pytest.fixture(params=["1.1", *(f"2-{name}" for name in _http.H2_CLIENTS)])
-def version(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+@pytest.fixture(params=[OWN, HTTPCORE], ids=lambda c: c.name)
+def h2_client(request: pytest.FixtureRequest) -> Clients:
+    """The clients whose HTTP/2 client this test runs on."""
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(
+    params=[Version("1.1", OWN), Version("2", OWN), Version("2", HTTPCORE)],
+    ids=["1.1", "2-lean", "2-httpcore"],
+)
+def version(request: pytest.FixtureRequest) -> Version:
     """The HTTP version a test's path asks for; HTTP/2 once on each client."""
-    value = str(request.param)
-    if value.startswith("2-"):
-        monkeypatch.setattr(_http, "H2_CLIENT", value.removeprefix("2-"))
-        return "2"
-    return value
+    return request.param  # type: ignore[no-any-return]
 
 
-@pytest.fixture(params=_grpc.GRPC_CLIENTS)
-def grpc_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The gRPC unary client GrpcProber picks by default for this test: grpc core (grpc.aio)
-    or the probe's own HTTP/2 client."""
-    monkeypatch.setattr(_grpc, "GRPC_CLIENT", request.param)
-    return str(request.param)
+@pytest.fixture(params=[GRPCIO, OWN], ids=lambda c: c.name)
+def grpc_client(request: pytest.FixtureRequest) -> Clients:
+    """The clients whose gRPC unary client this test runs on: grpc core (grpc.aio) or the
+    probe's own HTTP/2 client."""
+    return request.param  # type: ignore[no-any-return]

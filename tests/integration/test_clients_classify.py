@@ -26,7 +26,7 @@ from probes.clients._h1 import (
     MalformedAnswer,
     ReadTimedOut,
 )
-from probes.clients._h2 import FrameScanner
+from tests.reference.httpcore_h2 import FrameScanner
 
 
 @pytest.mark.parametrize(

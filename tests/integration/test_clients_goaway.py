@@ -17,7 +17,7 @@ import pytest
 
 from probes._spec import GrpcSpec, HttpSpec, PathSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients import GrpcProber, HttpProber, Prober
+from probes.clients import Prober
 from tests.servers.engine import engine_call
 from tests.servers.h2drain import H2DrainServer
 
@@ -67,7 +67,7 @@ async def test_the_drain_server_defeats_a_plain_httpx_client():
 
 async def test_http2_goaway_above_last_stream_is_churn_not_failure(h2_client):
     async with H2DrainServer(drain_after=4, last_stream_id=3) as server:
-        outcomes = await four_calls(HttpProber(h2_path()), server)
+        outcomes = await four_calls(h2_client.build(h2_path()), server)
     assert {o.outcome for o in outcomes.values()} == {Outcome.OK}
     seen = Counter(p.request_id for p in server.processed)
     first = stream_of(server)
@@ -80,7 +80,7 @@ async def test_http2_goaway_above_last_stream_is_churn_not_failure(h2_client):
         assert outcomes[rid].churn == 1
         assert "below stream" in outcomes[rid].detail
     for rid in below:
-        if h2_client != "httpcore":
+        if h2_client.name != "httpcore":
             # Processed and answered after the GOAWAY: read to the end, as sent.
             assert seen[rid] == 1
             assert outcomes[rid].churn == 0
@@ -94,10 +94,10 @@ async def test_http2_goaway_above_last_stream_is_churn_not_failure(h2_client):
 
 async def test_http2_non_idempotent_request_is_re_sent_only_when_unprocessed(h2_client):
     async with H2DrainServer(drain_after=4, last_stream_id=3) as server:
-        outcomes = await four_calls(HttpProber(h2_path("POST")), server)
+        outcomes = await four_calls(h2_client.build(h2_path("POST")), server)
     first = stream_of(server)
     for rid, outcome in outcomes.items():
-        if rid in first and h2_client != "httpcore":
+        if rid in first and h2_client.name != "httpcore":
             # Processed and answered after the GOAWAY (read to its end): nothing to re-send.
             assert (outcome.outcome, outcome.churn) == (Outcome.OK, 0)
         elif rid in first:
@@ -113,7 +113,7 @@ async def test_http2_non_idempotent_request_is_re_sent_only_when_unprocessed(h2_
 
 async def test_http2_refused_stream_is_churn(h2_client):
     async with H2DrainServer(drain_after=4, last_stream_id=3, refuse=True) as server:
-        outcomes = await four_calls(HttpProber(h2_path("POST")), server)
+        outcomes = await four_calls(h2_client.build(h2_path("POST")), server)
     assert {o.outcome for o in outcomes.values()} == {Outcome.OK}
     assert sorted(o.churn for o in outcomes.values()) == [0, 0, 1, 1]
     assert Counter(p.request_id for p in server.processed) == Counter(IDS)
@@ -126,7 +126,7 @@ async def test_http2_goaway_after_the_answers_is_churn_for_the_unprocessed(h2_cl
     # silently, and the probe still counts that churn; the probe's own client fails them as
     # unprocessed and the prober re-sends them.
     async with H2DrainServer(drain_after=4, last_stream_id=3, goaway_first=False) as server:
-        outcomes = await four_calls(HttpProber(h2_path()), server)
+        outcomes = await four_calls(h2_client.build(h2_path()), server)
     assert {o.outcome for o in outcomes.values()} == {Outcome.OK}
     first = stream_of(server)
     for rid in IDS:
@@ -139,13 +139,13 @@ async def test_grpc_unprocessed_rpc_is_re_sent_once_as_churn(refuse, grpc_client
     # gRPC's own transparent retry is off (it would hide the churn); the prober re-sends
     # exactly the RPCs grpc core reports as never seen by the server.
     async with H2DrainServer(drain_after=4, last_stream_id=3, refuse=refuse) as server:
-        outcomes = await four_calls(GrpcProber(grpc_path()), server)
+        outcomes = await four_calls(grpc_client.build(grpc_path()), server)
     assert {o.outcome for o in outcomes.values()} == {Outcome.OK}
     assert sorted(o.churn for o in outcomes.values()) == [0, 0, 1, 1]
     # grpc core finishes the streams at or below last-stream-id correctly, so every RPC
     # reached the callee exactly once.
     assert Counter(p.request_id for p in server.processed) == Counter(IDS)
-    if grpc_client == "grpcio":
+    if grpc_client.name == "grpcio":
         marker = "error code 7" if refuse else "GOAWAY received"
     else:
         marker = "REFUSED_STREAM" if refuse else "GOAWAY last_stream_id=3"

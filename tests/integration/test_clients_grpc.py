@@ -15,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from probes._exceptions import BadInput
 from probes._spec import ExpectSpec, GrpcSpec, PathSpec, TlsSpec
 from probes._types import Endpoint, Outcome
-from probes.clients import GrpcProber
+from tests.reference import OWN, Clients
 from tests.servers.engine import engine_call
 from tests.servers.h2drain import H2DrainServer
 from tests.servers.hostile import closed_port, full_backlog
@@ -108,9 +108,6 @@ async def target() -> AsyncIterator[GrpcTarget]:
 
 
 # Every test here runs on both gRPC clients (tests/integration/conftest.py).
-pytestmark = pytest.mark.usefixtures("grpc_client")
-
-
 def grpc_path(
     method: str = "Echo",
     *,
@@ -140,53 +137,57 @@ def at(port: int) -> Endpoint:
     return Endpoint("pod-0", "127.0.0.1", port, {"proxy_version": "1.20.3"})
 
 
-async def one_call(path: PathSpec, endpoint: Endpoint, request_id: str = "req-1"):
-    prober = GrpcProber(path)
+async def one_call(
+    path: PathSpec, endpoint: Endpoint, request_id: str = "req-1", on: Clients = OWN
+):
+    prober = on.build(path)
     try:
         return await engine_call(prober, endpoint, path.timeout_s, request_id)
     finally:
         await prober.aclose()
 
 
-async def test_ok_sends_bytes_and_request_id_and_reads_metadata(target):
+async def test_ok_sends_bytes_and_request_id_and_reads_metadata(target, grpc_client):
     path = grpc_path(cohort_header="x-proxy-version")
-    outcome, _ = await one_call(path, at(target.port), "abc-1")
+    outcome, _ = await one_call(path, at(target.port), "abc-1", on=grpc_client)
     assert outcome.outcome == Outcome.OK
     assert (outcome.status, outcome.attempts, outcome.cohort_hint) == (0, 2, "1.21.0")
     assert target.service.requests == [b"\x0a\x02hi"]
     assert target.service.request_ids == ["abc-1"]
 
 
-async def test_attempts_fall_back_to_the_app_echo_in_trailers(target):
-    outcome, _ = await one_call(grpc_path("AppAttempts"), at(target.port))
+async def test_attempts_fall_back_to_the_app_echo_in_trailers(target, grpc_client):
+    outcome, _ = await one_call(grpc_path("AppAttempts"), at(target.port), on=grpc_client)
     assert outcome.outcome == Outcome.OK
     assert outcome.attempts == 4
 
 
-async def test_unavailable_keeps_the_details(target):
-    outcome, _ = await one_call(grpc_path("Unavailable"), at(target.port))
+async def test_unavailable_keeps_the_details(target, grpc_client):
+    outcome, _ = await one_call(grpc_path("Unavailable"), at(target.port), on=grpc_client)
     assert outcome.outcome == "grpc_UNAVAILABLE"
     assert outcome.status == grpc.StatusCode.UNAVAILABLE.value[0]
     assert outcome.detail == "upstream connect error"
     assert outcome.churn == 0
 
 
-async def test_expected_codes_are_ok(target):
-    outcome, _ = await one_call(grpc_path("NotFound", expect=("OK", "NOT_FOUND")), at(target.port))
+async def test_expected_codes_are_ok(target, grpc_client):
+    outcome, _ = await one_call(
+        grpc_path("NotFound", expect=("OK", "NOT_FOUND")), at(target.port), on=grpc_client
+    )
     assert outcome.outcome == Outcome.OK
-    outcome, _ = await one_call(grpc_path("NotFound"), at(target.port))
+    outcome, _ = await one_call(grpc_path("NotFound"), at(target.port), on=grpc_client)
     assert outcome.outcome == "grpc_NOT_FOUND"
 
 
-async def test_deadline_exceeded_is_reported_before_the_engine_deadline(target):
+async def test_deadline_exceeded_is_reported_before_the_engine_deadline(target, grpc_client):
     # The engine's deadline would be a timeout. 1 s leaves the call's own deadline 50 ms ahead
     # of it, a margin that holds on a loaded machine (0.4 s left only 20 ms).
-    outcome, _ = await one_call(grpc_path("Slow", timeout_s=1.0), at(target.port))
+    outcome, _ = await one_call(grpc_path("Slow", timeout_s=1.0), at(target.port), on=grpc_client)
     assert outcome.outcome == "grpc_DEADLINE_EXCEEDED"
 
 
-async def test_unimplemented_method(target):
-    outcome, _ = await one_call(grpc_path("NoSuchMethod"), at(target.port))
+async def test_unimplemented_method(target, grpc_client):
+    outcome, _ = await one_call(grpc_path("NoSuchMethod"), at(target.port), on=grpc_client)
     assert outcome.outcome == "grpc_UNIMPLEMENTED"
 
 
@@ -199,30 +200,30 @@ async def test_unimplemented_method(target):
         ("svc.unknown", "grpc_NOT_FOUND", ""),
     ],
 )
-async def test_health_check(target, service, outcome, detail):
-    result, _ = await one_call(grpc_path(health_service=service), at(target.port))
+async def test_health_check(target, service, outcome, detail, grpc_client):
+    result, _ = await one_call(grpc_path(health_service=service), at(target.port), on=grpc_client)
     assert result.outcome == outcome
     assert detail in result.detail
 
 
-async def test_connect_refused_is_unavailable_with_the_reason():
+async def test_connect_refused_is_unavailable_with_the_reason(grpc_client):
     with closed_port() as port:
-        outcome, _ = await one_call(grpc_path(), at(port))
+        outcome, _ = await one_call(grpc_path(), at(port), on=grpc_client)
     assert outcome.outcome == "grpc_UNAVAILABLE"
     assert "refused" in outcome.detail.lower()
 
 
-async def test_black_holed_port_is_a_deadline_with_no_connection():
+async def test_black_holed_port_is_a_deadline_with_no_connection(grpc_client):
     with full_backlog() as port:
         # As above: the engine's deadline would be a timeout, 50 ms after the call's own.
-        outcome, _ = await one_call(grpc_path(timeout_s=1.0), at(port))
+        outcome, _ = await one_call(grpc_path(timeout_s=1.0), at(port), on=grpc_client)
     assert outcome.outcome == "grpc_DEADLINE_EXCEEDED"
     assert "no connection yet" in outcome.detail
 
 
-async def test_one_channel_per_endpoint_closed_on_forget():
+async def test_one_channel_per_endpoint_closed_on_forget(grpc_client):
     async with H2DrainServer() as server:
-        prober = GrpcProber(grpc_path())
+        prober = grpc_client.build(grpc_path())
         try:
             for rid in ("r1", "r2", "r3"):
                 outcome, _ = await engine_call(prober, at(server.port), 2.0, rid)
@@ -234,28 +235,28 @@ async def test_one_channel_per_endpoint_closed_on_forget():
             await prober.aclose()
 
 
-async def test_tls_with_the_right_ca_and_server_name(tmp_path: Path):
+async def test_tls_with_the_right_ca_and_server_name(tmp_path: Path, grpc_client):
     cert = make_cert(tmp_path)
     credentials = grpc.ssl_server_credentials([(cert.key.read_bytes(), cert.cert.read_bytes())])
     started = await start_server(credentials)
     try:
         good = TlsSpec(ca=str(cert.cert), server_name=SERVER_NAME)
-        outcome, _ = await one_call(grpc_path(tls=good), at(started.port))
+        outcome, _ = await one_call(grpc_path(tls=good), at(started.port), on=grpc_client)
         assert outcome.outcome == Outcome.OK
         # Not trusted: the handshake fails; gRPC says UNAVAILABLE, the detail says TLS.
-        outcome, _ = await one_call(grpc_path(tls=TlsSpec()), at(started.port))
+        outcome, _ = await one_call(grpc_path(tls=TlsSpec()), at(started.port), on=grpc_client)
         assert outcome.outcome == Outcome.TLS_ERROR
         assert "ssl" in outcome.detail.lower() or "handshake" in outcome.detail.lower()
     finally:
         await started.server.stop(None)
 
 
-def test_insecure_skip_verify_is_refused_for_grpc():
+def test_insecure_skip_verify_is_refused_for_grpc(grpc_client):
     with pytest.raises(BadInput, match="insecure_skip_verify"):
-        GrpcProber(grpc_path(tls=TlsSpec(insecure_skip_verify=True)))
+        grpc_client.build(grpc_path(tls=TlsSpec(insecure_skip_verify=True)))
 
 
-def test_bad_method_name_is_bad_input():
+def test_bad_method_name_is_bad_input(grpc_client):
     path = PathSpec("g", 1.0, 1.0, grpc=GrpcSpec(method="Echo"))
     with pytest.raises(BadInput, match=r"grpc\.method"):
-        GrpcProber(path)
+        grpc_client.build(path)

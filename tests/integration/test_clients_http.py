@@ -14,6 +14,7 @@ from probes._exceptions import BadInput
 from probes._spec import ExpectSpec, HttpSpec, PathSpec, TlsSpec
 from probes._types import Endpoint, Outcome
 from probes.clients import BODY_LIMIT, HttpProber
+from tests.reference import OWN, Clients
 from tests.servers.engine import engine_call
 from tests.servers.hostile import HostileServer, accept_and_hang, closed_port, full_backlog
 from tests.servers.tls import SERVER_NAME, make_cert
@@ -42,8 +43,10 @@ def at(port: int, host: str = "127.0.0.1", **ports: int) -> Endpoint:
     return Endpoint("pod-0", host, port, {"proxy_version": "1.20.3"}, ports=ports)
 
 
-async def one_call(path: PathSpec, endpoint: Endpoint, request_id: str = "req-1"):
-    prober = HttpProber(path)
+async def one_call(
+    path: PathSpec, endpoint: Endpoint, request_id: str = "req-1", on: Clients = OWN
+):
+    prober = on.build(path)
     try:
         return await engine_call(prober, endpoint, path.timeout_s, request_id)
     finally:
@@ -71,7 +74,7 @@ async def test_ok_reads_attempts_and_cohort_http2(h2c, h2_client):
         version="2",
         cohort_header="x-proxy-version",
     )
-    outcome, _ = await one_call(path, at(h2c.port), "abc-456")
+    outcome, _ = await one_call(path, at(h2c.port), "abc-456", on=h2_client)
     assert outcome.outcome == Outcome.OK
     assert (outcome.status, outcome.attempts, outcome.cohort_hint) == (200, 2, "1.21.0")
     assert [p.request_id for p in h2c.processed] == ["abc-456"]
@@ -108,9 +111,10 @@ async def test_attempts_absent_is_none_never_one(hostile):
     ],
 )
 async def test_status_classes(hostile, h2c, version, status, expect, outcome):
-    server = h2c if version == "2" else hostile
+    server = h2c if version.number == "2" else hostile
     result, _ = await one_call(
-        http_path(f"/status/{status}", version=version, expect=expect), at(server.port)
+        http_path(f"/status/{status}", version=version.number, expect=expect), at(server.port),
+        on=version.clients,
     )
     assert result.outcome == outcome
     assert result.status == status
@@ -129,7 +133,7 @@ async def test_keep_alive_reuses_one_connection_per_endpoint(hostile):
 
 
 async def test_keep_alive_http2(h2c, h2_client):
-    prober = HttpProber(http_path(version="2"))
+    prober = h2_client.build(http_path(version="2"))
     try:
         results = await asyncio.gather(
             *(engine_call(prober, at(h2c.port), 2.0, f"r{i}") for i in range(5))
@@ -145,7 +149,7 @@ async def test_keep_alive_http2(h2c, h2_client):
 
 async def test_connect_refused(version):
     with closed_port() as port:
-        outcome, _ = await one_call(http_path(version=version), at(port))
+        outcome, _ = await one_call(http_path(version=version.number), at(port), on=version.clients)
     assert outcome.outcome == Outcome.CONNECT_REFUSED
     assert "refused" in outcome.detail.lower() or "failed" in outcome.detail.lower()
 
@@ -156,13 +160,17 @@ async def test_connect_timeout_when_syns_are_dropped(version):
     with full_backlog() as port:
         # 1 s leaves the prober's connect timeout 50 ms ahead of the engine's deadline, a
         # margin that holds on a loaded machine (0.4 s left only 20 ms).
-        outcome, _ = await one_call(http_path(version=version, timeout_s=1.0), at(port))
+        outcome, _ = await one_call(
+            http_path(version=version.number, timeout_s=1.0), at(port), on=version.clients
+        )
     assert outcome.outcome == Outcome.CONNECT_TIMEOUT
 
 
 async def test_timeout_when_accepted_but_never_answered(version):
     async with accept_and_hang() as port:
-        outcome, _ = await one_call(http_path(version=version, timeout_s=0.3), at(port))
+        outcome, _ = await one_call(
+            http_path(version=version.number, timeout_s=0.3), at(port), on=version.clients
+        )
     # The deadline's class: nothing else ends a call the server never answers.
     assert outcome.outcome == Outcome.TIMEOUT
 
@@ -195,7 +203,7 @@ async def test_garbage_answer_is_a_protocol_error(hostile):
 
 
 async def test_http2_against_an_http1_only_server_is_a_protocol_error(hostile, h2_client):
-    outcome, _ = await one_call(http_path(version="2"), at(hostile.port))
+    outcome, _ = await one_call(http_path(version="2"), at(hostile.port), on=h2_client)
     assert outcome.outcome == Outcome.PROTOCOL_ERROR
 
 
@@ -242,7 +250,7 @@ async def test_huge_or_endless_body_is_cut_with_bounded_memory(hostile, target):
 
 
 async def test_huge_body_over_http2_is_cut_and_the_connection_stays_usable(h2c, h2_client):
-    prober = HttpProber(http_path("/big/52428800", version="2"))
+    prober = h2_client.build(http_path("/big/52428800", version="2"))
     try:
         outcome, _ = await engine_call(prober, at(h2c.port), 5.0)
         assert outcome.outcome == Outcome.OK
@@ -254,7 +262,7 @@ async def test_huge_body_over_http2_is_cut_and_the_connection_stays_usable(h2c, 
     # The probe's own client resets the stream (CANCEL) and keeps the connection; httpcore
     # cannot reset one stream, and a stream left half-read would hold the connection's
     # flow-control window, so that connection is retired.
-    assert h2c.connections == (2 if h2_client == "httpcore" else 1)
+    assert h2c.connections == (2 if h2_client.name == "httpcore" else 1)
 
 
 # --- TLS -----------------------------------------------------------------------------------
@@ -318,8 +326,8 @@ async def test_named_port_is_used(hostile):
 
 
 async def test_forget_closes_the_endpoints_connections(hostile, h2c, version):
-    server = h2c if version == "2" else hostile
-    prober = HttpProber(http_path(version=version))
+    server = h2c if version.number == "2" else hostile
+    prober = version.clients.build(http_path(version=version.number))
     try:
         outcome, _ = await engine_call(prober, at(server.port), 2.0)
         assert outcome.outcome == Outcome.OK

@@ -18,15 +18,16 @@ import pytest
 
 from probes._spec import GrpcSpec, HttpSpec, PathSpec, TlsSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients import GrpcProber, HttpProber, build_prober
+from tests.reference import GRPCIO, HTTPCORE, OWN
 from tests.servers.engine import engine_call
 from tests.servers.grpc_health import grpc_health_server
 from tests.servers.h2drain import H2DrainServer
 from tests.servers.hostile import HostileServer
 from tests.servers.tls import SERVER_NAME, Pki, TlsFront
 
-# HTTP/2 and gRPC on the probe's own client and on the library's ("-httpcore", "-grpcio").
-KINDS = ["1.1", "2", "2-httpcore", "grpc", "grpc-grpcio"]
+# HTTP/2 and gRPC on the probe's own client and on the library reference ("-httpcore",
+# "-grpcio").
+KINDS = {"1.1": OWN, "2": OWN, "2-httpcore": HTTPCORE, "grpc": OWN, "grpc-grpcio": GRPCIO}
 
 
 def client_tls(pki: Pki, client: Pki | None) -> TlsSpec:
@@ -61,11 +62,7 @@ def path_for(kind: str, tls: TlsSpec) -> PathSpec:
 
 async def call(kind: str, tls: TlsSpec, port: int) -> CallOutcome:
     path = path_for(kind, tls)
-    prober = (
-        HttpProber(path, h2_client="httpcore") if kind == "2-httpcore"
-        else GrpcProber(path, client="grpcio" if kind == "grpc-grpcio" else "lean")
-        if kind.startswith("grpc") else build_prober(path)
-    )
+    prober = KINDS[kind].build(path)
     try:
         outcome, _ = await engine_call(prober, Endpoint("pod-0", "127.0.0.1", port, {}), 3.0)
     finally:

@@ -323,7 +323,7 @@ async def test_a_flapping_target_is_a_mix_of_answers_and_refusals(h2_client):
         flapping(0.2) as h1,
         flapping(0.2, serve=lambda port: RawH2Server(bind_port=port, after_s=0.0)) as h2,
     ):
-        probers = {p.name: build_prober(p) for p in paths}
+        probers = {p.name: h2_client.build(p) for p in paths}
         sink = Sink()
         engine = Engine(paths, probers, sink)
         async with LoopLateness() as late, running(
@@ -342,6 +342,6 @@ async def test_a_flapping_target_is_a_mix_of_answers_and_refusals(h2_client):
         # again; the other two see about half and half.
         assert_flapping(sink, name, refusal, min(h1.closed, h2.closed))
         assert sum(counts.values()) >= FLAP_RATE * 2.5 - 2, (name, counts)
-    if h2_client == "httpcore":
+    if h2_client.name == "httpcore":
         assert sum(r.outcome.churn for r in sink.results if r.path == "h2") >= 1
     assert drained_s < TIMEOUT_S + late.max_s + 0.5, (drained_s, late.max_s)

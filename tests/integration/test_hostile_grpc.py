@@ -18,9 +18,10 @@ import pytest
 
 from probes._spec import GrpcSpec, PathSpec, StreamSpec, TlsSpec
 from probes._types import CallOutcome, Endpoint, Outcome
-from probes.clients import EndReason, GrpcProber, StreamEnd, StreamProber
+from probes.clients import EndReason, StreamEnd, StreamProber
 from tests.integration.test_hostile_http import FAR_DEADLINE_S, UNRESOLVABLE
 from tests.integration.test_streams_prober import FAST, ListSink, holding
+from tests.reference import OWN, Clients
 from tests.servers._loopback import served_apart
 from tests.servers.engine import call_once, endpoint_at, stuck_beside_healthy
 from tests.servers.h2raw import RawH2Server
@@ -40,8 +41,10 @@ def unary(method: str, *, timeout_s: float = 1.0, **spec: object) -> PathSpec:
 at = endpoint_at
 
 
-async def one_call(spec: PathSpec, endpoint: Endpoint) -> tuple[CallOutcome, float]:
-    return await call_once(GrpcProber(spec), endpoint, spec.timeout_s)
+async def one_call(
+    spec: PathSpec, endpoint: Endpoint, on: Clients = OWN
+) -> tuple[CallOutcome, float]:
+    return await call_once(on.build(spec), endpoint, spec.timeout_s)
 
 
 async def first_end(endpoint: Endpoint, method: str = "x", tls: TlsSpec | None = None
@@ -86,7 +89,9 @@ def cert(tmp_path: Path) -> Cert:
     ],
 )
 async def test_unary_garbage_is_classified(raw, mode, outcome, detail, grpc_client):
-    result, took = await one_call(unary(mode, timeout_s=FAR_DEADLINE_S), at(raw.port))
+    result, took = await one_call(
+        unary(mode, timeout_s=FAR_DEADLINE_S), at(raw.port), on=grpc_client
+    )
     assert result.outcome == outcome, result
     # grpc core's words, or the probe's own client's ("a|b": either).
     assert any(d in result.detail for d in detail.split("|")), result.detail
@@ -107,7 +112,7 @@ async def test_a_server_cancel_after_the_deadline_is_the_deadline(grpc_client):
         loop.call_soon_threadsafe(ended.wait, 30.0)
 
     server = RawH2Server(on_request=hold_the_probe, on_end=lambda mode: ended.set())
-    prober = GrpcProber(unary("deadline", timeout_s=1.0))
+    prober = grpc_client.build(unary("deadline", timeout_s=1.0))
     async with served_apart(server):
         try:  # no engine deadline around it: the call's own deadline ends it
             result = await prober.call(at(server.port), "req-1")
@@ -115,23 +120,25 @@ async def test_a_server_cancel_after_the_deadline_is_the_deadline(grpc_client):
             await prober.aclose()
     assert ended.is_set()
     assert result.outcome == "grpc_DEADLINE_EXCEEDED", result
-    if grpc_client == "lean":  # the reset, not the probe's own timer, ended it
+    if grpc_client.name == "lean":  # the reset, not the probe's own timer, ended it
         assert "reset by the server after it" in result.detail, result.detail
 
 
 async def test_a_health_answer_that_is_not_protobuf_is_unexpected(grpc_client):
     async with RawH2Server(fallback="notproto") as server:
-        result, _ = await one_call(unary("Check", health_service=""), at(server.port))
+        result, _ = await one_call(
+            unary("Check", health_service=""), at(server.port), on=grpc_client
+        )
     assert result.outcome == Outcome.UNEXPECTED_STATUS
     assert result.detail == "health status UNPARSEABLE"
 
 
 async def test_an_http1_server_is_a_protocol_error(grpc_client):
     async with HostileServer() as server:
-        result, _ = await one_call(unary("Echo"), at(server.port))
+        result, _ = await one_call(unary("Echo"), at(server.port), on=grpc_client)
         end = await first_end(at(server.port))
     assert result.outcome == Outcome.PROTOCOL_ERROR
-    assert ("http1.x server" if grpc_client == "grpcio" else "answered in HTTP/1.x") in (
+    assert ("http1.x server" if grpc_client.name == "grpcio" else "answered in HTTP/1.x") in (
         result.detail)
     assert (end.reason, end.established) == (EndReason.PROTOCOL_ERROR, False)
 
@@ -142,8 +149,8 @@ async def test_slowloris_headers_hit_the_deadline_and_do_not_hold_up_other_calls
     # 1 s leaves the call's own deadline 50 ms ahead of the engine's, a margin that holds on a
     # loaded machine (0.6 s left 30 ms).
     timeout_s = 1.0
-    slow = GrpcProber(unary("slowheaders", timeout_s=timeout_s))
-    good = GrpcProber(unary("status0", timeout_s=timeout_s))
+    slow = grpc_client.build(unary("slowheaders", timeout_s=timeout_s))
+    good = grpc_client.build(unary("status0", timeout_s=timeout_s))
     async with RawH2Server(after_s=0.0) as healthy:
         (result, _), answers = await stuck_beside_healthy(
             slow, at(raw.port), good, at(healthy.port, name="pod-1"), timeout_s)
@@ -201,7 +208,7 @@ async def test_streams_that_end_in_order_despite_a_bad_message(raw, mode, messag
 
 async def test_tls_on_a_plaintext_port(raw, cert, grpc_client):
     tls = TlsSpec(ca=str(cert.cert), server_name=SERVER_NAME)
-    result, _ = await one_call(unary("status0", tls=tls), at(raw.port))
+    result, _ = await one_call(unary("status0", tls=tls), at(raw.port), on=grpc_client)
     assert result.outcome == Outcome.TLS_ERROR
     assert "WRONG_VERSION_NUMBER" in result.detail
     # A stream that cannot complete its handshake never opened: an open failure.
@@ -218,12 +225,13 @@ async def test_plaintext_on_a_tls_port(cert, grpc_client):
     port = server.add_secure_port("127.0.0.1:0", creds)
     await server.start()
     try:
-        result, _ = await one_call(unary("status0"), at(port))
+        result, _ = await one_call(unary("status0"), at(port), on=grpc_client)
         end = await first_end(at(port), "status0")
     finally:
         await server.stop(None)
     assert result.outcome == "grpc_UNAVAILABLE"
-    assert ("socket closed" if grpc_client == "grpcio" else "disconnected") in result.detail.lower()
+    said = "socket closed" if grpc_client.name == "grpcio" else "disconnected"
+    assert said in result.detail.lower()
     assert (end.reason, end.established) == (EndReason.REFUSED, False)
 
 
@@ -232,7 +240,7 @@ async def test_plaintext_on_a_tls_port(cert, grpc_client):
 
 async def test_a_name_that_does_not_resolve(grpc_client):
     result, took = await one_call(
-        unary("status0", timeout_s=FAR_DEADLINE_S), at(80, UNRESOLVABLE))
+        unary("status0", timeout_s=FAR_DEADLINE_S), at(80, UNRESOLVABLE), on=grpc_client)
     assert result.outcome == Outcome.DNS_ERROR
     assert took < FAR_DEADLINE_S / 2  # the lookup failed; it was not the deadline
     end = await first_end(at(80, UNRESOLVABLE))

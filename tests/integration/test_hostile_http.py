@@ -16,6 +16,7 @@ import pytest
 from probes._spec import HttpSpec, PathSpec, TlsSpec
 from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import BODY_LIMIT, HttpProber
+from tests.reference import OWN, Clients
 from tests.servers.engine import call_once, endpoint_at, engine_call, stuck_beside_healthy
 from tests.servers.hostile import HostileServer
 from tests.servers.memory import PeakRss
@@ -48,8 +49,10 @@ def path(
 at = endpoint_at
 
 
-async def one_call(spec: PathSpec, endpoint: Endpoint) -> tuple[CallOutcome, float]:
-    return await call_once(HttpProber(spec), endpoint, spec.timeout_s)
+async def one_call(
+    spec: PathSpec, endpoint: Endpoint, on: Clients = OWN
+) -> tuple[CallOutcome, float]:
+    return await call_once(on.build(spec), endpoint, spec.timeout_s)
 
 
 @pytest.fixture
@@ -65,11 +68,11 @@ async def test_slowloris_headers_time_out_and_do_not_hold_up_other_calls(
 ):
     # Each dripped byte restarts a per-read timeout; only the deadline on the whole call
     # ends it. Meanwhile the same prober keeps answering a healthy endpoint at once.
-    slow, healthy = (hostile, hostile) if version == "1.1" else (raw, h2c)
-    target = "/slowheaders" if version == "1.1" else "/x.Y/slowheaders"
+    slow, healthy = (hostile, hostile) if version.number == "1.1" else (raw, h2c)
+    target = "/slowheaders" if version.number == "1.1" else "/x.Y/slowheaders"
     timeout_s = 0.6
-    prober = HttpProber(path(target, version=version, timeout_s=timeout_s))
-    good = HttpProber(path("/status/200", version=version, timeout_s=timeout_s))
+    prober = version.clients.build(path(target, version=version.number, timeout_s=timeout_s))
+    good = version.clients.build(path("/status/200", version=version.number, timeout_s=timeout_s))
     (outcome, took), answers = await stuck_beside_healthy(
         prober, at(slow.port), good, at(healthy.port, name="pod-1"), timeout_s)
     assert (outcome.outcome, outcome.detail) == (Outcome.TIMEOUT, "engine deadline")
@@ -120,7 +123,7 @@ async def test_http1_reset_mid_body_is_a_reset_after_the_status(hostile):
 
 async def test_http2_reset_mid_body_is_a_reset_after_the_status(raw, h2_client):
     # Headers and three DATA frames, then the TCP connection is reset.
-    outcome, _ = await one_call(path("/x.Y/tcprst-3", version="2"), at(raw.port))
+    outcome, _ = await one_call(path("/x.Y/tcprst-3", version="2"), at(raw.port), on=h2_client)
     assert (outcome.outcome, outcome.status) == (Outcome.RESET, 200)
     assert "ConnectionResetError" in outcome.detail
 
@@ -138,7 +141,7 @@ async def test_http2_reset_mid_body_is_a_reset_after_the_status(raw, h2_client):
 )
 async def test_malformed_http2_after_the_headers_is_a_protocol_error(raw, mode, says, h2_client):
     outcome, took = await one_call(
-        path(f"/x.Y/{mode}", version="2", timeout_s=FAR_DEADLINE_S), at(raw.port))
+        path(f"/x.Y/{mode}", version="2", timeout_s=FAR_DEADLINE_S), at(raw.port), on=h2_client)
     assert (outcome.outcome, outcome.status) == (Outcome.PROTOCOL_ERROR, 200)
     assert says in outcome.detail
     assert took < FAR_DEADLINE_S / 2  # the answer's frames (after 0.2 s), not the deadline
@@ -151,11 +154,11 @@ async def test_idle_http2_connection_closed_without_goaway_is_never_a_failure(ra
     # The probe's own client reads every connection, sees the close at once and sends the
     # next request on a fresh connection: nothing lost, nothing re-sent.
     raw.after_s = 0.05
-    lean = h2_client != "httpcore"
+    lean = h2_client.name != "httpcore"
     expected = (("GET", Outcome.OK, 0), ("POST", Outcome.OK, 0)) if lean else (
         ("GET", Outcome.OK, 1), ("POST", Outcome.RESET, 0))
     for method, outcome_class, churn in expected:
-        prober = HttpProber(path("/x.Y/idleclose", version="2", method=method))
+        prober = h2_client.build(path("/x.Y/idleclose", version="2", method=method))
         try:
             first, _ = await engine_call(prober, at(raw.port), 1.0)
             await asyncio.sleep(4 * raw.after_s)  # the server has closed it by now
@@ -173,7 +176,9 @@ async def test_idle_http2_connection_closed_without_goaway_is_never_a_failure(ra
 async def test_tls_on_a_plaintext_port_is_a_tls_error(version, hostile, cert):
     # The server answers a ClientHello with a plaintext 400, as nginx does.
     tls = TlsSpec(ca=str(cert.cert), server_name=SERVER_NAME)
-    outcome, _ = await one_call(path(version=version, scheme="https", tls=tls), at(hostile.port))
+    outcome, _ = await one_call(
+        path(version=version.number, scheme="https", tls=tls), at(hostile.port), on=version.clients
+    )
     assert outcome.outcome == Outcome.TLS_ERROR
     assert "WRONG_VERSION_NUMBER" in outcome.detail
 
@@ -182,7 +187,9 @@ async def test_plaintext_on_a_tls_port_is_a_reset(version, cert):
     # The server's TLS stack drops a connection that opens with a plaintext request; over
     # plaintext the client cannot know TLS was expected: the connection closed unanswered.
     async with HostileServer(ssl_context=cert.server_context()) as server:
-        outcome, _ = await one_call(path(version=version), at(server.port))
+        outcome, _ = await one_call(
+            path(version=version.number), at(server.port), on=version.clients
+        )
     assert outcome.outcome == Outcome.RESET
     assert "disconnected" in outcome.detail.lower()
 
@@ -192,6 +199,7 @@ async def test_plaintext_on_a_tls_port_is_a_reset(version, cert):
 
 async def test_a_name_that_does_not_resolve_is_a_dns_error_at_once(version):
     outcome, took = await one_call(
-        path(version=version, timeout_s=FAR_DEADLINE_S), at(80, UNRESOLVABLE))
+        path(version=version.number, timeout_s=FAR_DEADLINE_S), at(80, UNRESOLVABLE),
+        on=version.clients)
     assert outcome.outcome == Outcome.DNS_ERROR, outcome
     assert took < FAR_DEADLINE_S / 2  # the lookup failed; it was not the deadline

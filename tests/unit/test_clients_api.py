@@ -14,8 +14,8 @@ from probes.clients import (
     Prober,
     RelayProber,
     build_prober,
-    registry_for,
 )
+from tests.reference import GRPCIO, HTTPCORE, OWN, GrpcioProber, HttpcoreProber
 
 
 def test_all_names_exist_and_nothing_private_is_exported():
@@ -58,11 +58,26 @@ def test_wrong_spec_for_the_prober_is_bad_input():
         GrpcProber(PathSpec("h", 1.0, 1.0, http=HttpSpec()))
 
 
-def test_registry_for_picks_the_http2_and_grpc_clients():
-    registry = registry_for(http2_client="httpcore", grpc_client="grpcio")
-    assert isinstance(registry["http"](PathSpec("h", 1.0, 1.0, http=HttpSpec())), HttpProber)
-    assert isinstance(registry["grpc"](PathSpec("g", 1.0, 1.0, grpc=GrpcSpec())), GrpcProber)
-    with pytest.raises(BadInput, match="HTTP/2 client"):
-        HttpProber(PathSpec("h", 1.0, 1.0, http=HttpSpec()), h2_client="curl")
-    with pytest.raises(BadInput, match="gRPC client"):
-        GrpcProber(PathSpec("g", 1.0, 1.0, grpc=GrpcSpec()), client="curl")
+def test_the_product_has_one_client_per_protocol():
+    """No option picks another client: the library ones are test references only."""
+    assert not hasattr(clients, "registry_for")
+    h2 = PathSpec("h", 1.0, 1.0, http=HttpSpec(version="2"))
+    with pytest.raises(TypeError):
+        HttpProber(h2, h2_client="httpcore")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        GrpcProber(PathSpec("g", 1.0, 1.0, grpc=GrpcSpec()), client="grpcio")  # type: ignore[call-arg]
+
+
+def test_each_reference_takes_the_place_of_one_of_the_products_clients():
+    """The conformance suite's references (tests/reference/) differ from the product's
+    registry in the one client each is the reference for; the relay asks on the probe's own."""
+    h2 = PathSpec("h", 1.0, 1.0, http=HttpSpec(version="2"))
+    unary = PathSpec("g", 1.0, 1.0, grpc=GrpcSpec())
+    built = {c.name: (type(c.build(h2)), type(c.build(unary))) for c in (OWN, HTTPCORE, GRPCIO)}
+    assert built == {
+        "lean": (HttpProber, GrpcProber),
+        "httpcore": (HttpcoreProber, GrpcProber),
+        "grpcio": (HttpProber, GrpcioProber),
+    }
+    assert OWN.probers is PROBERS
+    assert {c.probers["relay"] for c in (HTTPCORE, GRPCIO)} == {RelayProber}

@@ -1,4 +1,6 @@
-"""HTTP/2 for httpx, with the GOAWAY facts that httpcore and h2 lose.
+"""The HTTP/2 reference: `HttpProber` with HTTP/2 on httpcore, with the GOAWAY facts that
+httpcore and h2 lose. Not in the product (BENCHMARKS.md, D15): the library client the probe's
+own HTTP/2 client (`probes/clients/_h2lean.py`) is proven against and measured beside.
 
 When a server drains a connection it sends GOAWAY with the last stream id it will process
 (RFC 9113 §6.8). What httpcore 1.x does with that, read from `httpcore/_async/http2.py`:
@@ -20,20 +22,38 @@ stream (httpcore's public network-backend API) and follows HTTP/2 frame boundari
 bytes the server sends, remembering the last GOAWAY. With the request's stream id (from
 httpcore's `trace` extension) the prober can then tell a request the server provably did not
 process from one whose answer was lost (`replay_reason`).
+
+Connection pools hide which connection a request used and what happened to it, so the
+transport fills a `WireRecord` as each attempt runs: the HTTP/2 stream ids (from httpcore's
+`trace` extension) and the connection the request was written to. The record is found
+through a context variable because httpcore runs in the caller's task but passes nothing of
+ours down; a context variable is task-local, so concurrent calls never see each other's.
+
+The request goes to the transport directly, not through `httpx.AsyncClient`: the client's
+per-request machinery (cookies, auth, redirects, event hooks, header merging) is unused here
+and cost about 40 % of the CPU per request in measurement.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import ssl
 import typing
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
+from contextvars import ContextVar
 
 import h2.events
 import httpcore
 import httpx
 
-from probes.clients._classify import exception_chain
-from probes.clients._wire import Replay, WireRecord, current_record
+from probes._exceptions import BadInput
+from probes._spec import PathSpec
+from probes._types import CallOutcome, Endpoint, Outcome
+from probes.clients._base import inner_budget_s
+from probes.clients._classify import classify_exception, exception_chain
+from probes.clients._http import BODY_LIMIT, HttpProber, _Attempt, _join, _Lease, _Resend
+from probes.clients._wire import Replay
 
 _FRAME_HEADER = 9
 _GOAWAY = 0x7
@@ -42,6 +62,36 @@ _GOAWAY_FIXED = 8  # last-stream-id (31 bits) + error code
 _REFUSED_STREAM = 0x7
 # SETTINGS_MAX_FRAME_SIZE as the client announces it: httpcore keeps h2's initial value.
 _MAX_FRAME = 16384
+
+
+@dataclasses.dataclass(slots=True)
+class WireRecord:
+    """What the transport saw of one request attempt."""
+
+    stream_ids: list[int] = dataclasses.field(default_factory=list)
+    connection: ObservedStream | None = None
+    # The connection had answered a request before this one (a kept-alive one).
+    reused: bool = False
+
+    async def trace(self, name: str, info: dict[str, typing.Any]) -> None:
+        """httpcore's `trace` extension hook: note every HTTP/2 stream this request opens
+        (more than one means httpcore itself re-sent it on another connection)."""
+        if name == "http2.send_request_headers.started":
+            self.stream_ids.append(int(info["stream_id"]))
+
+
+_CURRENT: ContextVar[WireRecord | None] = ContextVar("skewprobe_wire_record", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[WireRecord]:
+    """Make a fresh record the current one for the duration of one attempt."""
+    record = WireRecord()
+    token = _CURRENT.set(record)
+    try:
+        yield record
+    finally:
+        _CURRENT.reset(token)
 
 
 class FrameScanner:
@@ -134,7 +184,7 @@ class ObservedStream(httpcore.AsyncNetworkStream):
         # httpcore writes a request's HEADERS from the request's own task, so the record
         # current here belongs to the request that is using this connection. A connection
         # that has answered before is a reused keep-alive one (see `replay_reason`).
-        record = current_record()
+        record = _CURRENT.get()
         if record is not None and record.connection is not self:
             record.connection = self
             record.reused = self._scanner.headers_seen
@@ -292,3 +342,86 @@ def misread(record: WireRecord) -> str | None:
     if connection is not None and connection.answered_http1:
         return "the server answered in HTTP/1.x: it does not speak HTTP/2 on this port"
     return None
+
+
+class HttpcoreProber(HttpProber):
+    """`HttpProber` with HTTP/2 on httpcore; HTTP/1.1 paths stay on the probe's own `_h1`."""
+
+    def __init__(
+        self, path: PathSpec, *, body_limit: int = BODY_LIMIT, keep_body: bool = False,
+    ) -> None:
+        super().__init__(path, body_limit=body_limit, keep_body=keep_body)
+        if keep_body and self._http2:
+            raise BadInput(f"path {path.name}: only the lean HTTP/2 client keeps answer bodies")
+        budget = inner_budget_s(path.timeout_s)
+        self._extensions: dict[str, typing.Any] = {
+            "timeout": {"connect": budget, "read": budget, "write": budget, "pool": budget}
+        }
+        if self._server_name:
+            self._extensions["sni_hostname"] = self._server_name
+
+    def _connect(self, endpoint: Endpoint) -> typing.Any:
+        if not self._http2:
+            return super()._connect(endpoint)
+        url = self._url(endpoint)
+        return H2Transport(ssl_context=self._ssl, keepalive_s=self._keepalive_s), url
+
+    @staticmethod
+    async def _disconnect(client: typing.Any) -> None:
+        await (client[0] if isinstance(client, tuple) else client).aclose()
+
+    async def _attempt(self, lease: _Lease, request_id: str, *, replayable: bool) -> _Attempt:
+        if not self._http2:
+            return await super()._attempt(lease, request_id, replayable=replayable)
+        with recording() as record:
+            try:
+                outcome: _Attempt = await self._exchange_core(lease, request_id, record)
+            except Exception as exc:
+                classified = classify_exception(exc)
+                if (wrong := misread(record)) is not None:
+                    classified = Outcome.PROTOCOL_ERROR, f"{wrong}; {classified[1]}"
+                outcome = self._failed(exc, replay_reason(exc, record), replayable=replayable,
+                                       classified=classified)
+        internal = max(len(record.stream_ids) - 1, 0)
+        if not internal:
+            return outcome
+        if isinstance(outcome, _Resend):
+            return dataclasses.replace(outcome, internal=internal)
+        note = f"re-sent {internal}x on another connection by httpcore after GOAWAY"
+        return dataclasses.replace(outcome, churn=internal, detail=_join(note, outcome.detail))
+
+    async def _exchange_core(
+        self, lease: _Lease, request_id: str, record: WireRecord
+    ) -> CallOutcome:
+        transport, url = typing.cast(tuple[H2Transport, httpx.URL], lease.client)
+        request = httpx.Request(
+            self._method,
+            url,
+            headers=[*self._headers, ("x-request-id", request_id)],
+            content=self._spec.body,
+            extensions={**self._extensions, "trace": record.trace},
+        )
+        response = await transport.handle_async_request(request)
+        status = response.status_code
+        headers = response.headers
+        try:
+            received: int | BaseException = await self._discard_body(response)
+        except Exception as exc:
+            received = exc
+        finally:
+            await response.aclose()
+        if isinstance(received, int) and received >= self._body_limit:
+            # httpcore cannot reset one stream; the unread rest would hold the connection's
+            # flow-control window, so the connection is not reused.
+            self._pool.retire(lease)
+        return self._answer(status, headers.get, received, b"")
+
+    async def _discard_body(self, response: httpx.Response) -> int:
+        received = 0
+        parts = typing.cast(AsyncGenerator[bytes, None], response.aiter_raw())
+        async with contextlib.aclosing(parts):
+            async for part in parts:
+                received += len(part)
+                if received >= self._body_limit:
+                    break
+        return received
