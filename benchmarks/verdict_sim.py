@@ -375,6 +375,8 @@ def main() -> None:
     ap.add_argument("--scenario", action="append", help="only these scenarios (by name)")
     ap.add_argument("--balance", type=float, default=10.0,
                     help="cohort-balanced sampling ceiling (probe.cohort_balance_max; 1: off)")
+    ap.add_argument("--verdict-only", action="store_true",
+                    help="the verdict's columns alone (the optima do not depend on it)")
     ap.add_argument("--floors", action="store_true",
                     help="print the limits with unlimited calls (`floors`) and stop")
     args = ap.parse_args()
@@ -423,21 +425,22 @@ def main() -> None:
                     if kind == "wrong2":
                         res[kind].append(float(not math.isnan(tp)
                                                and (math.isnan(tf) or tp < tf)))
-                for row, x in zip(times[key], (
-                        mine, sprt_time(r, delta, log_thr),
-                        oracle_time(r, sc.spread, delta, log_thr),
-                        learned_time(r, sc.spread, delta, log_thr),
-                        sprt_time(full, delta, log_thr)), strict=True):
+                optima = (() if args.verdict_only else (
+                    sprt_time(r, delta, log_thr), oracle_time(r, sc.spread, delta, log_thr),
+                    learned_time(r, sc.spread, delta, log_thr), sprt_time(full, delta, log_thr)))
+                for row, x in zip(times[key], (mine, *optima), strict=False):
                     row.append(x)
         k = int(sum(res["ff"]))
         aa = f"{100 * k / args.rollouts:.1f} % ({100 * cp_upper(k, args.rollouts):.1f} %)"
         if sc.sick_canary:
             aa = f"{100 * k / args.rollouts:.0f} % failed, wanted"
+        shown = 1 if args.verdict_only else 4
         shares = "; ".join(" / ".join(f"{100 * within(x, m * hour):.0f} %"
                                       for m in ((0.5, 1, 4) if i == 0 else (0.5, 1)))
-                           for i, x in enumerate(times["pass"][:4]))
-        passes, fails2, fails = ("; ".join(f(x, i) for i, x in enumerate(times[key][:4]))
-                                 + f" [{f(times[key][4], 1)}]" for key, f in (
+                           for i, x in enumerate(times["pass"][:shown]))
+        passes, fails2, fails = ("; ".join(f(x, i) for i, x in enumerate(times[key][:shown]))
+                                 + ("" if args.verdict_only else f" [{f(times[key][4], 1)}]")
+                                 for key, f in (
             ("pass", lambda x, i: fmt_min(x, p90=i == 0)),
             ("fail2", lambda x, i: f"{100 * within(x, hour):.0f} %"),
             ("fail", lambda x, i: fmt_min(x))))
