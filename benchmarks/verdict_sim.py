@@ -29,12 +29,16 @@ out):
   boundary against H1 the truth (time to fail), or the truth against the boundary (time to
   pass): the optimum for calls that are independent, and beside it the same on every call,
   warm-up included ("all calls");
-- oracle: the optimum for what the pods carry when pods differ, Wald's SPRT with each canary
-  pod's likelihood integrated over its random effect (pods are random effects: the oracle
-  knows the spread they are drawn from, hence τ², the baseline's mean and each pod's calls,
-  not the pod's own draw). It is sound whatever the pods do and no real test is faster: a
-  real one must also learn the baseline and τ². With no spread (τ = 0) it is the SPRT.
-  "Sick" and "bad-node" pods are fixed effects the oracle knows.
+- pod oracle: the optimum for what the pods carry when pods differ, Wald's SPRT with each
+  canary pod's likelihood integrated over its random effect (pods are random effects: the
+  oracle knows the spread they are drawn from, hence τ², the baseline's mean and each pod's
+  calls, not the pod's own draw). It is sound whatever the pods do and no real test is
+  faster: a real one must also learn the baseline and τ². With no spread (τ = 0) it is the
+  SPRT. It also uses the lognormal's bounded lower tail, so its passes are optimistic;
+- pod oracle, baseline learned (`learned_time`): normal pod counts, τ² known, the
+  baseline's level learned from every pod: the reference for passes (its fails are
+  optimistic, the normal's upper tail being too light).
+"Sick" and "bad-node" pods are fixed effects the oracles know.
 
 Reported per scenario: A/A false-fail rate (with its 95 % Clopper–Pearson upper bound) and
 wrong passes (passed before any fail) at once and twice the tolerance, for the verdict; for
@@ -46,6 +50,8 @@ with unlimited calls (`floors`).
 
     .venv/bin/python benchmarks/verdict_sim.py                    # 300 rollouts per row
     .venv/bin/python benchmarks/verdict_sim.py --rollouts 60      # a quick look
+    .venv/bin/python benchmarks/verdict_sim.py --verdict-only     # the verdict's columns
+    .venv/bin/python benchmarks/verdict_sim.py --floors
 """
 
 from __future__ import annotations
