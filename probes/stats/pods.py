@@ -122,8 +122,10 @@ ONE_POD_BASELINE = 6
 # How many of the baseline's pod standard deviations (τ) beyond them a canary of one pod
 # must be to fail, on top of the evidence (D21).
 _ONE_POD_TAIL = 2.0
-# How many standard errors above its estimate τ² is taken for a canary of one pod.
-_ONE_POD_SE = 2.0
+# How many standard errors above its estimate τ² is taken for a canary of one pod. The
+# bound rests on baseline pods with a tenth of the canary pod's calls each, so it dominates
+# the variance; one standard error kept A/A fails within α with 2.5× the fails at 2× tol (D21).
+_ONE_POD_SE = 1.0
 
 
 def log_e_one_sided(d: npt.ArrayLike, v: npt.ArrayLike,

@@ -446,3 +446,30 @@ def test_a_canary_of_one_pod_on_a_small_estate_says_why_it_is_not_judged() -> No
     assert verdict.verdict == "inconclusive"
     assert "judged against 6 baseline pods or more (5 here" in verdict.reason
     assert "a second canary pod would decide" in verdict.reason
+
+
+def one_pod_canary_fails(rng: np.random.Generator, rollouts: int, spread: float,
+                         delta: float) -> int:
+    """Rollouts of an hour in which a canary of one pod, called 10× as often as each of 11
+    baseline pods (cohort balance), failed; the pods' rates × lognormal(`spread`), mean
+    0.1 %, the canary pod's + `delta`."""
+    fails = 0
+    canary = np.array([False] * 11 + [True])
+    for _ in range(rollouts):
+        rates = 0.001 * rng.lognormal(-spread ** 2 / 2, spread, 12)
+        rates[-1] += delta
+        n = rng.poisson(np.where(canary, 500.0, 50.0)[:, None], (12, 360)).astype(float)
+        s = rng.binomial(n.astype(np.int64), rates[:, None]).astype(float)
+        track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR)
+        fails += bool((pods_module.pod_states(track, LOG_THR) == "fail").any())
+    return fails
+
+
+def test_a_canary_of_one_pod_twice_the_tolerance_worse_fails_within_the_hour() -> None:
+    # Its τ² is taken at an upper bound that rests on baseline pods each with a tenth of
+    # its calls: at two standard errors above the estimate, a pod twice the tolerance
+    # worse on an estate whose pods agree failed within the hour in 4 of these 20 (12 at
+    # one standard error); a
+    # spread σ 0.5 between pods must still not fail a healthy one beyond α.
+    assert one_pod_canary_fails(np.random.default_rng(12), 20, 0.0, 2 * TOL) >= 10
+    assert one_pod_canary_fails(np.random.default_rng(13), 150, 0.5, 0.0) <= 2
