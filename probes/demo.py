@@ -129,7 +129,7 @@ def run_demo(
     if pods > 200:
         raise BadInput("--pods above 200 is a benchmark, not a demo (see benchmarks/)")
     if proxy == "haproxy":
-        from targets.haproxy import find_haproxy
+        from targets.haproxy_process import find_haproxy
 
         if find_haproxy() is None:
             raise BadInput("--proxy haproxy needs haproxy (apt-get install haproxy)")

@@ -71,9 +71,9 @@ from probes.config import parse_config
 from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT
 from probes.runner import ProbeRunner, RunOptions
 from probes.store import Store
-from targets.haproxy import HaproxyProcess, find_haproxy, listen_socket
 from targets.haproxy_config import parse_haproxy_versions
 from targets.haproxy_outbound import HaproxyOutbound
+from targets.haproxy_process import HaproxyProcess, find_haproxy, listen_socket
 from targets.server import hostport
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
 from tests.servers.probe_run import (
