@@ -23,8 +23,12 @@ from probes._spec import Config
 from probes._types import Endpoint
 from probes.discovery import DiscoverySource
 from probes.discovery.meshes import UNKNOWN
-from probes.inventory import SkewMetrics, inventory_rows, report_from_pods
-from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.inventory import (
+    CONTROL_PLANE_EVENT,
+    SkewMetrics,
+    inventory_rows,
+    report_from_pods,
+)
 from probes.metrics import ProbeMetrics
 from probes.store import Event, InventoryRow, Store
 

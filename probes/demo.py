@@ -32,7 +32,7 @@ from probes._spec import Config
 from probes._types import split_pair
 from probes.config import parse_config
 from probes.discovery.changes import RESTART
-from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.inventory import CONTROL_PLANE_EVENT
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.pairs import store_verdict
 from probes.report.cli import write_report

@@ -41,7 +41,7 @@ from probes._exceptions import (
 from probes._spec import Config, KubernetesSpec, PathSpec, PlanSpec, SkewPolicy
 from probes._stdout import emit
 from probes.discovery.meshes import ControlPlane
-from probes.inventory import control_plane_for
+from probes.inventory import CONTROL_PLANE_EVENT, control_plane_for, planes_from_detail
 from probes.plan import (
     SKEW_SOURCES,
     NamespaceInfo,
@@ -275,7 +275,6 @@ def _recorded(path: str, until: float, config: Config | None, *, live: bool) -> 
     """The store's facts up to `until` (recorded: up to the last snapshot by then, so every
     fact is of the same moment): snapshots, control plane, calls per pod and path, lifetime
     checks and a day of request durations."""
-    from probes.inventory_cli import CONTROL_PLANE_EVENT, planes_from_detail
     from probes.store import Store
     from probes.streams.recorder import LIFETIME_EVENT
 

@@ -68,7 +68,7 @@ def test_the_demo_records_its_fleets_control_plane(tmp_path: Path) -> None:
     """For `skewprobe plan --store` and `inventory --store` on the demo's store: the fleet's
     emulated mesh runs its --from version."""
     from probes.demo import BASELINE, _record_control_plane
-    from probes.inventory_cli import CONTROL_PLANE_EVENT, planes_from_detail
+    from probes.inventory import CONTROL_PLANE_EVENT, planes_from_detail
 
     store = tmp_path / "demo.db"
     _store(store, overloaded_from_start=False)

@@ -17,7 +17,7 @@ from probes._exceptions import BadInput, DataMissing
 from probes._timeparse import rfc3339
 from probes._types import CallOutcome, CallResult, Outcome
 from probes.cli import main
-from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.inventory import CONTROL_PLANE_EVENT
 from probes.measure.window import WindowAggregator
 from probes.plan_cli import add_plan_parser, run_plan
 from probes.store import Event, InventoryRow, Store

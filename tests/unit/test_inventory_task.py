@@ -15,8 +15,7 @@ from probes._spec import Config, KubernetesSpec
 from probes.discovery.kubernetes import ClusterState
 from probes.discovery.meshes import ControlPlane, IstioExtractor
 from probes.discovery.pods import pod_record
-from probes.inventory import SkewMetrics
-from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.inventory import CONTROL_PLANE_EVENT, SkewMetrics
 from probes.metrics import ProbeMetrics
 from probes.store import Store
 from tests.servers import kube_pods as kp
