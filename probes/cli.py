@@ -213,11 +213,11 @@ def _run(args: argparse.Namespace) -> int:
     from probes.api_access import resolve_access
     from probes.config import load_config
     from probes.discovery.shard import parse_shard
-    from probes.runner import ProbeRunner, RunOptions
+    from probes.run import ProbeRunner, RunOptions
 
     config = load_config(args.config)
     # What the paths will cost (once at start), a progress line a minute and the summary
-    # at the end (`probes._progress`) are `run`'s output, unless --quiet.
+    # at the end (`probes.run._progress`) are `run`'s output, unless --quiet.
     if not args.quiet:
         for name in ("skewprobe.cost", "skewprobe.progress"):
             logger = logging.getLogger(name)

@@ -37,7 +37,7 @@ from probes.measure.overload import OVERLOAD_EVENT
 from probes.pairs import store_verdict
 from probes.report.cli import write_report
 from probes.report.summary import format_figures, summarise
-from probes.runner import ProbeRunner, RunOptions
+from probes.run import ProbeRunner, RunOptions
 from probes.store import BOOKKEEPING_EVENTS, Event, Store
 from probes.store.lock import WriterLock
 from probes.verdict_service import format_table

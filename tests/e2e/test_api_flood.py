@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
-from probes.runner import ProbeRunner
+from probes.run.runner import ProbeRunner
 from probes.store import Store
 from tests.integration.test_run_verdict_cache import write_history
 from tests.servers.api_flood import run_flood

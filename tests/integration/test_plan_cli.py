@@ -280,7 +280,7 @@ async def test_a_running_probe_records_the_lifetime_check_plan_reads(tmp_path: P
     """Real streams held on the reference target: the run leaves `lifetime` events that
     `skewprobe plan --store` turns into the stream tier's cap."""
     from probes.config import parse_config
-    from probes.runner import ProbeRunner, RunOptions
+    from probes.run.runner import ProbeRunner, RunOptions
     from probes.streams.recorder import LIFETIME_EVENT
     from targets.profile import VersionProfile
     from targets.server import TargetServer

@@ -27,7 +27,7 @@ from probes._types import pair_cohort
 from probes.api import ApiApp, openapi_spec
 from probes.cli import main
 from probes.config import parse_config
-from probes.runner import ProbeRunner, RunOptions
+from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from tests.servers.asgi import serve_app
 from tests.servers.report_store import (

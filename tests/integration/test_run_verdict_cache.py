@@ -21,7 +21,7 @@ import numpy as np
 
 from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT
-from probes.runner import ProbeRunner
+from probes.run.runner import ProbeRunner
 from probes.store import Store
 from probes.verdict_service import JudgingSettings, verdict_from_source
 from tests.servers.ports import free_port

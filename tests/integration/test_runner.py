@@ -21,7 +21,7 @@ from probes.discovery.changes import RESTART
 from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
-from probes.runner import ProbeRunner, Recorder, RunOptions
+from probes.run.runner import ProbeRunner, Recorder, RunOptions
 from probes.store import Event, Store
 from probes.store.prometheus import PrometheusSettings
 from probes.verdict_service import compute_verdict, late_spans, overload_spans, stored_overload

@@ -16,7 +16,7 @@ import pytest
 
 from probes._spec import PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome
-from probes.engine import Engine, EngineLimits
+from probes.run.engine import Engine, EngineLimits
 
 
 class SleepProber:

@@ -1,4 +1,4 @@
-"""When the probe freezes the collector's survivors (`probes._gc_tuning`): not while the
+"""When the probe freezes the collector's survivors (`probes.run._gc_tuning`): not while the
 start-up backlog is in flight, and never later than the settle limit."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import gc
 
 import pytest
 
-from probes import _gc_tuning
-from probes._gc_tuning import CollectorTuning, settled_in_flight
 from probes._spec import HttpSpec, PathSpec
+from probes.run import _gc_tuning
+from probes.run._gc_tuning import CollectorTuning, settled_in_flight
 
 PATHS = [PathSpec("p", 100.0, 0.01, http=HttpSpec(path="/"))]
 

@@ -1,4 +1,4 @@
-"""The engine's schedule timer (`probes._precise_timer`): never early, re-armable, closable.
+"""The engine's schedule timer (`probes.run._precise_timer`): never early, re-armable, closable.
 
 Every backend this machine offers is exercised, `call_at` (the fallback) included. No test
 bounds how late a timer may fire: a loaded machine may delay any wake; only order, "not
@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from probes._precise_timer import Backend, PreciseTimer, available_backends
 from probes._spec import PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome
-from probes.engine import COARSE_ABOVE_RATE_PER_S, Engine
+from probes.run._precise_timer import Backend, PreciseTimer, available_backends
+from probes.run.engine import COARSE_ABOVE_RATE_PER_S, Engine
 
 BACKENDS = available_backends()
 # A guard against a hung test, not a bound on lateness.

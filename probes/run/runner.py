@@ -27,12 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from probes._api_server import bind_api, serve_api
 from probes._exceptions import SkewprobeError, SourceUnavailable, StoreError
-from probes._gc_tuning import CollectorTuning, settled_in_flight
-from probes._inventory_task import EndpointInventory, InventoryKeeper
-from probes._malloc import return_large_frees
-from probes._progress import NO_ANSWER, ProgressReporter
 from probes._spec import ApiTlsSpec, Config
 from probes._types import CallResult, Endpoint
 from probes._verdict_worker import (
@@ -43,13 +38,11 @@ from probes._verdict_worker import (
     prometheus_job_settings,
     verdict_key,
 )
-from probes._window_writer import WindowWriter
 from probes.api import ApiApp, VerdictQuery
 from probes.clients import OpenStream, StreamProber, build_prober
 from probes.discovery import DiscoverySource, FileSource, StaticSource
 from probes.discovery.changes import RestartTracker
 from probes.discovery.shard import ShardSource
-from probes.engine import Engine, EngineLimits, Prober
 from probes.inventory import SkewMetrics
 from probes.measure.cost import cpu_limit_cores, estimate
 from probes.measure.overload import OVERLOAD_EVENT, OverloadWatch
@@ -61,6 +54,13 @@ from probes.metrics import (
     ProbeMetrics,
 )
 from probes.pairs import store_verdict
+from probes.run._api_server import bind_api, serve_api
+from probes.run._gc_tuning import CollectorTuning, settled_in_flight
+from probes.run._inventory_task import EndpointInventory, InventoryKeeper
+from probes.run._malloc import return_large_frees
+from probes.run._progress import NO_ANSWER, ProgressReporter
+from probes.run._window_writer import WindowWriter
+from probes.run.engine import Engine, EngineLimits, Prober
 from probes.store import Event, Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
@@ -139,7 +139,7 @@ class RunOptions:
     on_window: Callable[[Sequence[Any]], None] | None = None
     # (i, n): probe only the endpoints of shard i of n (`--shard i/n`).
     shard: tuple[int, int] | None = None
-    # A progress line this often (`probes._progress`); "all endpoints down" after half that.
+    # A progress line this often (`probes.run._progress`); "all endpoints down" after half that.
     progress_every_s: float = 60.0
 
 
