@@ -96,16 +96,19 @@ def test_no_import_circles_but_the_allowed_one() -> None:
 
 
 def test_the_check_sees_circles_hidden_in_functions(tmp_path: Path) -> None:
-    pkg = tmp_path / "loopy"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from loopy import b\n")
-    (pkg / "b.py").write_text("def f():\n    from loopy.a import X\n")
-    (pkg / "sub" / "__init__.py").write_text("from .c import Y\n")
-    (pkg / "sub" / "c.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..d import Z\n")
-    (pkg / "d.py").write_text("import loopy.sub.c\n")
-    (pkg / "e.py").write_text("from loopy.sub import Y\nfrom loopy import a\n")
+    files = {
+        "__init__.py": "",
+        "a.py": "from loopy import b\n",
+        "b.py": "def f():\n    from loopy.a import X\n",
+        "sub/__init__.py": "from .c import Y\n",
+        "sub/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..d import Z\n",
+        "d.py": "import loopy.sub.c\n",
+        "e.py": "from loopy.sub import Y\nfrom loopy import a\n",
+    }
+    for name, text in files.items():
+        path = tmp_path / "loopy" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
     graph = import_graph(tmp_path, ("loopy",))
     assert graph["loopy.e"] == {"loopy.sub", "loopy.a"}
     assert cycles(graph) == {frozenset({"loopy.a", "loopy.b"}),
