@@ -187,7 +187,7 @@ async def _demo(
     if fleet.returncode not in (0, -15):
         raise SkewprobeError(f"the fleet failed: {fleet_err.decode().strip()[-300:]}")
     # "Upgrading now would reset N streams older than…": the demo's streams are young.
-    lifetimes = runner.streams.lifetime_report(runner.open_at_stop, threshold_s=30.0)
+    lifetimes = runner.streams.lifetime_report(runner.events.open_at_stop, threshold_s=30.0)
     return _finish(store, config, [r.summary for r in lifetimes], out, _busy(runner))
 
 

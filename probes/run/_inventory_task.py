@@ -73,6 +73,12 @@ class _Inventory:
     def store(self, store: Store | None) -> None:
         self._snapshots.store = store
 
+    async def report(self) -> Mapping[str, Any]:
+        """The `/inventory` report: SourceUnavailable (HTTP 503) while there is none."""
+        raise SourceUnavailable(
+            "no pod inventory yet (static targets, or the first list is pending)"
+        )
+
 
 def _store_call(metrics: ProbeMetrics, fn: Callable[..., None], *args: Any) -> bool:
     try:
@@ -168,11 +174,7 @@ class InventoryKeeper(_Inventory):
         self._snapshots.write(state.at, rows, force=force)
 
     async def report(self) -> Mapping[str, Any]:
-        if self._report is None:
-            raise SourceUnavailable(
-                "no pod inventory yet (static targets, or the first list is pending)"
-            )
-        return self._report
+        return await super().report() if self._report is None else self._report
 
     def _write_control_plane(self, at: float, planes: list[dict[str, Any]]) -> None:
         assert self.store is not None

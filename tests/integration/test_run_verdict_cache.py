@@ -144,7 +144,7 @@ async def test_the_running_probes_verdict_is_the_stores_as_windows_arrive(
     config_file.write_text(config(endpoints))
     compared, _, pooled = await served_and_cli(
         db, endpoints, config(endpoints), config_file, seed=15, tries=TRIES,
-        inspect=lambda runner: runner.verdicts.pooled_rows())
+        inspect=lambda runner: runner.verdicts.worker.pooled_rows())
     assert len(compared) == 2, f"a window arrived during every one of {TRIES} comparisons"
     assert compared[0]["canary"] == NEW and compared[0]["baseline"] == OLD
     assert compared[0]["window"] != compared[1]["window"]  # new windows in between
