@@ -39,7 +39,7 @@ from probes._exceptions import (
     SourceUnavailable,
 )
 from probes._spec import Config, KubernetesSpec, PathSpec, PlanSpec, SkewPolicy
-from probes._stdout import emit
+from probes.cli._stdout import emit
 from probes.discovery.meshes import ControlPlane
 from probes.inventory import CONTROL_PLANE_EVENT, control_plane_for, planes_from_detail
 from probes.plan import (
@@ -91,7 +91,7 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_plan(args: argparse.Namespace) -> int:
     """Print the plan; with --check, the gate's answer decides the exit code."""
     from probes._timeparse import parse_days
-    from probes.plan_format import format_markdown, format_text
+    from probes.cli._plan_format import format_markdown, format_text
 
     if not args.config and not args.store:
         raise BadInput("plan needs --config FILE (live) or --store PATH (recorded)")
@@ -332,7 +332,7 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
     at = parse_time(args.at, now=now) if args.at else now
     rec = _recorded(args.store, at, config, live=False)
     if not rec.snapshots:
-        from probes.inventory_cli import no_snapshot
+        from probes.cli.inventory import no_snapshot
 
         raise no_snapshot(args.store, args.at)
     latest = rec.snapshots[-1]

@@ -35,8 +35,8 @@ from probes.discovery.changes import RESTART
 from probes.inventory import CONTROL_PLANE_EVENT
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.pairs import store_verdict
-from probes.report.cli import write_report
 from probes.report.summary import format_figures, summarise
+from probes.report.write import write_report
 from probes.run import ProbeRunner, RunOptions
 from probes.store import BOOKKEEPING_EVENTS, Event, Store
 from probes.store.lock import WriterLock

@@ -26,7 +26,7 @@ from typing import Any
 
 from probes._exceptions import EXIT_FAIL, EXIT_PASS, BadInput, SourceUnavailable
 from probes._spec import KubernetesSpec, SkewPolicy
-from probes._stdout import emit
+from probes.cli._stdout import emit
 from probes.discovery.meshes import NONE, ControlPlane
 from probes.inventory import (
     CONTROL_PLANE_EVENT,
