@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         os.replace(tmp, db)
         print(f"built {db} in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="skewprobe-report-bench-") as out:
-        cmd = [sys.executable, "-m", "probes.report.cli", "--store", db,
+        cmd = [sys.executable, "-m", "probes.cli.report", "--store", db,
                "--from", rfc3339(T0), "--to", rfc3339(T0 + hours * 3600), "--out", out]
         t = time.perf_counter()
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)

@@ -40,6 +40,7 @@ from probes.discovery.pods import PodRecord
 from probes.store.records import InventoryRow
 
 __all__ = [
+    "CONTROL_PLANE_EVENT",
     "SkewFinding",
     "SkewMetrics",
     "Version",
@@ -48,12 +49,27 @@ __all__ = [
     "judge_skew",
     "newest_version",
     "parse_version",
+    "planes_from_detail",
     "report_from_pods",
     "report_from_rows",
 ]
 
 _VERSION = re.compile(r"^(?:[a-z]+-)?v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+](.*))?$")
 NOT_A_VERSION: Final = frozenset({NONE, UNKNOWN, ""})
+
+# The store event a running probe writes when the control plane it sees changes
+# (detail: {"versions": [{"version", "revision", "source"}, ...]}).
+CONTROL_PLANE_EVENT = "control_plane"
+
+
+def planes_from_detail(detail: Mapping[str, Any]) -> tuple[ControlPlane, ...]:
+    """The control planes a recorded `control_plane` event names."""
+    return tuple(
+        ControlPlane(str(p.get("version", "")), str(p.get("revision", "")),
+                     str(p.get("source", "")))
+        for p in detail.get("versions") or ()
+        if p.get("version")
+    )
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from targets.haproxy import HaproxyProcess, HaproxyUnavailable, listen_socket
 from targets.haproxy_config import HaproxyVersion, PodWiring, render_config
+from targets.haproxy_process import HaproxyProcess, HaproxyUnavailable, listen_socket
 from targets.server import hostport, parse_hostport
 
 __all__ = ["BACKEND", "HaproxyOutbound", "ServerSlot"]

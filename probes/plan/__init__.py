@@ -2,7 +2,7 @@
 
 `skewprobe plan --to VERSION` answers the platform team's question — take every sidecar from
 where it is to VERSION without leaving a pod outside the supported skew — from facts the probe
-already holds (`probes.plan_cli` gathers them; nothing here does I/O):
+already holds (`probes.cli.plan` gathers them; nothing here does I/O):
 
 - **steps**: each control-plane move and the fleet restart it requires. The control plane may
   only move as far as the oldest data plane allows (a proxy at most `behind` minors older than

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
-from probes.runner import ProbeRunner
+from probes.run.runner import ProbeRunner
 from probes.store import Store
 from tests.integration.test_run_verdict_cache import write_history
 from tests.servers.api_flood import run_flood
@@ -52,7 +52,7 @@ def overloaded_since(runner: ProbeRunner, since: float) -> bool:
     """Did the probe judge itself overloaded at a window boundary after `since` (its
     overload events, in its store or not written yet), or is it now?"""
     with Store.open(runner.options.store_path, readonly=True) as store:
-        events = [*store.read_events(kinds=[OVERLOAD_EVENT]), *runner._events]
+        events = [*store.read_events(kinds=[OVERLOAD_EVENT]), *runner.events.pending]
     return runner.overload.reason is not None or any(
         e.at >= since and e.detail.get("reason") for e in events)
 

@@ -24,16 +24,9 @@ from probes._spec import GrpcSpec, HttpSpec, PathSpec
 from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import build_prober
 from targets.fleet import Fleet
-from targets.haproxy import (
-    DEFAULT_READY_TIMEOUT_S,
-    HaproxyPod,
-    HaproxySidecars,
-    HaproxyUnavailable,
-    check_config,
-    haproxy_version,
-    listen_socket,
-)
+from targets.haproxy import DEFAULT_READY_TIMEOUT_S, HaproxyPod, HaproxySidecars
 from targets.haproxy_config import HaproxyVersion, parse_haproxy_versions
+from targets.haproxy_process import HaproxyUnavailable, check_config, haproxy_version, listen_socket
 from targets.profile import VersionProfile
 from targets.proto import target_pb2, target_pb2_grpc
 from targets.server import hostport

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from probes.report.cli import write_report
+from probes.report.write import write_report
 from tests.servers.report_store import RELAY_NEW, RELAY_OLD, T0, build, build_relay
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser",

@@ -14,7 +14,7 @@ import pytest
 from probes._timeparse import parse_time
 from probes.api import VerdictQuery
 from probes.discovery.changes import RESTART
-from probes.report.cli import write_report
+from probes.report.write import write_report
 from probes.store import Store
 from targets.fleet import EventKind
 from tests.servers.probe_run import (

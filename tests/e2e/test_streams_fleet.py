@@ -15,9 +15,9 @@ from probes._spec import PathSpec, StreamSpec
 from probes._types import CallResult, Endpoint
 from probes.clients import EndReason, StreamPolicy, StreamProber
 from probes.discovery import FileSource
-from probes.engine import Engine
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
+from probes.run.engine import Engine
 from probes.store import Store
 from probes.streams import STORM_EVENT, StormDetector, StormParams, StreamRecorder
 from targets.fleet import Fleet

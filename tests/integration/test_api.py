@@ -21,7 +21,7 @@ from probes._timeparse import rfc3339
 from probes.api import ApiApp, VerdictQuery
 from probes.cli import main as skewprobe_main
 from probes.config import parse_config
-from probes.runner import ProbeRunner, RunOptions
+from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from probes.verdict_service import JudgingSettings, compute_verdict
 from tests.servers.asgi import serve_app

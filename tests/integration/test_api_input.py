@@ -14,8 +14,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from probes._api_server import bind_api, serve_api
 from probes.api import ApiApp, VerdictQuery
+from probes.run._api_server import bind_api, serve_api
 
 TOKEN = "s3cret"
 # Hang guards, not timings: a server that answers at all answers within these.

@@ -1172,7 +1172,7 @@ def test_dockerfile_copies_existing_sources_inside_the_build_context() -> None:
     assert set(sources) == {"pyproject.toml", "README.md", "probes", "targets"}
     for source in sources:
         assert (ROOT / source).exists()
-    for path in ("pyproject.toml", "README.md", "probes/cli.py", "targets/server.py",
+    for path in ("pyproject.toml", "README.md", "probes/cli/__init__.py", "targets/server.py",
                  "targets/examples/profiles.yaml", "targets/proto/target_pb2.py"):
         assert not _dockerignored(path), path
     for path in (".venv/bin/python", "tests/integration/test_api.py", ".git/HEAD",
@@ -1221,7 +1221,7 @@ def test_wheel_builds_from_exactly_the_copied_files(tmp_path: Path) -> None:
         names = set(archive.namelist())
         entry_points = next(archive.read(n).decode() for n in names
                             if n.endswith("entry_points.txt"))
-    for module in ("probes/cli.py", "targets/server.py", "targets/examples/profiles.yaml",
+    for module in ("probes/cli/__init__.py", "targets/server.py", "targets/examples/profiles.yaml",
                    "targets/proto/target_pb2.py"):
         assert module in names
     assert re.search(r"^skewprobe = probes\.cli:main$", entry_points, re.M)

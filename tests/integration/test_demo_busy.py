@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from probes._exceptions import EXIT_BUSY, MachineBusy
+from probes.cli.demo import _finish
 from probes.config import parse_config
-from probes.demo import _finish
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.store import Event, Store
 from tests.servers.probe_run import discard_config
@@ -67,8 +67,8 @@ def test_a_demo_that_still_shows_its_failure_ends_as_usual(tmp_path: Path) -> No
 def test_the_demo_records_its_fleets_control_plane(tmp_path: Path) -> None:
     """For `skewprobe plan --store` and `inventory --store` on the demo's store: the fleet's
     emulated mesh runs its --from version."""
-    from probes.demo import BASELINE, _record_control_plane
-    from probes.inventory_cli import CONTROL_PLANE_EVENT, planes_from_detail
+    from probes.cli.demo import BASELINE, _record_control_plane
+    from probes.inventory import CONTROL_PLANE_EVENT, planes_from_detail
 
     store = tmp_path / "demo.db"
     _store(store, overloaded_from_start=False)

@@ -21,7 +21,7 @@ from pathlib import Path
 from probes._spec import GrpcSpec, HttpSpec, PathSpec, StreamSpec, TlsSpec
 from probes._types import CallResult, Endpoint, Outcome
 from probes.clients import EndReason, OpenStream, StreamEnd, StreamProber, build_prober
-from probes.engine import Engine, EngineLimits
+from probes.run.engine import Engine, EngineLimits
 from targets.profile import parse_profiles
 from targets.server import TargetServer
 from tests.integration.test_hostile_http import UNRESOLVABLE

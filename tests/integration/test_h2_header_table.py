@@ -17,7 +17,7 @@ import pytest
 
 from probes.clients._h2base import H2Settings
 from probes.clients._h2lean import H2Client
-from targets.haproxy import find_haproxy
+from targets.haproxy_process import find_haproxy
 
 HOST = "127.86.0.7"
 CALLS = 40

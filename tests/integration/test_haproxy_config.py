@@ -9,13 +9,7 @@ from pathlib import Path
 import pytest
 
 from probes._exceptions import ConfigError
-from targets.haproxy import (
-    HaproxySidecars,
-    check_config,
-    default_versions_file,
-    find_haproxy,
-    listen_socket,
-)
+from targets.haproxy import HaproxySidecars, default_versions_file
 from targets.haproxy_config import (
     HaproxyVersion,
     PodWiring,
@@ -23,6 +17,7 @@ from targets.haproxy_config import (
     parse_haproxy_versions,
     render_config,
 )
+from targets.haproxy_process import check_config, find_haproxy, listen_socket
 
 EXAMPLE = default_versions_file()
 WIRING = PodWiring(pod="p-0", http_fd=5, grpc_fd=6, app_host="127.0.0.9", app_http_port=4001,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from probes._types import Outcome
-from targets.haproxy import HaproxyUnavailable, find_haproxy, listen_socket
 from targets.haproxy_config import parse_haproxy_versions
 from targets.haproxy_outbound import HaproxyOutbound
+from targets.haproxy_process import HaproxyUnavailable, find_haproxy, listen_socket
 from targets.profile import VersionProfile
 from targets.relay import PodIdentity, Relay
 from targets.relay_config import parse_relay

@@ -13,12 +13,8 @@ import pytest
 from probes._exceptions import BadInput, SkewprobeError, SourceUnavailable, StoreError
 from probes._timeparse import rfc3339
 from probes._types import split_pair
-from probes.inventory_cli import (
-    CONTROL_PLANE_EVENT,
-    STALE_LOOKBACK_S,
-    add_inventory_parser,
-    run_inventory,
-)
+from probes.cli.inventory import STALE_LOOKBACK_S, add_inventory_parser, run_inventory
+from probes.inventory import CONTROL_PLANE_EVENT
 from probes.store import Event, InventoryRow, Store
 from tests.servers import kube_pods as kp
 from tests.servers.kube_api import FakeKubeApi, served_in_thread

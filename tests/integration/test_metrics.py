@@ -170,7 +170,7 @@ def test_metrics_are_about_5_kb_per_path_and_cohort() -> None:
 def test_a_probe_judging_from_prometheus_exports_16_buckets_per_doubling(
         tmp_path: Path) -> None:
     from probes.config import parse_config
-    from probes.runner import ProbeRunner, RunOptions
+    from probes.run.runner import ProbeRunner, RunOptions
     from tests.servers.probe_run import discard_config
 
     text = discard_config() + "source: prometheus\nprometheus: {url: http://127.0.0.1:9}\n"

@@ -17,9 +17,9 @@ from probes._exceptions import BadInput, DataMissing
 from probes._timeparse import rfc3339
 from probes._types import CallOutcome, CallResult, Outcome
 from probes.cli import main
-from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.cli.plan import add_plan_parser, run_plan
+from probes.inventory import CONTROL_PLANE_EVENT
 from probes.measure.window import WindowAggregator
-from probes.plan_cli import add_plan_parser, run_plan
 from probes.store import Event, InventoryRow, Store
 from tests.servers import kube_pods as kp
 from tests.servers.kube_api import FakeKubeApi, served_in_thread
@@ -280,7 +280,7 @@ async def test_a_running_probe_records_the_lifetime_check_plan_reads(tmp_path: P
     """Real streams held on the reference target: the run leaves `lifetime` events that
     `skewprobe plan --store` turns into the stream tier's cap."""
     from probes.config import parse_config
-    from probes.runner import ProbeRunner, RunOptions
+    from probes.run.runner import ProbeRunner, RunOptions
     from probes.streams.recorder import LIFETIME_EVENT
     from targets.profile import VersionProfile
     from targets.server import TargetServer

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from probes._precise_timer import Backend, available_backends
 from probes._spec import PathSpec
-from probes.engine import Engine
+from probes.run._precise_timer import Backend, available_backends
+from probes.run.engine import Engine
 from tests.unit.test_precise_timer import (
     ListSink,
     StampProber,

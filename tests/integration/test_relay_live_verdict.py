@@ -27,7 +27,7 @@ from probes._types import pair_cohort
 from probes.api import ApiApp, openapi_spec
 from probes.cli import main
 from probes.config import parse_config
-from probes.runner import ProbeRunner, RunOptions
+from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from tests.servers.asgi import serve_app
 from tests.servers.report_store import (
@@ -128,6 +128,6 @@ async def test_verdict_and_gate_carry_the_pair_matrix_and_fail_on_a_failing_pair
 
     # The skewprobe_verdict gauges a MetricTemplate reads carry the relay path too.
     registry = runner.registry
-    await runner._publish_verdict()
+    await runner.gauges.publish()
     text = generate_latest(registry).decode()
     assert f'skewprobe_verdict{{path="{RELAY_PATH}",verdict="fail"}} 1.0' in text

@@ -12,7 +12,8 @@ import pytest
 
 from probes._exceptions import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, BadInput, StoreError
 from probes._timeparse import rfc3339
-from probes.report.cli import add_report_parser, parse_range, run_report, write_report
+from probes.cli.report import add_report_parser, parse_range, run_report
+from probes.report.write import write_report
 from tests.servers.report_store import EARLIER, T0, build
 from tests.servers.tiny_disk import on_tiny_disk
 
@@ -25,7 +26,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "probes.report.cli", *args],
+    return subprocess.run([sys.executable, "-m", "probes.cli.report", *args],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -112,7 +113,7 @@ def test_a_full_disk_writes_no_report_file(store: Path, tmp_path: Path) -> None:
     assert room_kib * 1024 < sum(sizes), "the files are too small to fill the disk between"
     mnt = tmp_path / "mnt"
     done = on_tiny_disk(mnt, room_kib, [
-        sys.executable, "-m", "probes.report.cli", "--store", str(store),
+        sys.executable, "-m", "probes.cli.report", "--store", str(store),
         "--from", rfc3339(SPAN[0]), "--to", rfc3339(SPAN[1]), "--out", str(mnt / "r")],
         after=f'echo "left: $(ls -A "{mnt}/r")"')
     assert done.returncode == EXIT_BAD_INPUT, done.stderr

@@ -15,7 +15,7 @@ from typing import Any
 
 from probes.config import parse_config
 from probes.measure.cost import CPU_S_PER_CALL, CPU_S_PER_STREAM_HOUR, SHARD_CORES
-from probes.runner import ProbeRunner, RunOptions
+from probes.run.runner import ProbeRunner, RunOptions
 from tests.servers.asgi import serve_app
 from tests.servers.grpc_health import grpc_health_server
 

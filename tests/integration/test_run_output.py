@@ -15,7 +15,7 @@ import pytest
 
 from probes._exceptions import EXIT_UNAVAILABLE
 from probes.config import parse_config
-from probes.runner import ProbeRunner, RunOptions
+from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from tests.servers.hostile import HostileServer
 from tests.servers.probe_run import discard_config

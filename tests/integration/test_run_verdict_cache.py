@@ -21,7 +21,7 @@ import numpy as np
 
 from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT
-from probes.runner import ProbeRunner
+from probes.run.runner import ProbeRunner
 from probes.store import Store
 from probes.verdict_service import JudgingSettings, verdict_from_source
 from tests.servers.ports import free_port
@@ -144,7 +144,7 @@ async def test_the_running_probes_verdict_is_the_stores_as_windows_arrive(
     config_file.write_text(config(endpoints))
     compared, _, pooled = await served_and_cli(
         db, endpoints, config(endpoints), config_file, seed=15, tries=TRIES,
-        inspect=lambda runner: runner.verdicts.pooled_rows())
+        inspect=lambda runner: runner.verdicts.worker.pooled_rows())
     assert len(compared) == 2, f"a window arrived during every one of {TRIES} comparisons"
     assert compared[0]["canary"] == NEW and compared[0]["baseline"] == OLD
     assert compared[0]["window"] != compared[1]["window"]  # new windows in between

@@ -21,7 +21,7 @@ from probes.discovery.changes import RESTART
 from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
-from probes.runner import ProbeRunner, Recorder, RunOptions
+from probes.run.runner import ProbeRunner, Recorder, RunOptions
 from probes.store import Event, Store
 from probes.store.prometheus import PrometheusSettings
 from probes.verdict_service import compute_verdict, late_spans, overload_spans, stored_overload
@@ -71,14 +71,15 @@ async def test_a_verdict_that_cannot_be_computed_leaves_the_gauges_inconclusive(
         return runner.registry.get_sample_value(
             "skewprobe_verdict", {"path": path, "verdict": verdict})
 
-    await runner._publish_verdict()
+    await runner.gauges.publish()
     assert runner.last_verdict is not None and runner.last_verdict["verdict"] == "fail"
     paths = [p["path"] for p in runner.last_verdict["paths"]] + ["_overall"]
     assert gauge("_overall", "fail") == 1.0
     unreachable = PrometheusSettings(url=f"http://127.0.0.1:{free_port()}", timeout_s=2)
-    runner.config = dataclasses.replace(runner.config, source="prometheus",
-                                        prometheus=unreachable)
-    await runner._publish_verdict()
+    # The verdicts' config (`probes.run._verdict_route`): judged from Prometheus from now on.
+    runner.verdicts.config = dataclasses.replace(runner.config, source="prometheus",
+                                                 prometheus=unreachable)
+    await runner.gauges.publish()
     for path in paths:
         assert gauge(path, "inconclusive") == 1.0, path
         assert gauge(path, "fail") == gauge(path, "pass") == 0.0, path

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from targets.haproxy import find_haproxy
+from targets.haproxy_process import find_haproxy
 
 # The mark of every test that runs real HAProxy processes.
 needs_haproxy = pytest.mark.skipif(

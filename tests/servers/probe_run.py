@@ -17,7 +17,7 @@ from typing import Any
 
 from probes._types import PathWindow
 from probes.config import parse_config
-from probes.runner import ProbeRunner, RunOptions
+from probes.run.runner import ProbeRunner, RunOptions
 from targets.fleet import Fleet
 from targets.profile import load_profiles
 

@@ -12,9 +12,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from targets.haproxy import find_haproxy
 from targets.haproxy_config import parse_haproxy_versions
 from targets.haproxy_outbound import HaproxyOutbound
+from targets.haproxy_process import find_haproxy
 from targets.profile import VersionProfile, parse_profiles
 from targets.relay import RoundRobinView
 from targets.relay_config import parse_relay

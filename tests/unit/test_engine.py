@@ -22,7 +22,7 @@ import pytest
 
 from probes._spec import PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome
-from probes.engine import Engine, EngineLimits, Prober, ResultSink
+from probes.run.engine import Engine, EngineLimits, Prober, ResultSink
 from tests.unit.virtual_time import virtual_loop
 
 

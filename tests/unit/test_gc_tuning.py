@@ -1,4 +1,4 @@
-"""When the probe freezes the collector's survivors (`probes._gc_tuning`): not while the
+"""When the probe freezes the collector's survivors (`probes.run._gc_tuning`): not while the
 start-up backlog is in flight, and never later than the settle limit."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import gc
 
 import pytest
 
-from probes._gc_tuning import (
+from probes._spec import HttpSpec, PathSpec
+from probes.run._gc_tuning import (
     _SETTLE_POLL_S,
     GC_SETTLE_LIMIT_S,
     GC_WARMUP_EXTRA_S,
     CollectorTuning,
     settled_in_flight,
 )
-from probes._spec import HttpSpec, PathSpec
 from tests.unit.virtual_time import virtual_loop
 
 PATHS = [PathSpec("p", 100.0, 0.01, http=HttpSpec(path="/"))]

@@ -1,4 +1,4 @@
-"""The running probe's Kubernetes inventory (`probes._inventory_task`): its series, the
+"""The running probe's Kubernetes inventory (`probes.run._inventory_task`): its series, the
 control plane written when it changes, snapshots at most every `every_s` unless forced."""
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from probes._exceptions import SourceUnavailable
-from probes._inventory_task import InventoryKeeper
 from probes._spec import Config, KubernetesSpec
 from probes.discovery.kubernetes import ClusterState
 from probes.discovery.meshes import ControlPlane, IstioExtractor
 from probes.discovery.pods import pod_record
-from probes.inventory import SkewMetrics
-from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.inventory import CONTROL_PLANE_EVENT, SkewMetrics
 from probes.metrics import ProbeMetrics
+from probes.run._inventory_task import InventoryKeeper
 from probes.store import Store
 from tests.servers import kube_pods as kp
 
@@ -94,8 +93,8 @@ def test_static_and_file_endpoints_are_snapshotted_as_pods(tmp_path: Path) -> No
     """Without Kubernetes, the endpoints probed stand for the pods: grouped by namespace,
     workload (service label, else the endpoint) and the cohort label, written when the
     counts change."""
-    from probes._inventory_task import EndpointInventory, endpoint_rows
     from probes._types import Endpoint
+    from probes.run._inventory_task import EndpointInventory, endpoint_rows
 
     def ep(name: str, version: str | None) -> Endpoint:
         labels = {"namespace": "demo", "service": "checkout"}

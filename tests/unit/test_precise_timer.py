@@ -1,4 +1,4 @@
-"""The engine's schedule timer (`probes._precise_timer`): never early, re-armable, closable.
+"""The engine's schedule timer (`probes.run._precise_timer`): never early, re-armable, closable.
 
 Here on the loop's `call_at` (the fallback), on virtual time: a loop whose clock is not
 time.monotonic takes it by itself. The kernel timer (timerfd) counts on the real clock, so
@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from probes._precise_timer import Backend, PreciseTimer, available_backends
 from probes._spec import PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome
-from probes.engine import COARSE_ABOVE_RATE_PER_S, Engine
+from probes.run._precise_timer import Backend, PreciseTimer, available_backends
+from probes.run.engine import COARSE_ABOVE_RATE_PER_S, Engine
 from tests.unit.virtual_time import virtual_loop
 
 BACKENDS = available_backends()

@@ -133,7 +133,7 @@ def private_reaches(root: Path, package: str) -> list[str]:
                 if name.startswith("_") and not _inside(module.name, source):
                     problems.append(f"{where}: private module {target}")
                 continue
-            if name.startswith("_"):
+            if name.startswith("_") and not name.endswith("__"):  # a dunder is not private
                 if source.rpartition(".")[0] != module.package and source != module.package:
                     problems.append(f"{where}: private name from another package")
                 continue
@@ -174,11 +174,12 @@ def test_package_exports_come_from_inside_the_package() -> None:
 def broken(tmp_path: Path) -> Iterator[Path]:
     pkg = tmp_path / "brokenpkg"
     (pkg / "sub").mkdir(parents=True)
-    (pkg / "__init__.py").write_text('__all__ = ["gone"]\n')
+    (pkg / "__init__.py").write_text('__version__ = "1"\n__all__ = ["__version__", "gone"]\n')
     (pkg / "nothing_declared.py").write_text("def f() -> None: ...\n")
     (pkg / "_private.py").write_text("def _helper() -> None: ...\nVALUE = 1\n")
     (pkg / "sub" / "__init__.py").write_text("__all__: list[str] = []\n")
     (pkg / "sub" / "user.py").write_text(
+        "from brokenpkg import __version__\n"
         "from brokenpkg._private import VALUE\n"
         "from brokenpkg.other import _hidden, undeclared\n"
         '__all__ = ["VALUE"]\n'

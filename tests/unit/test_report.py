@@ -21,8 +21,8 @@ from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.report._collect import collect
 from probes.report._grid import MAX_LOOKS, MAX_POINTS, choose_grid
 from probes.report._settings import Settings
-from probes.report.cli import ReportFiles, write_report
 from probes.report.model import _late_sends
+from probes.report.write import ReportFiles, write_report
 from probes.stats.pods import pod_grids
 from probes.stats.series import overlapping
 from probes.store import Event, Store

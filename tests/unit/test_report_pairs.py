@@ -16,7 +16,7 @@ import pytest
 
 from probes._types import pair_cohort
 from probes.pairs import pair_matrix
-from probes.report.cli import ReportFiles, write_report
+from probes.report.write import ReportFiles, write_report
 from probes.store import Store
 from probes.verdict_service import JudgingSettings
 from tests.servers.report_store import (

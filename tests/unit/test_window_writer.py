@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry
 
 from probes._exceptions import EXIT_UNAVAILABLE, StoreError
 from probes._types import CallOutcome, CallResult, Outcome
-from probes._window_writer import PENDING_WINDOWS, WindowWriter
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
+from probes.run._window_writer import PENDING_WINDOWS, WindowWriter
 from probes.store import Store
 
 

@@ -39,9 +39,9 @@ from probes._exceptions import (
     SourceUnavailable,
 )
 from probes._spec import Config, KubernetesSpec, PathSpec, PlanSpec, SkewPolicy
-from probes._stdout import emit
+from probes.cli._stdout import emit
 from probes.discovery.meshes import ControlPlane
-from probes.inventory import control_plane_for
+from probes.inventory import CONTROL_PLANE_EVENT, control_plane_for, planes_from_detail
 from probes.plan import (
     SKEW_SOURCES,
     NamespaceInfo,
@@ -91,7 +91,7 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_plan(args: argparse.Namespace) -> int:
     """Print the plan; with --check, the gate's answer decides the exit code."""
     from probes._timeparse import parse_days
-    from probes.plan_format import format_markdown, format_text
+    from probes.cli._plan_format import format_markdown, format_text
 
     if not args.config and not args.store:
         raise BadInput("plan needs --config FILE (live) or --store PATH (recorded)")
@@ -275,7 +275,6 @@ def _recorded(path: str, until: float, config: Config | None, *, live: bool) -> 
     """The store's facts up to `until` (recorded: up to the last snapshot by then, so every
     fact is of the same moment): snapshots, control plane, calls per pod and path, lifetime
     checks and a day of request durations."""
-    from probes.inventory_cli import CONTROL_PLANE_EVENT, planes_from_detail
     from probes.store import Store
     from probes.streams.recorder import LIFETIME_EVENT
 
@@ -333,7 +332,7 @@ def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
     at = parse_time(args.at, now=now) if args.at else now
     rec = _recorded(args.store, at, config, live=False)
     if not rec.snapshots:
-        from probes.inventory_cli import no_snapshot
+        from probes.cli.inventory import no_snapshot
 
         raise no_snapshot(args.store, args.at)
     latest = rec.snapshots[-1]

@@ -23,7 +23,7 @@ from probes._exceptions import (
     BadInput,
     SkewprobeError,
 )
-from probes._stdout import emit, quiet_stdout
+from probes.cli._stdout import emit, quiet_stdout
 
 if TYPE_CHECKING:
     from probes.pairs import PairedVerdict
@@ -113,9 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "seconds (default: now)")
     verdict.add_argument("--json", action="store_true", help="print the verdict JSON")
 
-    from probes.inventory_cli import add_inventory_parser
-    from probes.plan_cli import add_plan_parser
-    from probes.report.cli import add_report_parser
+    from probes.cli.inventory import add_inventory_parser
+    from probes.cli.plan import add_plan_parser
+    from probes.cli.report import add_report_parser
 
     add_inventory_parser(sub)
     add_plan_parser(sub)
@@ -167,19 +167,19 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "verdict":
         return _verdict(args)
     if args.command == "report":
-        from probes.report.cli import run_report
+        from probes.cli.report import run_report
 
         return run_report(args)
     if args.command == "inventory":
-        from probes.inventory_cli import run_inventory
+        from probes.cli.inventory import run_inventory
 
         return run_inventory(args)
     if args.command == "plan":
-        from probes.plan_cli import run_plan
+        from probes.cli.plan import run_plan
 
         return run_plan(args)
     if args.command == "demo":
-        from probes.demo import run_demo
+        from probes.cli.demo import run_demo
 
         return run_demo(
             pods=args.pods, rollout_s=args.rollout, store=args.store, out=args.out,
@@ -213,11 +213,11 @@ def _run(args: argparse.Namespace) -> int:
     from probes.api_access import resolve_access
     from probes.config import load_config
     from probes.discovery.shard import parse_shard
-    from probes.runner import ProbeRunner, RunOptions
+    from probes.run import ProbeRunner, RunOptions
 
     config = load_config(args.config)
     # What the paths will cost (once at start), a progress line a minute and the summary
-    # at the end (`probes._progress`) are `run`'s output, unless --quiet.
+    # at the end (`probes.run._progress`) are `run`'s output, unless --quiet.
     if not args.quiet:
         for name in ("skewprobe.cost", "skewprobe.progress"):
             logger = logging.getLogger(name)
@@ -293,6 +293,3 @@ def _emit_verdict(args: argparse.Namespace, judged: PairedVerdict, resolved: Res
         emit(judged.format(format_table))
     return _VERDICT_EXIT[judged.verdict]
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,8 @@
 """`python -m targets.fleet`: the local fleet's command line (`targets.fleet.Fleet`), run until
-SIGTERM/SIGINT, optionally rolling its pods from one proxy version to another."""
+SIGTERM/SIGINT, optionally rolling its pods from one proxy version to another.
+
+The fleet is a package so that this command is its `__main__`: it imports the fleet, and
+nothing imports it back."""
 
 from __future__ import annotations
 
@@ -169,3 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> None:
     """`python -m targets.fleet`."""
     exit_with(main)
+
+
+if __name__ == "__main__":
+    run()

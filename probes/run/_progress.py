@@ -34,7 +34,7 @@ NO_ANSWER: Final = frozenset({
 
 
 class Tally(Protocol):
-    """The recorder's running totals (`probes.runner.Recorder`)."""
+    """The recorder's running totals (`probes.run.runner.Recorder`)."""
 
     calls_by_cohort: dict[str, int]
     errors_by_cohort: dict[str, int]
@@ -43,7 +43,7 @@ class Tally(Protocol):
 
 
 class RunState(Protocol):
-    """What the reporter reads from the runner (`probes.runner.ProbeRunner`)."""
+    """What the reporter reads from the runner (`probes.run.runner.ProbeRunner`)."""
 
     @property
     def recorder(self) -> Tally: ...

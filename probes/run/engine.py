@@ -8,7 +8,7 @@ is measured from the intended time, so a stalled probe or callee cannot hide its
 its own so the probe's own starvation is told apart from the callee's slowness.
 
 The schedules share one timer: a heap of (next send, schedule) and one timer armed for the
-earliest. On Linux it is a timerfd (`probes._precise_timer`), as `call_at` wakes up to 1 ms
+earliest. On Linux it is a timerfd (`probes.run._precise_timer`), as `call_at` wakes up to 1 ms
 late (asyncio rounds its waits up to whole ms) and that lateness would be in every latency;
 sends close together (or many per second) still share `call_at`'s coarser wakes, which cost
 less CPU, and elsewhere it is `call_at` throughout. A task per schedule sleeping between
@@ -41,9 +41,9 @@ from typing import Protocol, runtime_checkable
 
 from asyncio_throttle import Throttler
 
-from probes._precise_timer import Backend, PreciseTimer
 from probes._spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
 from probes._types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
+from probes.run._precise_timer import Backend, PreciseTimer
 
 __all__ = [
     "EndpointObserver",
@@ -175,7 +175,7 @@ class Engine:
         # ones until they come up); one timer armed for the earliest.
         self._heap: list[tuple[float, int, _Schedule]] = []
         self._seq = itertools.count()
-        # None: the most precise this platform offers (`probes._precise_timer`).
+        # None: the most precise this platform offers (`probes.run._precise_timer`).
         self._timer_backend = timer_backend
         self._timer: PreciseTimer | None = None
         self._timer_at = float("inf")

@@ -23,8 +23,12 @@ from probes._spec import Config
 from probes._types import Endpoint
 from probes.discovery import DiscoverySource
 from probes.discovery.meshes import UNKNOWN
-from probes.inventory import SkewMetrics, inventory_rows, report_from_pods
-from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.inventory import (
+    CONTROL_PLANE_EVENT,
+    SkewMetrics,
+    inventory_rows,
+    report_from_pods,
+)
 from probes.metrics import ProbeMetrics
 from probes.store import Event, InventoryRow, Store
 
@@ -68,6 +72,12 @@ class _Inventory:
     @store.setter
     def store(self, store: Store | None) -> None:
         self._snapshots.store = store
+
+    async def report(self) -> Mapping[str, Any]:
+        """The `/inventory` report: SourceUnavailable (HTTP 503) while there is none."""
+        raise SourceUnavailable(
+            "no pod inventory yet (static targets, or the first list is pending)"
+        )
 
 
 def _store_call(metrics: ProbeMetrics, fn: Callable[..., None], *args: Any) -> bool:
@@ -164,11 +174,7 @@ class InventoryKeeper(_Inventory):
         self._snapshots.write(state.at, rows, force=force)
 
     async def report(self) -> Mapping[str, Any]:
-        if self._report is None:
-            raise SourceUnavailable(
-                "no pod inventory yet (static targets, or the first list is pending)"
-            )
-        return self._report
+        return await super().report() if self._report is None else self._report
 
     def _write_control_plane(self, at: float, planes: list[dict[str, Any]]) -> None:
         assert self.store is not None

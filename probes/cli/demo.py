@@ -32,12 +32,12 @@ from probes._spec import Config
 from probes._types import split_pair
 from probes.config import parse_config
 from probes.discovery.changes import RESTART
-from probes.inventory_cli import CONTROL_PLANE_EVENT
+from probes.inventory import CONTROL_PLANE_EVENT
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.pairs import store_verdict
-from probes.report.cli import write_report
 from probes.report.summary import format_figures, summarise
-from probes.runner import ProbeRunner, RunOptions
+from probes.report.write import write_report
+from probes.run import ProbeRunner, RunOptions
 from probes.store import BOOKKEEPING_EVENTS, Event, Store
 from probes.store.lock import WriterLock
 from probes.verdict_service import format_table
@@ -129,7 +129,7 @@ def run_demo(
     if pods > 200:
         raise BadInput("--pods above 200 is a benchmark, not a demo (see benchmarks/)")
     if proxy == "haproxy":
-        from targets.haproxy import find_haproxy
+        from targets.haproxy_process import find_haproxy
 
         if find_haproxy() is None:
             raise BadInput("--proxy haproxy needs haproxy (apt-get install haproxy)")
@@ -187,7 +187,7 @@ async def _demo(
     if fleet.returncode not in (0, -15):
         raise SkewprobeError(f"the fleet failed: {fleet_err.decode().strip()[-300:]}")
     # "Upgrading now would reset N streams older than…": the demo's streams are young.
-    lifetimes = runner.streams.lifetime_report(runner.open_at_stop, threshold_s=30.0)
+    lifetimes = runner.streams.lifetime_report(runner.events.open_at_stop, threshold_s=30.0)
     return _finish(store, config, [r.summary for r in lifetimes], out, _busy(runner))
 
 

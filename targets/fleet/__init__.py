@@ -652,8 +652,3 @@ def write_atomically(path: Path, text: str) -> None:
             os.unlink(tmp)
         raise
 
-
-if __name__ == "__main__":
-    from targets._fleet_cli import run
-
-    run()

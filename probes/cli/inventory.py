@@ -26,19 +26,19 @@ from typing import Any
 
 from probes._exceptions import EXIT_FAIL, EXIT_PASS, BadInput, SourceUnavailable
 from probes._spec import KubernetesSpec, SkewPolicy
-from probes._stdout import emit
+from probes.cli._stdout import emit
 from probes.discovery.meshes import NONE, ControlPlane
-from probes.inventory import report_from_pods, report_from_rows
+from probes.inventory import (
+    CONTROL_PLANE_EVENT,
+    planes_from_detail,
+    report_from_pods,
+    report_from_rows,
+)
 
 __all__ = [
-    "CONTROL_PLANE_EVENT", "STALE_LOOKBACK_S", "add_inventory_parser", "format_report",
-    "no_snapshot", "planes_from_detail", "run_inventory",
+    "STALE_LOOKBACK_S", "add_inventory_parser", "format_report", "no_snapshot",
+    "run_inventory",
 ]
-
-# The store event a running probe writes when the control plane it sees changes
-# (detail: {"versions": [{"version", "revision", "source"}, ...]}).
-CONTROL_PLANE_EVENT = "control_plane"
-
 
 def add_inventory_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `inventory` to the CLI's subparsers (from `ArgumentParser.add_subparsers`)."""
@@ -149,16 +149,6 @@ def _stale_routing(args: argparse.Namespace, at: float) -> dict[str, Any] | None
         return None
     return {"since": rfc3339(since), "until": rfc3339(at),
             "callers": [s.to_json() for s in seen]}
-
-
-def planes_from_detail(detail: Mapping[str, Any]) -> tuple[ControlPlane, ...]:
-    """The control planes a recorded `control_plane` event names."""
-    return tuple(
-        ControlPlane(str(p.get("version", "")), str(p.get("revision", "")),
-                     str(p.get("source", "")))
-        for p in detail.get("versions") or ()
-        if p.get("version")
-    )
 
 
 # -- text --------------------------------------------------------------------------------

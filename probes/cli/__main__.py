@@ -1,0 +1,8 @@
+"""`python -m probes.cli ...`: the `skewprobe` command."""
+
+import sys
+
+from probes.cli._main import main
+
+if __name__ == "__main__":
+    sys.exit(main())

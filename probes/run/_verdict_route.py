@@ -1,0 +1,100 @@
+"""Where `skewprobe run`'s verdicts are judged: the API's and the gauges' in a worker
+process of their own (`probes._verdict_worker`, with its own verdict cache: only new windows
+are read), requests for the same verdict sharing one computation; the final one, for the
+summary, on the store as the run left it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from probes._exceptions import SkewprobeError
+from probes._spec import Config
+from probes._verdict_worker import (
+    SharedVerdicts,
+    VerdictJob,
+    VerdictWorker,
+    judge_job,
+    prometheus_job_settings,
+    verdict_key,
+)
+from probes.api import VerdictQuery
+from probes.measure.overload import OverloadWatch
+from probes.pairs import store_verdict
+from probes.verdict_service import FROM_STORE, JudgingSettings, verdict_time
+
+__all__ = ["VerdictRoute"]
+
+log = logging.getLogger("skewprobe.run")
+
+
+class VerdictRoute:
+    """`start()` once the store is open, `judge()` for each request, `close()` and
+    `aclose()` at shutdown."""
+
+    def __init__(self, config: Config, store_path: str, overload: OverloadWatch,
+                 registry: CollectorRegistry, windows_written: Callable[[], int]) -> None:
+        self.config = config
+        self.store_path = store_path
+        self.overload = overload
+        self.windows_written = windows_written
+        self.worker: VerdictWorker | None = None
+        self.in_process = True  # False: in a thread (BENCHMARKS.md D24 compares)
+        self.shared = SharedVerdicts(registry)
+
+    def start(self) -> None:
+        self.worker = VerdictWorker(self.store_path, in_process=self.in_process)
+        self.worker.start()
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+    async def aclose(self) -> None:
+        await self.shared.aclose()
+
+    async def judge(self, query: VerdictQuery) -> Mapping[str, Any]:
+        """The verdict from the store; while the probe is overloaded (`OverloadWatch`) the
+        reason comes first, and p99 leaves out the windows of its late sends. With
+        `source: prometheus`, from every probe's series in Prometheus (each probe's overload
+        is read there); SourceUnavailable (HTTP 503) when Prometheus does not answer. With
+        `at`, the verdict as it stood then, the probe's overload state then read from the
+        store, as `skewprobe verdict --at` does."""
+        # VerdictQuery's fields but `at` are the verdict functions' query keywords.
+        query_args: dict[str, Any] = dataclasses.asdict(query)
+        at = query_args.pop("at")
+        now = verdict_time(at, now=time.time())
+        overload = self.overload.reason if at is None else FROM_STORE
+        asked_now = at is None and query.since is None
+        prometheus = self.config.prometheus if self.config.source == "prometheus" else None
+        job = VerdictJob(
+            self.store_path, JudgingSettings.from_config(self.config),
+            {**query_args, "now": now}, overload=overload, cached=at is None,
+            prometheus=None if prometheus is None else prometheus_job_settings(prometheus))
+        worker = self.worker
+        if worker is None:  # not running (a test of the verdict alone): no cache to keep
+            return await asyncio.to_thread(judge_job, dataclasses.replace(job, cached=False))
+        # The same query and overload state, no window written since, in the same window:
+        # the same verdict.
+        key = verdict_key(dataclasses.asdict(query), overload, self.windows_written(),
+                          math.floor(now / self.config.window_s))
+        return await self.shared.get(key, lambda: worker.judge(job), keep=asked_now)
+
+    def final(self, last: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The verdict on the store as the run left it (`last`, the last published one,
+        when judged from Prometheus); None, logged, when it cannot be computed."""
+        if self.config.source == "prometheus":
+            return last
+        try:
+            return store_verdict(self.store_path, self.config, now=time.time(),
+                                 overload=self.overload.reason).to_json()
+        except SkewprobeError as exc:
+            log.warning("verdict not computed: %s", exc)
+            return None
