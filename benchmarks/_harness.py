@@ -422,7 +422,7 @@ def haproxy_relay_rule() -> str:
     as a relay pod does when its destination answered 200 (`targets.relay.RelayAnswer`,
     ~330 bytes of JSON): a relay that costs next to nothing per call, so a benchmark of the
     relay prober measures the probe."""
-    from probes._types import Outcome
+    from probes.types import Outcome
     from targets.relay import PodIdentity, RelayAnswer
 
     answer = RelayAnswer(

@@ -45,8 +45,8 @@ from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probes._spec import Tolerances
 from probes.measure.histogram import BUCKET_COUNT, LOWER, MIDPOINT, UPPER, index_of
+from probes.spec import Tolerances
 from probes.stats import bounded, quantile
 
 TOL = Tolerances()

@@ -48,8 +48,8 @@ def _say(**fields: object) -> None:
 
 async def _discovery(kubeconfig: str, duration_s: float) -> None:
     """The measured process: discovery only, printing what the orchestrator times."""
-    from probes._spec import KubernetesSpec
     from probes.discovery.kubernetes import KubernetesSource
+    from probes.spec import KubernetesSpec
 
     _say(baseline_rss_kib=_rss_kib())
     source = KubernetesSource(KubernetesSpec(mesh="istio", port="http", kubeconfig=kubeconfig))

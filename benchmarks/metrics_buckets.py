@@ -23,12 +23,12 @@ import math
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 
-from probes._spec import Tolerances
-from probes._types import CallOutcome, CallResult, Outcome
 from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER, index_of
 from probes.metrics import DURATION_BUCKETS, PROMETHEUS_DURATION_BUCKETS, ProbeMetrics
+from probes.spec import Tolerances
 from probes.stats import metrics as M
 from probes.stats.quantile import Layout
+from probes.types import CallOutcome, CallResult, Outcome
 
 LAYOUTS = {
     "16 per doubling, 1 ms-30 s (source: prometheus)": PROMETHEUS_DURATION_BUCKETS,

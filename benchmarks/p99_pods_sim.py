@@ -58,8 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verdict_sim import ALPHA, SLOTS, TOL, WINDOW_S, Estate, Scenario, cp_upper, simulate
 
-from probes._spec import DEFAULT_ATTEMPTS_MAX
 from probes.measure.histogram import LOWER, SUB_BUCKETS, UPPER, index_of
+from probes.spec import DEFAULT_ATTEMPTS_MAX
 from probes.stats import bounded, quantile
 from probes.stats.pod_exceed import exceedance_cuts, exceedance_track, pass_track
 from probes.stats.pod_quantile import pod_quantile_track

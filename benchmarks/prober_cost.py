@@ -56,10 +56,10 @@ import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2
 
-from probes._spec import GrpcSpec, HttpSpec, PathSpec, RelaySpec
-from probes._types import Endpoint, Outcome
 from probes.clients import Prober, RelayProber
 from probes.clients._channel import channel_options
+from probes.spec import GrpcSpec, HttpSpec, PathSpec, RelaySpec
+from probes.types import Endpoint, Outcome
 from tests.reference import GRPC_CLIENTS, HTTP2_CLIENTS
 
 OPTIONS = ("h1", "h2-lean", "h2-httpcore", "grpc", "grpc-lean", "grpc-bare", "grpc-nocomp",

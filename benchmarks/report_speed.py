@@ -37,9 +37,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from probes._timeparse import rfc3339  # noqa: E402
-from probes._types import EndpointWindow, PathWindow  # noqa: E402
 from probes.measure.histogram import BUCKET_COUNT, index_of  # noqa: E402
 from probes.store import Event, InventoryRow, Store  # noqa: E402
+from probes.types import EndpointWindow, PathWindow  # noqa: E402
 
 T0 = 1_795_910_400.0  # 2026-11-28T00:00:00Z
 OLD, NEW = "1.20.3", "1.21.0"

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _harness as h
 import _heaptrack
 
-from probes._spec import GrpcSpec
 from probes.clients._channel import channel_options
+from probes.spec import GrpcSpec
 
 # The probe's own channel options, then variants that might shrink a channel's buffers.
 _BASE = channel_options(GrpcSpec())

@@ -69,7 +69,7 @@ from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probes._spec import Tolerances
+from probes.spec import Tolerances
 from probes.stats.pods import pod_track
 
 TOL = Tolerances()

@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.measure.window import WindowAggregator
 from probes.store import Store
+from probes.types import CallOutcome, CallResult, Endpoint, Outcome
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from probes._exceptions import BadInput
+from probes.errors import BadInput
 
 _DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from probes._exceptions import SourceUnavailable
+from probes.errors import SourceUnavailable
 
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSettings

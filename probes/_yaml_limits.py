@@ -25,7 +25,7 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
-from probes._exceptions import ConfigError
+from probes.errors import ConfigError
 
 try:
     from yaml._yaml import CParser as _Events

@@ -37,7 +37,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from probes._exceptions import BadInput, SkewprobeError
+from probes.errors import BadInput, SkewprobeError
 
 __all__ = [
     "ROUTES",

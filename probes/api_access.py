@@ -20,8 +20,8 @@ from pathlib import Path
 
 from hypercorn.config import Config as HypercornConfig
 
-from probes._exceptions import BadInput
-from probes._spec import ApiSpec, ApiTlsSpec
+from probes.errors import BadInput
+from probes.spec import ApiSpec, ApiTlsSpec
 
 __all__ = ["TOKEN_ENV", "ApiAccess", "apply_tls", "read_token", "resolve_access"]
 

@@ -20,9 +20,11 @@ from typing import Any
 import jsonschema
 import yaml
 
-from probes._exceptions import ConfigError
 from probes._schema import SCHEMA
-from probes._spec import (
+from probes._timeparse import parse_days, parse_duration
+from probes._yaml_limits import BoundedSafeLoader, YamlLimitError, read_bounded
+from probes.errors import ConfigError
+from probes.spec import (
     DEFAULT_ALPHA,
     DEFAULT_COHORT_BALANCE_MAX,
     DEFAULT_MIN_SAMPLES,
@@ -46,9 +48,7 @@ from probes._spec import (
     Tolerances,
     VersionSource,
 )
-from probes._timeparse import parse_days, parse_duration
-from probes._types import Endpoint
-from probes._yaml_limits import BoundedSafeLoader, YamlLimitError, read_bounded
+from probes.types import Endpoint
 
 __all__ = ["load_config", "parse_config", "parse_duration", "parse_rate"]
 

@@ -33,10 +33,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from probes._spec import SkewPolicy
 from probes._timeparse import rfc3339
 from probes.discovery.meshes import NONE, UNKNOWN, ControlPlane
 from probes.discovery.pods import PodRecord
+from probes.spec import SkewPolicy
 from probes.store.records import InventoryRow
 
 __all__ = [

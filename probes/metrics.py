@@ -41,7 +41,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from probes import __version__
-from probes._types import CallResult
+from probes.types import CallResult
 
 __all__ = ["DURATION_BUCKETS", "OVERALL", "PROMETHEUS_DURATION_BUCKETS", "VERDICTS",
            "InventoryLike", "ProbeMetrics", "duration_buckets"]

@@ -1,7 +1,7 @@
 """Pair cohorts: the caller × callee version matrix of a relay path, judged cell by cell.
 
 A relay path's results are keyed by the pair (caller's proxy version, callee's proxy version),
-`probes._types.pair_cohort`. The baseline is the old-old pair (the oldest caller version with
+`probes.types.pair_cohort`. The baseline is the old-old pair (the oldest caller version with
 the oldest callee version present); every other pair is the canary of one ordinary verdict
 against it (`verdict_service.compute_verdict`, the same statistics, gates and tolerances as
 any path), so "correct in isolation, inconsistent between callers" shows as the one cell that
@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from probes._spec import Config
 from probes._timeparse import parse_time
-from probes._types import Outcome, pair_cohort, split_pair
+from probes.spec import Config
 from probes.stats.bounded import mean_cs
 from probes.stats.cohorts import version_key
 from probes.store import Store
 from probes.store.table import WindowColumns
+from probes.types import Outcome, pair_cohort, split_pair
 from probes.verdict_cache import VerdictCache
 from probes.verdict_service import (
     FROM_STORE,

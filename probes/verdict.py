@@ -56,17 +56,16 @@ from typing import Any
 
 import numpy as np
 
-from probes._exceptions import BadInput
-from probes._spec import (
+from probes._timeparse import rfc3339
+from probes.errors import BadInput
+from probes.measure.histogram import LOWER, UPPER
+from probes.spec import (
     DEFAULT_ALPHA,
     DEFAULT_ATTEMPTS_MAX,
     DEFAULT_MIN_SAMPLES,
     DEFAULT_WINDOW_S,
     Tolerances,
 )
-from probes._timeparse import rfc3339
-from probes._types import PathWindow, split_pair
-from probes.measure.histogram import LOWER, UPPER
 from probes.stats import metrics as M
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.metrics import CohortEvidence, MetricVerdict
@@ -81,6 +80,7 @@ from probes.stats.pod_metrics import (
 from probes.stats.pods import PodGrid, TrackMemo
 from probes.stats.quantile import Layout
 from probes.stats.series import PathSeries, columns, path_series, without_latency
+from probes.types import PathWindow, split_pair
 
 __all__ = [
     "FAIL",

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from probes._exceptions import BadInput
-from probes._spec import (
+from probes._timeparse import parse_time, rfc3339
+from probes.errors import BadInput
+from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
+from probes.spec import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_SAMPLES,
     DEFAULT_WARMUP_S,
@@ -26,8 +28,6 @@ from probes._spec import (
     Config,
     Tolerances,
 )
-from probes._timeparse import parse_time, rfc3339
-from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.pods import PodGrid, read_pod_grids
 from probes.store import Store

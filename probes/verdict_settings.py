@@ -18,9 +18,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from probes._exceptions import StoreCorrupt
-from probes._spec import CohortSpec, Tolerances
 from probes._timeparse import rfc3339
+from probes.errors import StoreCorrupt
+from probes.spec import CohortSpec, Tolerances
 from probes.store import SETTINGS_EVENT, Event, Store
 from probes.verdict_service import JudgingSettings, load_judging_config
 

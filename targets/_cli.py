@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
-from probes._exceptions import SkewprobeError
+from probes.errors import SkewprobeError
 
 __all__ = ["exit_with", "run_command"]
 

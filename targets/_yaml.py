@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from probes._exceptions import ConfigError
 from probes._timeparse import parse_duration
 from probes._yaml_limits import BoundedSafeLoader, YamlLimitError, read_bounded
+from probes.errors import ConfigError
 
 __all__ = ["LineMap", "LineParser", "load_yaml", "read_yaml_file"]
 

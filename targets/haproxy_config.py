@@ -31,7 +31,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from probes._exceptions import ConfigError
+from probes.errors import ConfigError
 from targets._yaml import LineMap, LineParser, load_yaml, read_yaml_file
 from targets.profile import Faults, Latency, VersionProfile
 from targets.sidecar import (

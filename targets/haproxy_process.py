@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from probes._exceptions import BadInput, SkewprobeError
+from probes.errors import BadInput, SkewprobeError
 from targets.server import LISTEN_BACKLOG, hostport
 
 __all__ = [

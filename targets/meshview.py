@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from probes._spec import SkewPolicy
 from probes.discovery.meshes import ControlPlane
 from probes.inventory import judge_skew
+from probes.spec import SkewPolicy
 from targets.relay import RoundRobinView
 
 __all__ = ["EmulatedMesh"]

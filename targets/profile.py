@@ -33,7 +33,7 @@ from typing import Any
 
 import grpc
 
-from probes._exceptions import ConfigError
+from probes.errors import ConfigError
 from targets._yaml import LineMap, LineParser, load_yaml, read_yaml_file
 
 _HEADER_NAME = re.compile(r"^[a-z0-9!#$%&'*+.^_`|~-]+$")

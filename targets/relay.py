@@ -40,8 +40,8 @@ from urllib.parse import urlsplit, urlunsplit
 import grpc
 import httpx
 
-from probes._types import Outcome
 from probes.clients import classify_exception, classify_grpc_code, classify_status
+from probes.types import Outcome
 from targets.profile import OutboundPolicy, RetryPolicy
 from targets.proto import target_pb2
 from targets.relay_config import RelayConfig, RelayDestination

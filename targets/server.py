@@ -30,8 +30,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from probes._exceptions import BadInput
 from probes._timeparse import parse_duration
+from probes.errors import BadInput
 from targets._cli import exit_with, run_command
 from targets._grpc import SERVICE, TargetService
 from targets._http import HttpApp

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from probes._exceptions import (
+from probes.cli._stdout import emit, quiet_stdout
+from probes.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAIL,
     EXIT_INCONCLUSIVE,
@@ -23,7 +24,6 @@ from probes._exceptions import (
     BadInput,
     SkewprobeError,
 )
-from probes.cli._stdout import emit, quiet_stdout
 
 if TYPE_CHECKING:
     from probes.pairs import PairedVerdict

@@ -27,19 +27,19 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from probes._exceptions import BadInput, MachineBusy, SkewprobeError
-from probes._spec import Config
-from probes._types import split_pair
 from probes.config import parse_config
 from probes.discovery.changes import RESTART
+from probes.errors import BadInput, MachineBusy, SkewprobeError
 from probes.inventory import CONTROL_PLANE_EVENT
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.pairs import store_verdict
 from probes.report.summary import format_figures, summarise
 from probes.report.write import write_report
 from probes.run import ProbeRunner, RunOptions
+from probes.spec import Config
 from probes.store import BOOKKEEPING_EVENTS, Event, Store
 from probes.store.lock import WriterLock
+from probes.types import split_pair
 from probes.verdict_service import format_table
 
 __all__ = [

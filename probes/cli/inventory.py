@@ -24,16 +24,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from probes._exceptions import EXIT_FAIL, EXIT_PASS, BadInput, SourceUnavailable
-from probes._spec import KubernetesSpec, SkewPolicy
 from probes.cli._stdout import emit
 from probes.discovery.meshes import NONE, ControlPlane
+from probes.errors import EXIT_FAIL, EXIT_PASS, BadInput, SourceUnavailable
 from probes.inventory import (
     CONTROL_PLANE_EVENT,
     planes_from_detail,
     report_from_pods,
     report_from_rows,
 )
+from probes.spec import KubernetesSpec, SkewPolicy
 
 __all__ = [
     "STALE_LOOKBACK_S", "add_inventory_parser", "format_report", "no_snapshot",

@@ -30,7 +30,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from probes._exceptions import (
+from probes.cli._stdout import emit
+from probes.discovery.meshes import ControlPlane
+from probes.errors import (
     EXIT_FAIL,
     EXIT_INCONCLUSIVE,
     EXIT_PASS,
@@ -38,9 +40,6 @@ from probes._exceptions import (
     DataMissing,
     SourceUnavailable,
 )
-from probes._spec import Config, KubernetesSpec, PathSpec, PlanSpec, SkewPolicy
-from probes.cli._stdout import emit
-from probes.discovery.meshes import ControlPlane
 from probes.inventory import CONTROL_PLANE_EVENT, control_plane_for, planes_from_detail
 from probes.plan import (
     SKEW_SOURCES,
@@ -53,6 +52,7 @@ from probes.plan import (
     build_plan,
     workload_history,
 )
+from probes.spec import Config, KubernetesSpec, PathSpec, PlanSpec, SkewPolicy
 from probes.store.records import InventorySnapshot
 
 __all__ = ["add_plan_parser", "check_step", "path_role", "run_plan"]

@@ -20,9 +20,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from probes._exceptions import EXIT_PASS, BadInput
 from probes._timeparse import parse_time
 from probes.cli._stdout import emit
+from probes.errors import EXIT_PASS, BadInput
 from probes.report.write import write_report
 
 __all__ = ["add_report_parser", "main", "parse_range", "run_report"]
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m probes.cli.report ...`: the subcommand on its own, same errors and codes."""
     import sys
 
-    from probes._exceptions import SkewprobeError
+    from probes.errors import SkewprobeError
 
     parser = argparse.ArgumentParser(prog="skewprobe")
     add_report_parser(parser.add_subparsers(dest="command", required=True))

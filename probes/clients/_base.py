@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from probes._types import CallOutcome, Endpoint
+from probes.types import CallOutcome, Endpoint
 
 USER_AGENT = "skewprobe/0.1"
 

@@ -24,8 +24,8 @@ Channel options, and why:
 
 from __future__ import annotations
 
-from probes._spec import GrpcSpec
 from probes.clients._base import USER_AGENT
+from probes.spec import GrpcSpec
 
 # gRPC's default receive limit, made explicit; the unary prober keeps the same one.
 MAX_RECEIVE_BYTES = 4 << 20

@@ -26,8 +26,8 @@ import httpcore
 import httptools
 import httpx
 
-from probes._types import Outcome
 from probes.clients import _h1, _h2base
+from probes.types import Outcome
 
 # HTTP/2 error codes (RFC 9113 §7) that say the peer found the exchange malformed; any other
 # code on a GOAWAY or RST_STREAM means the connection or stream was torn down: a reset.

@@ -22,15 +22,15 @@ from typing import TypeAlias
 
 from grpc_health.v1 import health_pb2
 
-from probes._exceptions import BadInput
-from probes._spec import GrpcSpec, PathSpec
-from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import _grpc_lean, _h2base, _h2lean
 from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
 from probes.clients._channel import MAX_RECEIVE_BYTES
 from probes.clients._classify import classify_exception, classify_grpc_code, parse_count
 from probes.clients._pool import EndpointPool
 from probes.clients._tls import grpc_credentials, ssl_context
+from probes.errors import BadInput
+from probes.spec import GrpcSpec, PathSpec
+from probes.types import CallOutcome, Endpoint, Outcome
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 _SERVING = health_pb2.HealthCheckResponse(

@@ -32,9 +32,9 @@ import ssl
 import urllib.parse
 from dataclasses import dataclass
 
-from probes._types import Outcome
 from probes.clients import _h2base
 from probes.clients._classify import classify_exception, exception_chain
+from probes.types import Outcome
 
 # gRPC status codes by name, as grpc.StatusCode numbers them.
 CODES = {

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from probes._types import Endpoint
+from probes.types import Endpoint
 
 C = TypeVar("C")
 

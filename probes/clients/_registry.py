@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from probes._exceptions import BadInput
-from probes._spec import PathSpec
 from probes.clients._base import Prober
 from probes.clients._grpc import GrpcProber
 from probes.clients._http import HttpProber
 from probes.clients._relay import RelayProber
+from probes.errors import BadInput
+from probes.spec import PathSpec
 
 ProberFactory = Callable[[PathSpec], Prober]
 

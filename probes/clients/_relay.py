@@ -34,12 +34,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from probes._exceptions import BadInput
-from probes._spec import HttpSpec, PathSpec
-from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients._base import host_port
 from probes.clients._classify import classify_exception, classify_grpc_code, classify_status
 from probes.clients._http import HttpProber
+from probes.errors import BadInput
+from probes.spec import HttpSpec, PathSpec
+from probes.types import CallOutcome, Endpoint, Outcome
 
 RELAY_ROUTE = "/relay/"
 # A relay answer is a small JSON document; anything larger is not one.

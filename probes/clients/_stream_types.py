@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from probes._types import Endpoint, Outcome
+from probes.types import Endpoint, Outcome
 
 __all__ = [
     "EndReason",

@@ -44,9 +44,6 @@ import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2
 
-from probes._exceptions import BadInput
-from probes._spec import GrpcSpec, PathSpec, StreamSpec
-from probes._types import Endpoint
 from probes.clients._base import host_port
 from probes.clients._channel import channel_options
 from probes.clients._grpc import _serving_status
@@ -59,7 +56,10 @@ from probes.clients._stream_types import (
     classify_stream_end,
 )
 from probes.clients._tls import grpc_credentials
+from probes.errors import BadInput
 from probes.measure.histogram import MIDPOINT, index_of
+from probes.spec import GrpcSpec, PathSpec, StreamSpec
+from probes.types import Endpoint
 
 __all__ = ["HEALTH_WATCH", "StreamPolicy", "StreamProber"]
 

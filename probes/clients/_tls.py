@@ -13,8 +13,8 @@ from pathlib import Path
 import certifi
 import grpc
 
-from probes._exceptions import BadInput
-from probes._spec import TlsSpec
+from probes.errors import BadInput
+from probes.spec import TlsSpec
 
 
 def ssl_context(tls: TlsSpec | None, *, where: str) -> ssl.SSLContext:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from probes._types import Endpoint
 from probes.discovery.file import FileSource, parse_endpoints
 from probes.discovery.static import StaticSource
+from probes.types import Endpoint
 
 __all__ = ["DiscoverySource", "FileSource", "StaticSource", "parse_endpoints"]
 

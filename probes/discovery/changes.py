@@ -18,8 +18,8 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from probes._types import Endpoint
 from probes.store import APPEARED_EVENT, PRESENT_EVENT, RESTART_EVENT, Event
+from probes.types import Endpoint
 
 __all__ = [
     "RESTART",

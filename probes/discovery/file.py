@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from probes._exceptions import BadInput
-from probes._types import Endpoint
 from probes._yaml_limits import BoundedSafeLoader
+from probes.errors import BadInput
+from probes.types import Endpoint
 
 __all__ = [
     "FileSource",

@@ -43,9 +43,6 @@ from kubernetes_asyncio.client import ApiClient, AppsV1Api, Configuration, CoreV
 from kubernetes_asyncio.config import load_incluster_config, load_kube_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from probes._exceptions import BadInput, SourceUnavailable
-from probes._spec import KubernetesSpec
-from probes._types import Endpoint
 from probes.discovery._reflector import (
     TRANSIENT,
     Reflector,
@@ -55,6 +52,9 @@ from probes.discovery._reflector import (
 )
 from probes.discovery.meshes import UNKNOWN, ControlPlane, NodeProxy, extractor_for
 from probes.discovery.pods import PodRecord, endpoint_for, pod_record
+from probes.errors import BadInput, SourceUnavailable
+from probes.spec import KubernetesSpec
+from probes.types import Endpoint
 
 __all__ = [
     "SERVICE_ACCOUNT_DIR", "ClusterState", "KubernetesSource", "NamespaceMeta", "WatchTiming",

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from probes._spec import KubernetesSpec, VersionSource
+from probes.spec import KubernetesSpec, VersionSource
 
 __all__ = [
     "EXTRACTORS",

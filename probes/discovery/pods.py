@@ -26,8 +26,8 @@ from sys import intern
 from types import MappingProxyType
 from typing import Any, Final
 
-from probes._types import Endpoint
 from probes.discovery.meshes import Extractor, ProxyInfo
+from probes.types import Endpoint
 
 __all__ = [
     "PROXY_CONTAINERS",

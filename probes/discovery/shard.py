@@ -28,8 +28,8 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from probes._exceptions import BadInput
-from probes._types import Endpoint
+from probes.errors import BadInput
+from probes.types import Endpoint
 
 __all__ = ["ShardSource", "parse_shard", "shard_of"]
 

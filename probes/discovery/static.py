@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
-from probes._types import Endpoint
+from probes.types import Endpoint
 
 __all__ = [
     "StaticSource",

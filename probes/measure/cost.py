@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from probes._spec import PathSpec
+from probes.spec import PathSpec
 
 __all__ = [
     "CPU_S_PER_CALL",

@@ -31,7 +31,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from probes._types import CallResult, EndpointWindow, Outcome, PathWindow
 from probes.measure.histogram import (
     MAX_VALUE,
     MIN_EXPONENT,
@@ -40,6 +39,7 @@ from probes.measure.histogram import (
     index_of,
     tuple_from_sparse,
 )
+from probes.types import CallResult, EndpointWindow, Outcome, PathWindow
 
 __all__ = ["Taken", "WindowAggregator"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
-from probes._spec import PlanSpec, SkewPolicy
+from probes.spec import PlanSpec, SkewPolicy
 
 __all__ = [
     "DAY",

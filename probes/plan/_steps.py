@@ -6,10 +6,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from probes._spec import SkewPolicy
 from probes.discovery.meshes import NONE
 from probes.inventory import Version, parse_version
 from probes.plan._model import PlanPods
+from probes.spec import SkewPolicy
 
 __all__ = ["plan_steps", "version_counts"]
 

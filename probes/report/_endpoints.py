@@ -17,9 +17,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from probes._types import EndpointWindow
 from probes.report._grid import TimeGrid
 from probes.store import Store
+from probes.types import EndpointWindow
 
 __all__ = ["EndpointTotal", "PathErrors", "WorstEndpoint", "probed_per_bucket", "worst"]
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probes._types import pair_cohort, split_pair
 from probes.pairs import CallerStale, PairMatrix, pair_matrix
 from probes.report._collect import Collected
 from probes.report._settings import Settings
 from probes.report.summary import CohortFigures
+from probes.types import pair_cohort, split_pair
 from probes.verdict_service import JudgingSettings
 
 __all__ = ["PairView", "PairsSection", "pair_sections", "relay_paths_in"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from probes._spec import (
+from probes.spec import (
     DEFAULT_ALPHA,
     DEFAULT_ATTEMPTS_MAX,
     DEFAULT_MIN_SAMPLES,

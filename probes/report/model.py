@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from probes._exceptions import BadInput
 from probes._timeparse import rfc3339
+from probes.errors import BadInput
 from probes.measure.histogram import Histogram
 from probes.plan import progress
 from probes.report._collect import Collected, collect

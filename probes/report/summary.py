@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from probes._types import Outcome, PathWindow
 from probes.measure.histogram import Histogram, counts_from_tuple
+from probes.types import Outcome, PathWindow
 
 __all__ = [
     "CohortFigures",

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from probes._exceptions import BadInput
 from probes._timeparse import rfc3339
+from probes.errors import BadInput
 from probes.report._settings import Settings
 
 if TYPE_CHECKING:
-    from probes._spec import Config
+    from probes.spec import Config
     from probes.verdict_service import JudgingSettings
 
 __all__ = ["ReportFiles", "Settings", "write_report"]

@@ -19,10 +19,10 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.typing import H11SendableEvent
 
-from probes._exceptions import BadInput
-from probes._spec import ApiTlsSpec
 from probes.api import ApiApp
 from probes.api_access import apply_tls
+from probes.errors import BadInput
+from probes.spec import ApiTlsSpec
 
 __all__ = ["bind_api", "parse_listen", "serve_api"]
 

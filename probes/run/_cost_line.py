@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 
-from probes._spec import PathSpec
-from probes._types import Endpoint
 from probes.measure.cost import cpu_limit_cores, estimate
 from probes.run.engine import Engine
+from probes.spec import PathSpec
+from probes.types import Endpoint
 
 __all__ = ["cost_logged"]
 

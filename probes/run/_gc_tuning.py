@@ -17,9 +17,9 @@ import contextlib
 import gc
 from collections.abc import Callable, Sequence
 
-from probes._spec import PathSpec
 from probes.measure.gc_pauses import watch_gc_pauses
 from probes.measure.gc_policy import adaptive_young_threshold
+from probes.spec import PathSpec
 
 __all__ = ["GC_FULL_EVERY", "GC_SETTLE_LIMIT_S", "GC_WARMUP_EXTRA_S", "CollectorTuning",
            "settled_in_flight"]

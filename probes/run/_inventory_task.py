@@ -18,11 +18,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from probes._exceptions import SourceUnavailable, StoreError
-from probes._spec import Config
-from probes._types import Endpoint
 from probes.discovery import DiscoverySource
 from probes.discovery.meshes import UNKNOWN
+from probes.errors import SourceUnavailable, StoreError
 from probes.inventory import (
     CONTROL_PLANE_EVENT,
     SkewMetrics,
@@ -30,7 +28,9 @@ from probes.inventory import (
     report_from_pods,
 )
 from probes.metrics import ProbeMetrics
+from probes.spec import Config
 from probes.store import Event, InventoryRow, Store
+from probes.types import Endpoint
 
 __all__ = ["EndpointInventory", "InventoryKeeper", "endpoint_rows"]
 

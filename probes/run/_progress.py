@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from probes._timeparse import rfc3339
-from probes._types import Outcome
+from probes.types import Outcome
 
 __all__ = ["NO_ANSWER", "ProgressReporter", "RunState"]
 

@@ -3,11 +3,11 @@ running totals the overload rule and the progress lines read."""
 
 from __future__ import annotations
 
-from probes._types import CallResult, Endpoint
 from probes.measure.overload import OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.run._progress import NO_ANSWER
+from probes.types import CallResult, Endpoint
 
 __all__ = ["Recorder"]
 

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from probes._exceptions import SkewprobeError
 from probes.api import VerdictQuery
+from probes.errors import SkewprobeError
 from probes.metrics import OVERALL, ProbeMetrics
 
 __all__ = ["VerdictGauges"]

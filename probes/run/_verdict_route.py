@@ -15,8 +15,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from probes._exceptions import SkewprobeError
-from probes._spec import Config
 from probes._verdict_worker import (
     SharedVerdicts,
     VerdictJob,
@@ -26,8 +24,10 @@ from probes._verdict_worker import (
     verdict_key,
 )
 from probes.api import VerdictQuery
+from probes.errors import SkewprobeError
 from probes.measure.overload import OverloadWatch
 from probes.pairs import store_verdict
+from probes.spec import Config
 from probes.verdict_service import FROM_STORE, JudgingSettings, verdict_time
 
 __all__ = ["VerdictRoute"]

@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
-from probes._exceptions import StoreError
-from probes._types import PathWindow
+from probes.errors import StoreError
 from probes.measure.window import Taken, WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.store import Event, Store
+from probes.types import PathWindow
 
 __all__ = ["PENDING_WINDOWS", "WindowWriter"]
 

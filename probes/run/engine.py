@@ -41,9 +41,9 @@ from typing import Protocol, runtime_checkable
 
 from asyncio_throttle import Throttler
 
-from probes._spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
-from probes._types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
 from probes.run._precise_timer import Backend, PreciseTimer
+from probes.spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
+from probes.types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
 
 __all__ = [
     "EndpointObserver",

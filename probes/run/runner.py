@@ -21,13 +21,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from probes._exceptions import StoreError
-from probes._spec import ApiTlsSpec, Config
 from probes.api import ApiApp, VerdictQuery
 from probes.clients import StreamProber, build_prober
 from probes.discovery import DiscoverySource, FileSource, StaticSource
 from probes.discovery.changes import RestartTracker
 from probes.discovery.shard import ShardSource
+from probes.errors import StoreError
 from probes.inventory import SkewMetrics
 from probes.measure.overload import OverloadWatch
 from probes.measure.window import WindowAggregator
@@ -46,6 +45,7 @@ from probes.run._verdict_gauges import VerdictGauges
 from probes.run._verdict_route import VerdictRoute
 from probes.run._window_writer import WindowWriter
 from probes.run.engine import Engine, EngineLimits, Prober
+from probes.spec import ApiTlsSpec, Config
 from probes.store import Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from probes._spec import Tolerances
+from probes.spec import Tolerances
 from probes.stats import bounded, pods, quantile, rates
 from probes.stats._num import log_clip
 

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from probes._spec import Tolerances
 from probes.measure.histogram import LOWER, UPPER
+from probes.spec import Tolerances
 from probes.stats import metrics as M
 from probes.stats._num import log_clip
 from probes.stats.metrics import MetricVerdict, json_number

@@ -25,8 +25,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from probes._spec import DEFAULT_ATTEMPTS_MAX, DEFAULT_MIN_SAMPLES, Tolerances
 from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER
+from probes.spec import DEFAULT_ATTEMPTS_MAX, DEFAULT_MIN_SAMPLES, Tolerances
 from probes.stats import bounded, quantile, rates
 from probes.stats.metrics import ATTEMPTS, LATENCY_P99, STREAM_RESETS, SUCCESS_RATE
 from probes.stats.pods import PodTrack, pod_states

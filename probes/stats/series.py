@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from probes._types import Outcome, PathWindow
 from probes.measure.histogram import BUCKET_COUNT
+from probes.types import Outcome, PathWindow
 
 __all__ = ["CohortTotals", "Columns", "PathSeries", "columns", "overlapping", "path_series",
            "without_latency"]

@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from probes._exceptions import StoreCorrupt, StoreError
+from probes.errors import StoreCorrupt, StoreError
 
 __all__ = [
     "ENDPOINT_V2_COLUMNS",

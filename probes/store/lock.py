@@ -23,7 +23,7 @@ import fcntl
 import os
 import socket
 
-from probes._exceptions import StoreError, StoreLocked
+from probes.errors import StoreError, StoreLocked
 
 __all__ = ["LOCK_SUFFIX", "WriterLock"]
 

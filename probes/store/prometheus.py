@@ -57,8 +57,7 @@ from typing import Any, Final
 import httpx
 import numpy as np
 
-from probes._exceptions import BadInput, SourceUnavailable
-from probes._types import PAIR_SEPARATOR
+from probes.errors import BadInput, SourceUnavailable
 from probes.store._prom_table import (
     I64,
     LatencySpan,
@@ -69,6 +68,7 @@ from probes.store._prom_table import (
     common_edges,
     increases,
 )
+from probes.types import PAIR_SEPARATOR
 
 __all__ = ["PrometheusHealth", "PrometheusSettings", "PrometheusSource", "PrometheusTable"]
 
@@ -232,7 +232,7 @@ class PrometheusSource:
 
     def pair_paths(self) -> list[str]:
         """The relay paths: those whose request series carry pair cohorts
-        (`probes._types.pair_cohort`) within the lookback, sorted."""
+        (`probes.types.pair_cohort`) within the lookback, sorted."""
         pairs = f"cohort=~{_quote('.+' + PAIR_SEPARATOR + '.+')}"
         return self._path_values([self._sel(_REQUESTS, [pairs])])
 

@@ -1,7 +1,7 @@
 """Plain records the store keeps besides windows: timestamped events and inventory snapshots.
 
 They cross module boundaries (streams and discovery write them, reports read them), so they
-are frozen dataclasses like those in `probes._types`.
+are frozen dataclasses like those in `probes.types`.
 """
 
 from __future__ import annotations

@@ -38,8 +38,7 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
-from probes._exceptions import StoreCorrupt, StoreError
-from probes._types import EndpointWindow, PathWindow
+from probes.errors import StoreCorrupt, StoreError
 from probes.measure.histogram import sparse_from_tuple
 from probes.measure.sparse import LATENCY, decode, decode_many, encode_latency_map, encode_map
 from probes.store._schema import (
@@ -54,6 +53,7 @@ from probes.store._schema import (
 from probes.store.records import Event, InventoryRow, InventorySnapshot
 from probes.store.starts import START_EVENTS, START_EVENTS_SQL, known_starts
 from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
+from probes.types import EndpointWindow, PathWindow
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
 

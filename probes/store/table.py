@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from probes._types import PathWindow
 from probes.measure import sparse
 from probes.measure.histogram import BUCKET_COUNT, Histogram
 from probes.store import columns
+from probes.types import PathWindow
 
 __all__ = [
     "F64",

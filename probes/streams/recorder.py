@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterable
 
-from probes._types import Endpoint
 from probes.clients import EndReason, OpenStream, StreamEnd
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.store.records import Event
 from probes.streams.lifetime import Lifetime, LifetimeReport, lifetime_report
 from probes.streams.storm import ResetMark, Storm, StormDetector
+from probes.types import Endpoint
 
 __all__ = ["LIFETIME_EVENT", "StreamRecorder"]
 

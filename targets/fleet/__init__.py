@@ -44,7 +44,7 @@ from types import MappingProxyType
 from typing import Final, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from probes._exceptions import BadInput
+from probes.errors import BadInput
 from targets.meshview import EmulatedMesh
 from targets.profile import Faults, ProfileSet, VersionProfile
 from targets.relay_config import RelayConfig

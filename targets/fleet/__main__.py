@@ -14,8 +14,8 @@ import signal
 import time
 from collections.abc import Sequence
 
-from probes._exceptions import BadInput
 from probes._timeparse import parse_duration
+from probes.errors import BadInput
 from targets._cli import exit_with, run_command
 from targets.fleet import ORDERS, Fleet, SidecarFactory
 from targets.meshview import EmulatedMesh

@@ -21,7 +21,7 @@ import grpc
 import httpx
 import pytest
 
-from probes._exceptions import BadInput
+from probes.errors import BadInput
 from targets.fleet import EventKind, Fleet, pod_hosts
 from targets.profile import load_profiles
 from targets.proto import target_pb2, target_pb2_grpc

@@ -20,9 +20,9 @@ import grpc
 import httpx
 import pytest
 
-from probes._spec import GrpcSpec, HttpSpec, PathSpec
-from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import build_prober
+from probes.spec import GrpcSpec, HttpSpec, PathSpec
+from probes.types import CallOutcome, Endpoint, Outcome
 from targets.fleet import Fleet
 from targets.haproxy import DEFAULT_READY_TIMEOUT_S, HaproxyPod, HaproxySidecars
 from targets.haproxy_config import HaproxyVersion, parse_haproxy_versions

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 
-from probes._spec import KubernetesSpec
 from probes.discovery.kubernetes import KubernetesSource, WatchTiming
 from probes.inventory import report_from_pods
+from probes.spec import KubernetesSpec
 from targets.fleet import Fleet
 from tests.servers.kube_api import FakeKubeApi
 from tests.servers.kube_fleet import mirror_fleet

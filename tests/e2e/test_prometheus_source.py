@@ -38,16 +38,16 @@ import httpx
 import numpy as np
 import pytest
 
-from probes._exceptions import EXIT_UNAVAILABLE, BadInput, SourceUnavailable
-from probes._types import PathWindow
 from probes.api import ApiApp, VerdictQuery
 from probes.config import load_config
 from probes.discovery.shard import shard_of
+from probes.errors import EXIT_UNAVAILABLE, BadInput, SourceUnavailable
 from probes.measure.histogram import LOWER, UPPER
 from probes.metrics import PROMETHEUS_DURATION_BUCKETS
 from probes.store import Store
 from probes.store._prom_table import Samples, bucket_counts, increases, level_changes
 from probes.store.prometheus import PrometheusSettings, PrometheusSource, _one_of
+from probes.types import PathWindow
 from probes.verdict import judge
 from probes.verdict_service import JudgingSettings, compute_prometheus_verdict, with_doubts
 from tests.servers.helm import HELM, NAMESPACE, PROBE, RELEASE, probe_config, render, shard_argv
@@ -521,7 +521,7 @@ def _open_logs(tmp: Path) -> list[Any]:
 
 
 def _endpoint(name: str) -> Any:
-    from probes._types import Endpoint
+    from probes.types import Endpoint
 
     return Endpoint(name=name, host="127.0.0.1", port=1)
 

@@ -65,12 +65,12 @@ from pathlib import Path
 
 import pytest
 
-from probes._types import Outcome, PathWindow, pair_cohort, split_pair
 from probes.cli import main
 from probes.config import parse_config
 from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT
 from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
+from probes.types import Outcome, PathWindow, pair_cohort, split_pair
 from targets.haproxy_config import parse_haproxy_versions
 from targets.haproxy_outbound import HaproxyOutbound
 from targets.haproxy_process import HaproxyProcess, find_haproxy, listen_socket

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
-from probes._types import pair_cohort
 from probes.api import VerdictQuery
 from probes.pairs import pair_matrix
+from probes.types import pair_cohort
 from probes.verdict_service import JudgingSettings
 from tests.servers.ports import free_port
 from tests.servers.probe_run import Windows, probe_runner, running, windows_for

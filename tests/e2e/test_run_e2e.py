@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from probes._exceptions import StoreError
+from probes.errors import StoreError
 from probes.report.summary import summarise
 from probes.store import Store
 from targets.fleet import Fleet

@@ -11,15 +11,15 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from probes._spec import PathSpec, StreamSpec
-from probes._types import CallResult, Endpoint
 from probes.clients import EndReason, StreamPolicy, StreamProber
 from probes.discovery import FileSource
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.run.engine import Engine
+from probes.spec import PathSpec, StreamSpec
 from probes.store import Store
 from probes.streams import STORM_EVENT, StormDetector, StormParams, StreamRecorder
+from probes.types import CallResult, Endpoint
 from targets.fleet import Fleet
 from targets.profile import parse_profiles
 from targets.proto import target_pb2

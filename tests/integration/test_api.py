@@ -16,11 +16,11 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from prometheus_client import CollectorRegistry, Counter
 
-from probes._exceptions import BadInput, StoreError
 from probes._timeparse import rfc3339
 from probes.api import ApiApp, VerdictQuery
 from probes.cli import main as skewprobe_main
 from probes.config import parse_config
+from probes.errors import BadInput, StoreError
 from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from probes.verdict_service import JudgingSettings, compute_verdict

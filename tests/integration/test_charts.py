@@ -39,7 +39,6 @@ from kubernetes_validate.utils import SchemaNotFoundError
 from prometheus_client import CollectorRegistry
 
 from probes._schema import SCHEMA
-from probes._types import CallOutcome, CallResult, PathWindow
 from probes.api import ApiApp, VerdictQuery
 from probes.cli import build_parser
 from probes.cli import main as skewprobe_main
@@ -47,6 +46,7 @@ from probes.config import parse_config
 from probes.inventory import SkewMetrics
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.metrics import ProbeMetrics
+from probes.types import CallOutcome, CallResult, PathWindow
 from probes.verdict import judge
 from targets.profile import parse_profiles
 from targets.relay_config import parse_relay

@@ -16,7 +16,6 @@ import httptools
 import httpx
 import pytest
 
-from probes._types import Outcome
 from probes.clients import classify_exception, classify_grpc_code, classify_status
 from probes.clients._classify import parse_count
 from probes.clients._h1 import (
@@ -26,6 +25,7 @@ from probes.clients._h1 import (
     MalformedAnswer,
     ReadTimedOut,
 )
+from probes.types import Outcome
 from tests.reference.httpcore_h2 import FrameScanner
 
 

@@ -15,9 +15,9 @@ from collections import Counter
 import httpx
 import pytest
 
-from probes._spec import GrpcSpec, HttpSpec, PathSpec
-from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import Prober
+from probes.spec import GrpcSpec, HttpSpec, PathSpec
+from probes.types import CallOutcome, Endpoint, Outcome
 from tests.servers.engine import engine_call
 from tests.servers.h2drain import H2DrainServer
 

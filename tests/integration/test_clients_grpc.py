@@ -12,9 +12,9 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from probes._exceptions import BadInput
-from probes._spec import ExpectSpec, GrpcSpec, PathSpec, TlsSpec
-from probes._types import Endpoint, Outcome
+from probes.errors import BadInput
+from probes.spec import ExpectSpec, GrpcSpec, PathSpec, TlsSpec
+from probes.types import Endpoint, Outcome
 from tests.reference import OWN, Clients
 from tests.servers.engine import engine_call
 from tests.servers.h2drain import H2DrainServer

@@ -10,11 +10,11 @@ import asyncio
 
 import pytest
 
-from probes._exceptions import BadInput
-from probes._spec import HttpSpec, PathSpec
-from probes._types import Outcome
 from probes.clients import HttpProber
 from probes.clients._h1 import H1Client, H1Settings, _Connection, frame_request
+from probes.errors import BadInput
+from probes.spec import HttpSpec, PathSpec
+from probes.types import Outcome
 from tests.servers.engine import endpoint_at, engine_call
 
 

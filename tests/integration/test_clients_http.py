@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import BadInput
-from probes._spec import ExpectSpec, HttpSpec, PathSpec, TlsSpec
-from probes._types import Endpoint, Outcome
 from probes.clients import BODY_LIMIT, HttpProber
+from probes.errors import BadInput
+from probes.spec import ExpectSpec, HttpSpec, PathSpec, TlsSpec
+from probes.types import Endpoint, Outcome
 from tests.reference import OWN, Clients
 from tests.servers.engine import engine_call
 from tests.servers.hostile import HostileServer, accept_and_hang, closed_port, full_backlog

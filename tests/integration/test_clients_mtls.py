@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from probes._spec import GrpcSpec, HttpSpec, PathSpec, TlsSpec
-from probes._types import CallOutcome, Endpoint, Outcome
+from probes.spec import GrpcSpec, HttpSpec, PathSpec, TlsSpec
+from probes.types import CallOutcome, Endpoint, Outcome
 from tests.reference import GRPCIO, HTTPCORE, OWN
 from tests.servers.engine import engine_call
 from tests.servers.grpc_health import grpc_health_server

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import ConfigError
 from probes.config import load_config, parse_config, parse_duration, parse_rate
+from probes.errors import ConfigError
 
 GOOD = """\
 targets:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import EXIT_BUSY, MachineBusy
 from probes.cli.demo import _finish
 from probes.config import parse_config
+from probes.errors import EXIT_BUSY, MachineBusy
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.store import Event, Store
 from tests.servers.probe_run import discard_config

@@ -18,10 +18,10 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from probes._spec import GrpcSpec, HttpSpec, PathSpec, StreamSpec, TlsSpec
-from probes._types import CallResult, Endpoint, Outcome
 from probes.clients import EndReason, OpenStream, StreamEnd, StreamProber, build_prober
 from probes.run.engine import Engine, EngineLimits
+from probes.spec import GrpcSpec, HttpSpec, PathSpec, StreamSpec, TlsSpec
+from probes.types import CallResult, Endpoint, Outcome
 from targets.profile import parse_profiles
 from targets.server import TargetServer
 from tests.integration.test_hostile_http import UNRESOLVABLE

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from probes._exceptions import BadInput, ConfigError
 from probes.api import ApiApp, VerdictQuery
 from probes.config import parse_config
+from probes.errors import BadInput, ConfigError
 from tests.integration.test_config import GOOD
 
 _scalars = st.one_of(

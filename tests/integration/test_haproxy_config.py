@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import ConfigError
+from probes.errors import ConfigError
 from targets.haproxy import HaproxySidecars, default_versions_file
 from targets.haproxy_config import (
     HaproxyVersion,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from probes._types import Outcome
+from probes.types import Outcome
 from targets.haproxy_config import parse_haproxy_versions
 from targets.haproxy_outbound import HaproxyOutbound
 from targets.haproxy_process import HaproxyUnavailable, find_haproxy, listen_socket

@@ -16,9 +16,9 @@ import grpc
 import grpc.aio
 import pytest
 
-from probes._spec import GrpcSpec, PathSpec, StreamSpec, TlsSpec
-from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import EndReason, StreamEnd, StreamProber
+from probes.spec import GrpcSpec, PathSpec, StreamSpec, TlsSpec
+from probes.types import CallOutcome, Endpoint, Outcome
 from tests.integration.test_hostile_http import FAR_DEADLINE_S, UNRESOLVABLE
 from tests.integration.test_streams_prober import FAST, ListSink, holding
 from tests.reference import OWN, Clients

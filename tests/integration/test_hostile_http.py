@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from probes._spec import HttpSpec, PathSpec, TlsSpec
-from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import BODY_LIMIT, HttpProber
+from probes.spec import HttpSpec, PathSpec, TlsSpec
+from probes.types import CallOutcome, Endpoint, Outcome
 from tests.reference import OWN, Clients
 from tests.servers.engine import call_once, endpoint_at, engine_call, stuck_beside_healthy
 from tests.servers.hostile import HostileServer

@@ -8,7 +8,6 @@ import subprocess
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from probes._spec import SkewPolicy
 from probes.discovery.meshes import ControlPlane, IstioExtractor
 from probes.discovery.pods import PodRecord, parse_time, pod_record
 from probes.inventory import (
@@ -21,6 +20,7 @@ from probes.inventory import (
     report_from_pods,
     report_from_rows,
 )
+from probes.spec import SkewPolicy
 from probes.store import InventoryRow
 from tests.servers import kube_pods as kp
 

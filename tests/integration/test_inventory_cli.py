@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from probes._exceptions import BadInput, SkewprobeError, SourceUnavailable, StoreError
 from probes._timeparse import rfc3339
-from probes._types import split_pair
 from probes.cli.inventory import STALE_LOOKBACK_S, add_inventory_parser, run_inventory
+from probes.errors import BadInput, SkewprobeError, SourceUnavailable, StoreError
 from probes.inventory import CONTROL_PLANE_EVENT
 from probes.store import Event, InventoryRow, Store
+from probes.types import split_pair
 from tests.servers import kube_pods as kp
 from tests.servers.kube_api import FakeKubeApi, served_in_thread
 from tests.servers.report_store import RELAY_NEW, RELAY_OLD, STALE_FROM_MIN, T0, write_relay

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import BadInput, SourceUnavailable
-from probes._spec import KubernetesSpec, VersionSource
-from probes._types import Endpoint
 from probes.discovery.kubernetes import KubernetesSource, WatchTiming
+from probes.errors import BadInput, SourceUnavailable
+from probes.spec import KubernetesSpec, VersionSource
+from probes.types import Endpoint
 from tests.servers import kube_pods as kp
 from tests.servers.kube_api import FakeKubeApi
 from tests.servers.tls import make_cert

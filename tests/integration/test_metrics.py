@@ -13,7 +13,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.utils import floatToGoString
 
 import probes
-from probes._types import CallOutcome, CallResult, Outcome
 from probes.metrics import (
     DURATION_BUCKETS,
     OVERALL,
@@ -21,6 +20,7 @@ from probes.metrics import (
     ProbeMetrics,
 )
 from probes.store import InventoryRow
+from probes.types import CallOutcome, CallResult, Outcome
 
 
 def result(

@@ -38,10 +38,10 @@ from schemathesis.specs.openapi.checks import (
     unsupported_method,
 )
 
-from probes._spec import SkewPolicy
 from probes.api import ROUTES, ApiApp, VerdictQuery, openapi_json, openapi_spec
 from probes.cli import main
 from probes.inventory import report_from_rows
+from probes.spec import SkewPolicy
 from probes.store import Store
 from probes.store.records import InventoryRow
 from probes.verdict_service import JudgingSettings, compute_verdict

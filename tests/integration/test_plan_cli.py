@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from probes._exceptions import BadInput, DataMissing
 from probes._timeparse import rfc3339
-from probes._types import CallOutcome, CallResult, Outcome
 from probes.cli import main
 from probes.cli.plan import add_plan_parser, run_plan
+from probes.errors import BadInput, DataMissing
 from probes.inventory import CONTROL_PLANE_EVENT
 from probes.measure.window import WindowAggregator
 from probes.store import Event, InventoryRow, Store
+from probes.types import CallOutcome, CallResult, Outcome
 from tests.servers import kube_pods as kp
 from tests.servers.kube_api import FakeKubeApi, served_in_thread
 

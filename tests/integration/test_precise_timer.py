@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from probes._spec import PathSpec
 from probes.run._precise_timer import Backend, available_backends
 from probes.run.engine import Engine
+from probes.spec import PathSpec
 from tests.unit.test_precise_timer import (
     ListSink,
     StampProber,

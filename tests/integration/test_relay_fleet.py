@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from probes._types import Outcome, pair_cohort, split_pair
 from probes.store import Store
+from probes.types import Outcome, pair_cohort, split_pair
 from targets.fleet import EventKind, Fleet
 from targets.profile import parse_profiles
 from targets.relay_config import parse_relay

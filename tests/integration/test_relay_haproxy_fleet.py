@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import BadInput
-from probes._types import Outcome, pair_cohort, split_pair
 from probes.discovery.meshes import UNKNOWN
+from probes.errors import BadInput
 from probes.store import Store
+from probes.types import Outcome, pair_cohort, split_pair
 from targets.fleet import EventKind, Fleet
 from targets.haproxy import HaproxySidecars
 from targets.haproxy_config import parse_haproxy_versions

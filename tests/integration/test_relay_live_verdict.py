@@ -23,12 +23,12 @@ import jsonschema
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from probes._types import pair_cohort
 from probes.api import ApiApp, openapi_spec
 from probes.cli import main
 from probes.config import parse_config
 from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
+from probes.types import pair_cohort
 from tests.servers.asgi import serve_app
 from tests.servers.report_store import (
     RELAY_NEW,

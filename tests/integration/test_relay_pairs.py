@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from probes._types import pair_cohort
 from probes.config import parse_config
 from probes.discovery.meshes import UNKNOWN
 from probes.pairs import PairMatrix, pair_matrix
 from probes.store import Store
+from probes.types import pair_cohort
 from probes.verdict_service import JudgingSettings
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
 from tests.servers.probe_run import Windows, probe_runner, running, windows_for

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from probes._spec import PathSpec, RelaySpec
-from probes._types import Endpoint, Outcome
 from probes.clients import RelayProber
+from probes.spec import PathSpec, RelaySpec
+from probes.types import Endpoint, Outcome
 from targets.server import TargetServer
 from tests.integration.test_target_relay import CALLS, pods
 from tests.servers.ports import free_port

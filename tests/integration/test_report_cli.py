@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, BadInput, StoreError
 from probes._timeparse import rfc3339
 from probes.cli.report import add_report_parser, parse_range, run_report
+from probes.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, BadInput, StoreError
 from probes.report.write import write_report
 from tests.servers.report_store import EARLIER, T0, build
 from tests.servers.tiny_disk import on_tiny_disk

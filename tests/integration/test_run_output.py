@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes._exceptions import EXIT_UNAVAILABLE
 from probes.config import parse_config
+from probes.errors import EXIT_UNAVAILABLE
 from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from tests.servers.hostile import HostileServer

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import numpy as np
 
-from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT
 from probes.run.runner import ProbeRunner
 from probes.store import Store
+from probes.types import EndpointWindow, PathWindow
 from probes.verdict_service import JudgingSettings, verdict_from_source
 from tests.servers.ports import free_port
 from tests.servers.probe_run import Windows, example_fleet, probe_runner, running

@@ -13,8 +13,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from probes._spec import Tolerances
-from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.api import VerdictQuery
 from probes.config import parse_config
 from probes.discovery.changes import RESTART
@@ -22,8 +20,10 @@ from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.run.runner import ProbeRunner, Recorder, RunOptions
+from probes.spec import Tolerances
 from probes.store import Event, Store
 from probes.store.prometheus import PrometheusSettings
+from probes.types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.verdict_service import compute_verdict, late_spans, overload_spans, stored_overload
 from tests.servers.hostile import HostileServer
 from tests.servers.ports import free_port

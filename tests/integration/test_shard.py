@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import BadInput
-from probes._types import Endpoint
 from probes.discovery import FileSource
 from probes.discovery.shard import ShardSource, parse_shard, shard_of
+from probes.errors import BadInput
+from probes.types import Endpoint
 
 
 def _ep(name: str, version: str = "1.20.3", host: str = "127.0.0.1", port: int = 80) -> Endpoint:
@@ -64,7 +64,7 @@ def test_shard_is_the_sha1_of_the_name_and_ignores_labels_and_address() -> None:
 
 def test_shard_is_stable_across_processes() -> None:
     code = (
-        "from probes._types import Endpoint; from probes.discovery.shard import shard_of;"
+        "from probes.types import Endpoint; from probes.discovery.shard import shard_of;"
         "print([shard_of(Endpoint(f'pod-{i}', 'h', 1), 3) for i in range(50)])"
     )
     runs = {

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import probes.store
-from probes._exceptions import StoreCorrupt, StoreError
-from probes._types import CallOutcome, CallResult, EndpointWindow, Outcome, PathWindow
+from probes.errors import StoreCorrupt, StoreError
 from probes.measure.histogram import BUCKET_COUNT, Histogram
 from probes.measure.window import WindowAggregator
 from probes.store import Event, InventoryRow, Store
+from probes.types import CallOutcome, CallResult, EndpointWindow, Outcome, PathWindow
 from tests.servers.tiny_disk import on_tiny_disk
 
 
@@ -303,7 +303,7 @@ def test_readonly_reader_beside_a_writer(tmp_path: Path) -> None:
 
 _CHILD_WRITER = textwrap.dedent("""
     import sys
-    from probes._types import PathWindow
+    from probes.types import PathWindow
     from probes.measure.histogram import Histogram
     from probes.store import Store
 
@@ -347,8 +347,8 @@ def test_committed_windows_survive_kill_9(tmp_path: Path) -> None:
 _CHILD_FILLER = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from probes._exceptions import StoreError
-    from probes._types import PathWindow
+    from probes.errors import StoreError
+    from probes.types import PathWindow
     from probes.measure.histogram import Histogram
     from probes.store import Store
 

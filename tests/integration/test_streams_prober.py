@@ -15,9 +15,6 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 import pytest
 
-from probes._exceptions import BadInput
-from probes._spec import PathSpec, StreamSpec
-from probes._types import Endpoint
 from probes.clients import (
     EndReason,
     OpenStream,
@@ -25,7 +22,10 @@ from probes.clients import (
     StreamPolicy,
     StreamProber,
 )
+from probes.errors import BadInput
+from probes.spec import PathSpec, StreamSpec
 from probes.streams import find_cap
+from probes.types import Endpoint
 from targets.profile import VersionProfile, parse_profiles
 from targets.proto import target_pb2
 from targets.server import TargetServer

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import StoreCorrupt
-from probes._spec import CohortSpec, Tolerances
 from probes._timeparse import rfc3339
+from probes.errors import StoreCorrupt
+from probes.spec import CohortSpec, Tolerances
 from probes.store import Event, Store
 from probes.verdict_service import JudgingSettings
 from probes.verdict_settings import SETTINGS_EVENT, resolve, settings_event, stored_settings

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from probes._spec import PathSpec
 from probes.clients import PROBERS, GrpcProber, HttpProber, Prober, ProberFactory, build_prober
+from probes.spec import PathSpec
 from tests.reference.grpcio_unary import GrpcioProber
 from tests.reference.httpcore_h2 import HttpcoreProber
 

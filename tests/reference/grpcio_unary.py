@@ -18,13 +18,13 @@ from collections.abc import Sequence
 import grpc
 import grpc.aio
 
-from probes._spec import PathSpec
-from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients._base import host_port
 from probes.clients._channel import channel_options
 from probes.clients._classify import classify_exception, classify_grpc_code
 from probes.clients._grpc import GrpcProber, Unprocessed, _serving_status
 from probes.clients._tls import grpc_credentials
+from probes.spec import PathSpec
+from probes.types import CallOutcome, Endpoint, Outcome
 
 # Details grpc core gives an RPC it failed because the server never saw it.
 _UNPROCESSED_DETAILS = ("GOAWAY received", "Received RST_STREAM with error code 7")

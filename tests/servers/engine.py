@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from probes._types import CallOutcome, Endpoint, Outcome
 from probes.clients import Prober
+from probes.types import CallOutcome, Endpoint, Outcome
 
 COHORT = "1.20.3"
 

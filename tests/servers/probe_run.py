@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes._types import PathWindow
 from probes.config import parse_config
 from probes.run.runner import ProbeRunner, RunOptions
+from probes.types import PathWindow
 from targets.fleet import Fleet
 from targets.profile import load_profiles
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from probes._types import EndpointWindow, PathWindow, pair_cohort
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.store import Event, InventoryRow, Store
+from probes.types import EndpointWindow, PathWindow, pair_cohort
 
 T0 = 1_790_000_000.0  # 2026-09-21T12:53:20Z, a multiple of 10 s
 EARLIER = T0 - 86_400.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probes._types import CallOutcome, CallResult, Outcome
 from probes.measure.window import WindowAggregator
 from probes.store import Store
+from probes.types import CallOutcome, CallResult, Outcome
 
 
 def store_with_a_failing_canary(path: Path, now: float, *, failing: bool = True) -> None:

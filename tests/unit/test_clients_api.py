@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 import probes.clients as clients
-from probes._exceptions import BadInput
-from probes._spec import GrpcSpec, HttpSpec, PathSpec, StreamSpec
 from probes.clients import (
     PROBERS,
     GrpcProber,
@@ -15,6 +13,8 @@ from probes.clients import (
     RelayProber,
     build_prober,
 )
+from probes.errors import BadInput
+from probes.spec import GrpcSpec, HttpSpec, PathSpec, StreamSpec
 from tests.reference import GRPCIO, HTTPCORE, OWN, GrpcioProber, HttpcoreProber
 
 

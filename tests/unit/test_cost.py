@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from probes._spec import GrpcSpec, HttpSpec, PathSpec, RelaySpec, StreamSpec
 from probes.measure.cost import (
     CPU_S_PER_CALL,
     CPU_S_PER_STREAM_HOUR,
@@ -18,6 +17,7 @@ from probes.measure.cost import (
     estimate,
     protocol_of,
 )
+from probes.spec import GrpcSpec, HttpSpec, PathSpec, RelaySpec, StreamSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

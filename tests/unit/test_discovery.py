@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import BadInput
 from probes.discovery import FileSource, StaticSource, parse_endpoints
+from probes.errors import BadInput
 from tests.unit.virtual_time import virtual_loop
 
 

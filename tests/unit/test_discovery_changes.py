@@ -3,9 +3,9 @@ verdict's warm-up: `probes.store.starts`)."""
 
 from __future__ import annotations
 
-from probes._types import Endpoint
 from probes.discovery.changes import RESTART, RestartTracker
 from probes.store import APPEARED_EVENT, PRESENT_EVENT
+from probes.types import Endpoint
 
 
 def _ep(name: str, version: str, **labels: str) -> Endpoint:

@@ -20,9 +20,9 @@ import asyncio_throttle.throttler
 import numpy as np
 import pytest
 
-from probes._spec import PathSpec
-from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.run.engine import Engine, EngineLimits, Prober, ResultSink
+from probes.spec import PathSpec
+from probes.types import CallOutcome, CallResult, Endpoint, Outcome
 from tests.unit.virtual_time import virtual_loop
 
 

@@ -7,7 +7,6 @@ import gc
 
 import pytest
 
-from probes._spec import HttpSpec, PathSpec
 from probes.run._gc_tuning import (
     _SETTLE_POLL_S,
     GC_SETTLE_LIMIT_S,
@@ -15,6 +14,7 @@ from probes.run._gc_tuning import (
     CollectorTuning,
     settled_in_flight,
 )
+from probes.spec import HttpSpec, PathSpec
 from tests.unit.virtual_time import virtual_loop
 
 PATHS = [PathSpec("p", 100.0, 0.01, http=HttpSpec(path="/"))]

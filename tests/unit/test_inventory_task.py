@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from probes._exceptions import SourceUnavailable
-from probes._spec import Config, KubernetesSpec
 from probes.discovery.kubernetes import ClusterState
 from probes.discovery.meshes import ControlPlane, IstioExtractor
 from probes.discovery.pods import pod_record
+from probes.errors import SourceUnavailable
 from probes.inventory import CONTROL_PLANE_EVENT, SkewMetrics
 from probes.metrics import ProbeMetrics
 from probes.run._inventory_task import InventoryKeeper
+from probes.spec import Config, KubernetesSpec
 from probes.store import Store
 from tests.servers import kube_pods as kp
 
@@ -93,8 +93,8 @@ def test_static_and_file_endpoints_are_snapshotted_as_pods(tmp_path: Path) -> No
     """Without Kubernetes, the endpoints probed stand for the pods: grouped by namespace,
     workload (service label, else the endpoint) and the cohort label, written when the
     counts change."""
-    from probes._types import Endpoint
     from probes.run._inventory_task import EndpointInventory, endpoint_rows
+    from probes.types import Endpoint
 
     def ep(name: str, version: str | None) -> Endpoint:
         labels = {"namespace": "demo", "service": "checkout"}

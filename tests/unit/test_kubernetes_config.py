@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import ConfigError
-from probes._spec import SkewPolicy, VersionSource
 from probes.config import parse_config
+from probes.errors import ConfigError
+from probes.spec import SkewPolicy, VersionSource
 
 PATHS = """\
 paths:

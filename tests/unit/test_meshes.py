@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from probes._spec import KubernetesSpec, VersionSource
 from probes.discovery.meshes import (
     NONE,
     UNKNOWN,
@@ -18,6 +17,7 @@ from probes.discovery.meshes import (
     image_repository,
     image_tag,
 )
+from probes.spec import KubernetesSpec, VersionSource
 from tests.servers import kube_pods as kp
 
 ISTIO = IstioExtractor()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from probes._spec import SkewPolicy
 from probes.cli._plan_format import format_text
 from probes.plan import (
     NamespaceInfo,
@@ -16,6 +15,7 @@ from probes.plan import (
     plan_steps,
     workload_history,
 )
+from probes.spec import SkewPolicy
 from probes.store.records import InventoryRow, InventorySnapshot
 
 ONE = SkewPolicy(behind=1, ahead=0)

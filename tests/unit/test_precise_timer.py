@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from probes._spec import PathSpec
-from probes._types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.run._precise_timer import Backend, PreciseTimer, available_backends
 from probes.run.engine import COARSE_ABOVE_RATE_PER_S, Engine
+from probes.spec import PathSpec
+from probes.types import CallOutcome, CallResult, Endpoint, Outcome
 from tests.unit.virtual_time import virtual_loop
 
 BACKENDS = available_backends()

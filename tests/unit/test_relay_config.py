@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from probes._exceptions import ConfigError
+from probes.errors import ConfigError
 from targets.relay_config import DEFAULT_MAX_BODY, DEFAULT_TIMEOUT_S, load_relay, parse_relay
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "targets" / "examples"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from probes._spec import PathSpec, RelaySpec
-from probes._types import Endpoint, Outcome
 from probes.clients import RelayProber
+from probes.spec import PathSpec, RelaySpec
+from probes.types import Endpoint, Outcome
 from tests.unit.virtual_time import FakeClock
 
 

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from probes._spec import DEFAULT_WARMUP_S
 from probes._timeparse import parse_time
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.report._collect import collect
@@ -23,6 +22,7 @@ from probes.report._grid import MAX_LOOKS, MAX_POINTS, choose_grid
 from probes.report._settings import Settings
 from probes.report.model import _late_sends
 from probes.report.write import ReportFiles, write_report
+from probes.spec import DEFAULT_WARMUP_S
 from probes.stats.pods import pod_grids
 from probes.stats.series import overlapping
 from probes.store import Event, Store
@@ -217,8 +217,8 @@ def test_grid_keeps_charts_readable(since: float, until: float) -> None:
 
 
 def test_one_cohort_only_is_reported_without_a_comparison(tmp_path: Path) -> None:
-    from probes._types import PathWindow
     from probes.measure.histogram import BUCKET_COUNT
+    from probes.types import PathWindow
 
     latency = [0] * BUCKET_COUNT
     latency[900] = 50

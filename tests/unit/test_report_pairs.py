@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from probes._types import pair_cohort
 from probes.pairs import pair_matrix
 from probes.report.write import ReportFiles, write_report
 from probes.store import Store
+from probes.types import pair_cohort
 from probes.verdict_service import JudgingSettings
 from tests.servers.report_store import (
     RELAY_NEW,

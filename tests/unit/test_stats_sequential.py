@@ -12,9 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from probes._spec import Tolerances
-from probes._types import PathWindow
 from probes.measure.histogram import BUCKET_COUNT, index_of
+from probes.spec import Tolerances
 from probes.stats.pods import PodGrid, pod_states, pod_track
 from probes.stats.sequential import (
     FAIL,
@@ -28,6 +27,7 @@ from probes.stats.sequential import (
     first_index,
 )
 from probes.stats.series import columns
+from probes.types import PathWindow
 from probes.verdict import judge
 
 T0 = 1_700_000_000.0

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from probes._types import PathWindow
 from probes.measure.histogram import BUCKET_COUNT
 from probes.stats.series import columns, overlapping, path_series
+from probes.types import PathWindow
 
 
 def _w(start: float, cohort: str, ok: int, errors: int = 0, path: str = "checkout",

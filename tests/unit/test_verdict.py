@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes._exceptions import BadInput
-from probes._types import PathWindow
+from probes.errors import BadInput
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.stats import bounded
+from probes.types import PathWindow
 from probes.verdict import FAIL, INCONCLUSIVE, PASS, judge
 
 T0 = 1_700_000_000.0

@@ -16,10 +16,10 @@ import pytest
 
 from probes import verdict_service
 from probes._timeparse import rfc3339
-from probes._types import EndpointWindow, PathWindow
 from probes.measure.histogram import BUCKET_COUNT
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.store import Event, Store
+from probes.types import EndpointWindow, PathWindow
 from probes.verdict_cache import CachedSource, VerdictCache
 from probes.verdict_service import JudgingSettings, compute_verdict
 

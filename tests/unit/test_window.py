@@ -9,9 +9,9 @@ import threading
 import numpy as np
 import pytest
 
-from probes._types import CallOutcome, CallResult, Outcome
 from probes.measure.histogram import Histogram, counts_from_tuple
 from probes.measure.window import Taken, WindowAggregator
+from probes.types import CallOutcome, CallResult, Outcome
 
 OK = CallOutcome(Outcome.OK, 200, attempts=1)
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from probes._exceptions import EXIT_UNAVAILABLE, StoreError
-from probes._types import CallOutcome, CallResult, Outcome
+from probes.errors import EXIT_UNAVAILABLE, StoreError
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.run._window_writer import PENDING_WINDOWS, WindowWriter
 from probes.store import Store
+from probes.types import CallOutcome, CallResult, Outcome
 
 
 async def test_windows_the_store_refuses_are_counted_and_raised(tmp_path: Path) -> None:

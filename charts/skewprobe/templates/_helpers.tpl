@@ -130,7 +130,7 @@ verdict gauge say the same on any shard. */}}
 {{- toYaml ($targets.kubernetes | default dict) }}
 {{- end }}
 
-{{/* Where the mesh's control plane runs (the probe's own default, probes/_spec.py). */}}
+{{/* Where the mesh's control plane runs (the probe's own default, probes/spec.py). */}}
 {{- define "skewprobe.meshNamespace" -}}
 {{- $k := include "skewprobe.kubernetes" . | fromYaml }}
 {{- if $k.mesh_namespace }}

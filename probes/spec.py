@@ -11,7 +11,33 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from probes._types import Endpoint
+from probes.types import Endpoint
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_ATTEMPTS_MAX",
+    "DEFAULT_COHORT_BALANCE_MAX",
+    "DEFAULT_MIN_SAMPLES",
+    "DEFAULT_WARMUP_S",
+    "DEFAULT_WINDOW_S",
+    "ApiSpec",
+    "ApiTlsSpec",
+    "CohortSpec",
+    "Config",
+    "ExpectSpec",
+    "FileTargetsSpec",
+    "GrpcSpec",
+    "HttpSpec",
+    "KubernetesSpec",
+    "PathSpec",
+    "PlanSpec",
+    "RelaySpec",
+    "SkewPolicy",
+    "StreamSpec",
+    "TlsSpec",
+    "Tolerances",
+    "VersionSource",
+]
 
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSettings

@@ -11,6 +11,18 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+__all__ = [
+    "PAIR_SEPARATOR",
+    "CallOutcome",
+    "CallResult",
+    "Endpoint",
+    "EndpointWindow",
+    "Outcome",
+    "PathWindow",
+    "pair_cohort",
+    "split_pair",
+]
+
 _EMPTY_COUNTS: Mapping[int, int] = MappingProxyType({})
 
 

@@ -16,6 +16,24 @@ Library errors (httpx, grpc, sqlite3, yaml) are translated at the edge where the
 
 from __future__ import annotations
 
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_BUSY",
+    "EXIT_FAIL",
+    "EXIT_INCONCLUSIVE",
+    "EXIT_PASS",
+    "EXIT_UNAVAILABLE",
+    "BadInput",
+    "ConfigError",
+    "DataMissing",
+    "MachineBusy",
+    "SkewprobeError",
+    "SourceUnavailable",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreLocked",
+]
+
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_BAD_INPUT = 2
