@@ -26,8 +26,8 @@ from probes.errors import (
 )
 
 if TYPE_CHECKING:
-    from probes.pairs import PairedVerdict
-    from probes.verdict_settings import Resolved
+    from probes.verdict.pairs import PairedVerdict
+    from probes.verdict.settings import Resolved
 
 __all__ = [
     "EXIT_STDOUT_CLOSED",
@@ -240,8 +240,8 @@ def _run(args: argparse.Namespace) -> int:
 def _verdict(args: argparse.Namespace) -> int:
     import time
 
-    from probes.verdict_service import load_judging_config, verdict_time
-    from probes.verdict_settings import Resolved, resolve
+    from probes.verdict.service import load_judging_config, verdict_time
+    from probes.verdict.settings import Resolved, resolve
 
     now = verdict_time(args.at, now=time.time())
     if args.prometheus:
@@ -259,8 +259,8 @@ def _verdict(args: argparse.Namespace) -> int:
         import dataclasses
 
         from probes.config import load_config
-        from probes.pairs import prometheus_verdict
         from probes.store.prometheus import PrometheusSettings
+        from probes.verdict.pairs import prometheus_verdict
 
         # The config's prometheus: keys (selector, step, headers ...), with this URL.
         full = load_config(args.config) if args.config else None
@@ -275,8 +275,8 @@ def _verdict(args: argparse.Namespace) -> int:
 def _store_verdict(args: argparse.Namespace, config: Any, query: dict[str, Any],
                    resolved: Resolved) -> int:
     """The verdict from a store: direct paths as before; each relay path as its caller ×
-    callee matrix (`probes.pairs`), whose failing pair fails the whole verdict."""
-    from probes.pairs import store_verdict
+    callee matrix (`probes.verdict.pairs`), whose failing pair fails the whole verdict."""
+    from probes.verdict.pairs import store_verdict
 
     return _emit_verdict(args, store_verdict(args.store, config, **query), resolved)
 
@@ -284,8 +284,8 @@ def _store_verdict(args: argparse.Namespace, config: Any, query: dict[str, Any],
 def _emit_verdict(args: argparse.Namespace, judged: PairedVerdict, resolved: Resolved) -> int:
     """Print a verdict (JSON, with the settings used, or the table with each pair matrix);
     its state's exit code."""
-    from probes.verdict_service import format_table
-    from probes.verdict_settings import settings_json
+    from probes.verdict.service import format_table
+    from probes.verdict.settings import settings_json
 
     if args.json:
         emit(json.dumps({**judged.to_json(), "settings": settings_json(resolved)}, indent=2))

@@ -32,7 +32,6 @@ from probes.discovery.changes import RESTART
 from probes.errors import BadInput, MachineBusy, SkewprobeError
 from probes.inventory import CONTROL_PLANE_EVENT
 from probes.measure.overload import OVERLOAD_EVENT
-from probes.pairs import store_verdict
 from probes.report.summary import format_figures, summarise
 from probes.report.write import write_report
 from probes.run import ProbeRunner, RunOptions
@@ -40,7 +39,8 @@ from probes.spec import Config
 from probes.store import BOOKKEEPING_EVENTS, Event, Store
 from probes.store.lock import WriterLock
 from probes.types import split_pair
-from probes.verdict_service import format_table
+from probes.verdict.pairs import store_verdict
+from probes.verdict.service import format_table
 
 __all__ = [
     "run_demo",

@@ -7,7 +7,7 @@ Two sources:
   force `--at` a time, for a postmortem), judged against `--control-plane`, else the
   config's `control_plane_version`, else the control plane the probe recorded; next to the
   skew bound, the stale routing each caller version's relay calls showed in the hour
-  before (`probes.pairs.stale_by_caller`).
+  before (`probes.verdict.pairs.stale_by_caller`).
 
 `--control-plane VERSION` judges skew against a version you are about to install:
 the report names the pods that upgrade would leave outside the supported skew.
@@ -140,8 +140,8 @@ def _stale_routing(args: argparse.Namespace, at: float) -> dict[str, Any] | None
     """Stale routing per caller version from the store's relay windows of the hour before
     `at` (None: the store has no relay windows then)."""
     from probes._timeparse import rfc3339
-    from probes.pairs import stale_by_caller
-    from probes.verdict_service import load_judging_config
+    from probes.verdict.pairs import stale_by_caller
+    from probes.verdict.service import load_judging_config
 
     since = at - STALE_LOOKBACK_S
     seen = stale_by_caller(args.store, load_judging_config(args.config), since=since, until=at)

@@ -387,7 +387,7 @@ def _verdict(store: str | None, config: Config | None, at: float) -> Mapping[str
     if store is None:
         return None
     from probes.store import Store
-    from probes.verdict_service import JudgingSettings, compute_verdict
+    from probes.verdict.service import JudgingSettings, compute_verdict
 
     with Store.open(store, readonly=True) as opened:
         cohorts = [c for c in opened.cohorts() if c not in ("none", "unknown")]

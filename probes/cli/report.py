@@ -78,7 +78,7 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_report(args: argparse.Namespace) -> int:
     """`skewprobe report`: returns the exit code; errors raise SkewprobeError (one line)."""
-    from probes.verdict_settings import resolve
+    from probes.verdict.settings import resolve
 
     now = time.time()
     since = _time(args.since, now, "--from")

@@ -217,7 +217,7 @@ def collect(store: Store, since: float, until: float, paths: list[str] | None,
             exclude: Sequence[tuple[float, float]] = ()) -> Collected:
     """Read windows with start in [since, until) of `paths` (None: all) in slices; the
     latency of windows touching an `exclude` span (late sends) left out, as the verdict
-    leaves it out of p99 (`probes.verdict_service.late_spans`).
+    leaves it out of p99 (`probes.verdict.service.late_spans`).
 
     The range is first narrowed to what the store holds (`Collected.since/until`): a range
     asked wider than the data would squeeze the data into a few buckets at one edge.

@@ -1,6 +1,6 @@
 """The verdict replayed over the report's range, and each test's first crossing.
 
-For every path this rebuilds what `probes.verdict_service` would have judged at each look:
+For every path this rebuilds what `probes.verdict.service` would have judged at each look:
 the baseline and canary totals from the path's *origin* (the first window both cohorts
 have, at or after the range's start) up to the look, with `judge`'s gates (min_samples,
 stale data) and α shared among the paths in the report. `probes.stats.sequential.evaluate`

@@ -1,7 +1,7 @@
 """A relay path's pair matrix in the report: caller version × callee version.
 
 Each cell's state is what `skewprobe verdict --at <end of the range>` says of that pair
-(`probes.pairs.pair_matrix`, the same code the CLI and a running probe's `/verdict` use:
+(`probes.verdict.pairs.pair_matrix`, the same code the CLI and a running probe's `/verdict` use:
 every pair against the old-old pair, α split over the pairs), and its figures (calls,
 success rate, p99, attempts per request) are the pair cohort's, pooled over the range like
 every other figure in the report. Stale routing is judged per caller version, beside it.
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probes.pairs import CallerStale, PairMatrix, pair_matrix
 from probes.report._collect import Collected
 from probes.report._settings import Settings
 from probes.report.summary import CohortFigures
 from probes.types import pair_cohort, split_pair
-from probes.verdict_service import JudgingSettings
+from probes.verdict.pairs import CallerStale, PairMatrix, pair_matrix
+from probes.verdict.service import JudgingSettings
 
 __all__ = ["PairView", "PairsSection", "pair_sections", "relay_paths_in"]
 

@@ -17,7 +17,7 @@ __all__ = ["Settings"]
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """As `probes.verdict_service.JudgingSettings`, less what a replay does not use."""
+    """As `probes.verdict.service.JudgingSettings`, less what a replay does not use."""
 
     tolerances: Tolerances = Tolerances()
     alpha: float = DEFAULT_ALPHA

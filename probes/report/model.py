@@ -395,7 +395,7 @@ def _late_sends(store: Store, since: float, until: float, paths: list[str] | Non
     """`collect`'s window length and the spans whose latency the live verdict leaves out of
     p99 (the probe's sends were late then), so that the replay leaves out the same."""
     from probes.report._collect import window_length
-    from probes.verdict_service import late_spans, overload_spans
+    from probes.verdict.service import late_spans, overload_spans
 
     length = window_length(store, since, until, paths)
     late = late_spans(store, overload_spans(store, until, length), settings.tolerances,
@@ -406,9 +406,9 @@ def _late_sends(store: Store, since: float, until: float, paths: list[str] | Non
 def _per_pod(store: Store, data: Collected, baseline: str | None, canary: str | None,
              settings: Settings, paths: list[str]) -> dict[str, Mapping[str, Any]]:
     """Per path, the success rate as the live verdict judges it at the end of the range
-    (`probes.verdict_service`, the same code a gate asks): the pod as the unit, each pod's
+    (`probes.verdict.service`, the same code a gate asks): the pod as the unit, each pod's
     warm-up apart. Only where the store holds per-pod counts (else the metric has no `pods`)."""
-    from probes.verdict_service import JudgingSettings, verdict_from_source
+    from probes.verdict.service import JudgingSettings, verdict_from_source
 
     judging = JudgingSettings(tolerances=settings.tolerances, alpha=settings.alpha,
                               min_samples=settings.min_samples, window_s=data.window_s,

@@ -22,7 +22,7 @@ from probes.report._settings import Settings
 
 if TYPE_CHECKING:
     from probes.spec import Config
-    from probes.verdict_service import JudgingSettings
+    from probes.verdict.service import JudgingSettings
 
 __all__ = ["ReportFiles", "Settings", "write_report"]
 

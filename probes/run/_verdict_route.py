@@ -1,5 +1,5 @@
 """Where `skewprobe run`'s verdicts are judged: the API's and the gauges' in a worker
-process of their own (`probes._verdict_worker`, with its own verdict cache: only new windows
+process of their own (`probes.verdict.worker`, with its own verdict cache: only new windows
 are read), requests for the same verdict sharing one computation; the final one, for the
 summary, on the store as the run left it."""
 
@@ -15,7 +15,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from probes._verdict_worker import (
+from probes.api import VerdictQuery
+from probes.errors import SkewprobeError
+from probes.measure.overload import OverloadWatch
+from probes.spec import Config
+from probes.verdict.pairs import store_verdict
+from probes.verdict.service import FROM_STORE, JudgingSettings, verdict_time
+from probes.verdict.worker import (
     SharedVerdicts,
     VerdictJob,
     VerdictWorker,
@@ -23,12 +29,6 @@ from probes._verdict_worker import (
     prometheus_job_settings,
     verdict_key,
 )
-from probes.api import VerdictQuery
-from probes.errors import SkewprobeError
-from probes.measure.overload import OverloadWatch
-from probes.pairs import store_verdict
-from probes.spec import Config
-from probes.verdict_service import FROM_STORE, JudgingSettings, verdict_time
 
 __all__ = ["VerdictRoute"]
 

@@ -49,8 +49,8 @@ from probes.spec import ApiTlsSpec, Config
 from probes.store import Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
-from probes.verdict_service import JudgingSettings
-from probes.verdict_settings import settings_event
+from probes.verdict.service import JudgingSettings
+from probes.verdict.settings import settings_event
 
 __all__ = ["ProbeRunner", "Recorder", "RunOptions", "discovery_for"]
 
@@ -96,7 +96,7 @@ class ProbeRunner:
         self.recorder = Recorder(self.aggregator, self.metrics, self.overload)
         # One worker thread for the store's writes: glibc gives each thread its own malloc
         # arena and keeps a freed arena's peak (BENCHMARKS.md D15). Verdicts are computed in
-        # a process of their own (`probes._verdict_worker`).
+        # a process of their own (`probes.verdict.worker`).
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="skewprobe-worker")
         self.writer = WindowWriter(self.aggregator, self.metrics, on_window=options.on_window,
                                    executor=self.worker)

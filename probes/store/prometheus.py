@@ -5,7 +5,7 @@ estate), every probe exports its counters (`probes.metrics`), Prometheus (or Tha
 above it: only the HTTP API is used) scrapes them all, and `PrometheusSource` turns the
 series back into what `probes.verdict.judge` reads: per-window, per path x cohort
 aggregates, summed over the probes. It answers the same questions as the SQLite `Store`
-(`paths`, `read_table`, `first_window`), so `probes.verdict_service` judges either.
+(`paths`, `read_table`, `first_window`), so `probes.verdict.service` judges either.
 
 Windows are query steps: [t, t + step) aligned to multiples of `step` since the epoch, as
 the store's. A window holds each counter's increase from its last sample at or before t to

@@ -20,7 +20,7 @@ __all__ = ["APPEARED_EVENT", "BOOKKEEPING_EVENTS", "PRESENT_EVENT", "RESTART_EVE
 PRESENT_EVENT = "present"
 APPEARED_EVENT = "appeared"
 RESTART_EVENT = "restart"
-# How the run judges (`probes.verdict_settings`).
+# How the run judges (`probes.verdict.settings`).
 SETTINGS_EVENT = "settings"
 # The probe's own bookkeeping, not something that happened to the estate: not listed as
 # events in reports (one per endpoint at each start would drown the rest).

@@ -631,7 +631,7 @@ class Store:
 
     def marks(self, after_id: int = 0, before: float = -_FAR) -> StoreMarks:
         """What a reader that keeps windows in memory checks before trusting them
-        (`probes.verdict_cache`), in one cheap read: see `StoreMarks`."""
+        (`probes.verdict.cache`), in one cheap read: see `StoreMarks`."""
         row = self._read(
             "read marks",
             "SELECT (SELECT MAX(id) FROM path_windows), (SELECT MIN(start) FROM path_windows),"

@@ -51,7 +51,7 @@ import pytest
 
 from probes.config import parse_config
 from probes.store import Store
-from probes.verdict_service import JudgingSettings, verdict_from_source
+from probes.verdict.service import JudgingSettings, verdict_from_source
 from targets.haproxy import default_versions_file
 from targets.haproxy_config import load_haproxy_versions
 from tests.servers.fleet_cli import fleet_process, read_until

@@ -49,7 +49,7 @@ from probes.store._prom_table import Samples, bucket_counts, increases, level_ch
 from probes.store.prometheus import PrometheusSettings, PrometheusSource, _one_of
 from probes.types import PathWindow
 from probes.verdict import judge
-from probes.verdict_service import JudgingSettings, compute_prometheus_verdict, with_doubts
+from probes.verdict.service import JudgingSettings, compute_prometheus_verdict, with_doubts
 from tests.servers.helm import HELM, NAMESPACE, PROBE, RELEASE, probe_config, render, shard_argv
 from tests.servers.ports import free_port
 from tests.servers.probe_run import example_fleet

@@ -23,7 +23,7 @@ from probes.config import parse_config
 from probes.errors import BadInput, StoreError
 from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
-from probes.verdict_service import JudgingSettings, compute_verdict
+from probes.verdict.service import JudgingSettings, compute_verdict
 from tests.servers.asgi import serve_app
 from tests.servers.ports import free_port
 from tests.servers.probe_run import discard_config

@@ -15,7 +15,7 @@ import pytest
 import probes
 from probes.cli import build_parser
 from probes.store import InventoryRow, Store
-from probes.verdict_service import format_table
+from probes.verdict.service import format_table
 from tests.servers.probe_run import discard_config
 
 SKEWPROBE = [sys.executable, "-m", "probes.cli"]

@@ -1,7 +1,7 @@
 """The API against its OpenAPI description (probes/openapi.yaml), fuzzed with schemathesis.
 
 Four real probes' APIs (`ApiApp` served by hypercorn on loopback, token-protected) answer from
-real SQLite stores judged by `probes.verdict_service`: one whose verdict is pass, one fail,
+real SQLite stores judged by `probes.verdict.service`: one whose verdict is pass, one fail,
 one inconclusive, and one whose store is not a database (503). Every request schemathesis
 generates from the description, valid and invalid alike, goes to all four; each answer must
 conform to the description (status, content type, body schema), be no server error (but the
@@ -44,7 +44,7 @@ from probes.inventory import report_from_rows
 from probes.spec import SkewPolicy
 from probes.store import Store
 from probes.store.records import InventoryRow
-from probes.verdict_service import JudgingSettings, compute_verdict
+from probes.verdict.service import JudgingSettings, compute_verdict
 from tests.unit.test_verdict import NEW, OLD, _cohort_windows
 
 TOKEN = "fuzz-token"

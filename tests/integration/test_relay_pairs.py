@@ -25,10 +25,10 @@ import pytest
 
 from probes.config import parse_config
 from probes.discovery.meshes import UNKNOWN
-from probes.pairs import PairMatrix, pair_matrix
 from probes.store import Store
 from probes.types import pair_cohort
-from probes.verdict_service import JudgingSettings
+from probes.verdict.pairs import PairMatrix, pair_matrix
+from probes.verdict.service import JudgingSettings
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
 from tests.servers.probe_run import Windows, probe_runner, running, windows_for
 from tests.servers.relay_estate import MIN_SAMPLES, NEW, OLD, PAIR_PER_S, PATH, config, estate

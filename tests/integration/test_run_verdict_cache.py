@@ -1,4 +1,4 @@
-"""The running probe's `GET /verdict` (read through its verdict cache, `probes.verdict_cache`)
+"""The running probe's `GET /verdict` (read through its verdict cache, `probes.verdict.cache`)
 is the verdict `skewprobe verdict --store` reads afresh from the same store, as new windows
 arrive: a real fleet on loopback probed by a real `ProbeRunner` with its API, on a store
 that already holds two hours of the rollout (so old windows are pooled, and the pods'
@@ -23,7 +23,7 @@ from probes.measure.histogram import BUCKET_COUNT
 from probes.run.runner import ProbeRunner
 from probes.store import Store
 from probes.types import EndpointWindow, PathWindow
-from probes.verdict_service import JudgingSettings, verdict_from_source
+from probes.verdict.service import JudgingSettings, verdict_from_source
 from tests.servers.ports import free_port
 from tests.servers.probe_run import Windows, example_fleet, probe_runner, running
 

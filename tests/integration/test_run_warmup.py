@@ -16,7 +16,7 @@ from typing import Any
 from probes._timeparse import parse_time
 from probes.api import VerdictQuery
 from probes.store import Store
-from probes.verdict_service import JudgingSettings, compute_verdict
+from probes.verdict.service import JudgingSettings, compute_verdict
 from targets.fleet import Fleet
 from tests.servers.probe_run import Windows, example_fleet, probe_runner, running
 

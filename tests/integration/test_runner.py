@@ -24,7 +24,7 @@ from probes.spec import Tolerances
 from probes.store import Event, Store
 from probes.store.prometheus import PrometheusSettings
 from probes.types import CallOutcome, CallResult, Endpoint, Outcome
-from probes.verdict_service import compute_verdict, late_spans, overload_spans, stored_overload
+from probes.verdict.service import compute_verdict, late_spans, overload_spans, stored_overload
 from tests.servers.hostile import HostileServer
 from tests.servers.ports import free_port
 from tests.servers.probe_run import (

@@ -16,8 +16,8 @@ from probes._timeparse import rfc3339
 from probes.errors import StoreCorrupt
 from probes.spec import CohortSpec, Tolerances
 from probes.store import Event, Store
-from probes.verdict_service import JudgingSettings
-from probes.verdict_settings import SETTINGS_EVENT, resolve, settings_event, stored_settings
+from probes.verdict.service import JudgingSettings
+from probes.verdict.settings import SETTINGS_EVENT, resolve, settings_event, stored_settings
 from tests.servers.report_store import T0, build
 
 LOOSE = JudgingSettings(tolerances=Tolerances(success_rate_drop_pp=5.0, latency_p99_ratio=2.0),

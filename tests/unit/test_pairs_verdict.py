@@ -1,4 +1,4 @@
-"""The verdict with its pair matrices (`probes.pairs.PairedVerdict`), and the Prometheus
+"""The verdict with its pair matrices (`probes.verdict.pairs.PairedVerdict`), and the Prometheus
 verdict, which does not judge pairs and says so: never a silent pass over a relay path."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import jsonschema
 
 from probes.api import openapi_spec
-from probes.pairs import CallerStale, PairCell, PairedVerdict, PairMatrix
+from probes.verdict.pairs import CallerStale, PairCell, PairedVerdict, PairMatrix
 
 FIGURES = {"success": 0.999, "p99_ms": 12.0, "attempts": 1.0}
 

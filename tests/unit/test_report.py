@@ -391,7 +391,7 @@ def test_merged_pod_strata_are_looked_at_when_their_last_window_ends(
 
 def test_the_config_sets_the_warm_up(store: Path, tmp_path: Path) -> None:
     """`verdict.warmup` reaches the report as it reaches the live verdict."""
-    from probes.verdict_service import load_judging_config
+    from probes.verdict.service import load_judging_config
 
     (tmp_path / "endpoints.yaml").write_text("[]\n")
     cfg = tmp_path / "probe.yaml"

@@ -1,8 +1,8 @@
 """The pair matrix in `skewprobe report` (HTML, Markdown, JSON) on a synthetic store with a
 relay path (tests/servers/report_store.py): each cell's state is what `skewprobe verdict
---at <end>` says of the pair (`probes.pairs.pair_matrix`, the same code), its figures are the
-pair cohort's counts pooled over the range, and a relay path beside direct ones changes
-nothing about theirs."""
+--at <end>` says of the pair (`probes.verdict.pairs.pair_matrix`, the same code), its
+figures are the pair cohort's counts pooled over the range, and a relay path beside direct
+ones changes nothing about theirs."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from probes.pairs import pair_matrix
 from probes.report.write import ReportFiles, write_report
 from probes.store import Store
 from probes.types import pair_cohort
-from probes.verdict_service import JudgingSettings
+from probes.verdict.pairs import pair_matrix
+from probes.verdict.service import JudgingSettings
 from tests.servers.report_store import (
     RELAY_NEW,
     RELAY_OLD,

@@ -19,7 +19,7 @@ from probes.errors import BadInput
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.stats import bounded
 from probes.types import PathWindow
-from probes.verdict import FAIL, INCONCLUSIVE, PASS, judge
+from probes.verdict.judge import FAIL, INCONCLUSIVE, PASS, judge
 
 T0 = 1_700_000_000.0
 OLD, NEW = "1.20.3", "1.21.0"

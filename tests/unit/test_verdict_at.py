@@ -17,7 +17,7 @@ from probes.measure.overload import OVERLOAD_EVENT
 from probes.measure.window import WindowAggregator
 from probes.store import Event, Store
 from probes.types import CallOutcome, CallResult, EndpointWindow, Outcome, PathWindow
-from probes.verdict_service import JudgingSettings, compute_verdict
+from probes.verdict.service import JudgingSettings, compute_verdict
 
 T0 = 1_790_000_000.0
 WINDOW_S = 10.0
@@ -82,7 +82,7 @@ def test_a_since_inside_the_step_a_source_answers_before_is_not_yet_judged(
     # A Prometheus source answers a step before it was asked (the newest scrapes may still be
     # in flight): a `since` in that step is a rollout that has just begun, not bad input.
     from probes.errors import BadInput
-    from probes.verdict_service import verdict_from_source
+    from probes.verdict.service import verdict_from_source
 
     db = _store(tmp_path / "p.db", windows)
     asked = CANARY_FROM + 200.0

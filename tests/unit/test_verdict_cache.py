@@ -1,4 +1,4 @@
-"""The running probe's verdict cache (`probes.verdict_cache`) gives the verdict a fresh read
+"""The running probe's verdict cache (`probes.verdict.cache`) gives the verdict a fresh read
 of the store gives, window after window: when windows are appended, when the last one is
 written again (upsert), and when what it holds stops being true (a window written late
 under what it pooled, a store replaced underneath, a prune, an overload span reaching back,
@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from probes import verdict_service
 from probes._timeparse import rfc3339
 from probes.measure.histogram import BUCKET_COUNT
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.store import Event, Store
 from probes.types import EndpointWindow, PathWindow
-from probes.verdict_cache import CachedSource, VerdictCache
-from probes.verdict_service import JudgingSettings, compute_verdict
+from probes.verdict import service as verdict_service
+from probes.verdict.cache import CachedSource, VerdictCache
+from probes.verdict.service import JudgingSettings, compute_verdict
 
 T0 = 1_790_000_000.0
 W = 10.0
@@ -280,7 +280,7 @@ def _same_grids(kept: Any, fresh: Any) -> None:
 def test_the_kept_grids_are_those_a_fresh_read_lays_out(
         estate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # The cache keeps each path's grid of the sealed strata and adds the new ones
-    # (`probes.verdict_grids`): compared cell by cell with a fresh read's, window after
+    # (`probes.verdict.grids`): compared cell by cell with a fresh read's, window after
     # window, while a pod joins, a pod restarts under its own name, an overload span opens
     # and closes and the warm-up changes.
     db, store, cache = estate

@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from probes import verdict_service
 from probes._timeparse import rfc3339
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.stats.pods import read_pod_grids
 from probes.store import Event, Store
 from probes.store import sqlite as store_sqlite
 from probes.types import EndpointWindow
-from probes.verdict_service import compute_verdict, overload_spans
+from probes.verdict import service as verdict_service
+from probes.verdict.service import compute_verdict, overload_spans
 from tests.unit.test_verdict_cache import NEW, SETTINGS, T0, W, _same_grids, windows_at
 
 WINDOWS = 160

@@ -23,7 +23,7 @@ again) by upsert. Windows older than `seal` are kept pooled:
   record per pod and bucket, once they are settled: out of the pod's warm-up, after the
   comparison's origin, and clear of every overload span known (the verdict sums a pod's
   warm records whatever their time, so the sum is the same). The rest stay as stored;
-- the pods × strata grids of the sealed strata (`probes.verdict_grids`): a verdict adds
+- the pods × strata grids of the sealed strata (`probes.verdict.grids`): a verdict adds
   the strata after the seal to them, and the strata that seal to the kept grids.
 
 What makes it read the store afresh: another file at the path (replaced underneath), rows
@@ -58,7 +58,7 @@ from probes.stats.series import columns, overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
 from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
-from probes.verdict_grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
+from probes.verdict.grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
 
 __all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
 
@@ -85,7 +85,7 @@ class _Windows:
 
 @dataclass(slots=True)
 class _Grids:
-    """The pods × strata grids of the sealed strata (`probes.verdict_grids`), laid out by
+    """The pods × strata grids of the sealed strata (`probes.verdict.grids`), laid out by
     `rules`; `pending`: strata sealed since, to add before they are used."""
 
     rules: Rules | None = None
@@ -603,7 +603,7 @@ class VerdictCache:
 
 class CachedSource:
     """One verdict's view of a `VerdictCache`: the `WindowSource` that
-    `probes.verdict_service.verdict_from_source` reads, and the endpoint columns of
+    `probes.verdict.service.verdict_from_source` reads, and the endpoint columns of
     `probes.stats.pods.read_pod_grids`. Reads the store for anything the cache does not
     hold (another origin, a time before the re-read span)."""
 
@@ -690,7 +690,7 @@ class CachedSource:
                   ) -> dict[str, PodGrid] | None:
         """`probes.stats.pods.read_pod_grids` of this source (with per-pod attempts and
         latency) from the grids the cache keeps for the sealed strata and the strata after
-        them (`probes.verdict_grids`); None when the cache does not hold what it reads (the
+        them (`probes.verdict.grids`); None when the cache does not hold what it reads (the
         caller reads the grids as from a store)."""
         if (since is None or self._warmup_s is None or warmup_s != self._warmup_s
                 or tuple(exclude) != self._exclude):

@@ -22,7 +22,7 @@ from probes._timeparse import rfc3339
 from probes.errors import StoreCorrupt
 from probes.spec import CohortSpec, Tolerances
 from probes.store import SETTINGS_EVENT, Event, Store
-from probes.verdict_service import JudgingSettings, load_judging_config
+from probes.verdict.service import JudgingSettings, load_judging_config
 
 __all__ = ["SETTINGS_EVENT", "SETTINGS_VERSION", "Resolved", "resolve", "settings_event",
            "settings_json", "stored_settings"]

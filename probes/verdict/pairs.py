@@ -33,8 +33,8 @@ from probes.stats.cohorts import version_key
 from probes.store import Store
 from probes.store.table import WindowColumns
 from probes.types import Outcome, pair_cohort, split_pair
-from probes.verdict_cache import VerdictCache
-from probes.verdict_service import (
+from probes.verdict.cache import VerdictCache
+from probes.verdict.service import (
     FROM_STORE,
     JudgingSettings,
     SourceJudge,

@@ -36,8 +36,8 @@ from probes.errors import SourceUnavailable
 
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSettings
-    from probes.verdict_cache import VerdictCache
-    from probes.verdict_service import JudgingSettings
+    from probes.verdict.cache import VerdictCache
+    from probes.verdict.service import JudgingSettings
 
 __all__ = [
     "SharedVerdicts",
@@ -73,7 +73,7 @@ class VerdictJob:
 
 def _start(store_path: str, niceness: int) -> None:
     """The worker process's start: lower priority, its own cache; Ctrl-C is the probe's."""
-    from probes.verdict_cache import VerdictCache
+    from probes.verdict.cache import VerdictCache
 
     global _cache
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -86,7 +86,7 @@ def _start(store_path: str, niceness: int) -> None:
 
 def judge_job(job: VerdictJob, cache: VerdictCache | None = None) -> dict[str, Any]:
     """The verdict JSON of `job` (in the worker: through its cache when `job.cached`)."""
-    from probes.pairs import prometheus_verdict, store_verdict
+    from probes.verdict.pairs import prometheus_verdict, store_verdict
 
     if job.prometheus is not None:
         return prometheus_verdict(job.prometheus, job.settings, **job.query).to_json()
@@ -114,7 +114,7 @@ class VerdictWorker:
 
     def _new_pool(self) -> concurrent.futures.Executor:
         if not self.in_process:
-            from probes.verdict_cache import VerdictCache
+            from probes.verdict.cache import VerdictCache
 
             self._thread_cache = VerdictCache(self.store_path)
             return concurrent.futures.ThreadPoolExecutor(

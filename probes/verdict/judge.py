@@ -288,7 +288,7 @@ def _metrics(
         at once (`many(grids, baseline, canary)`); the rest on pooled calls (`pooled(rows)`),
         through `one` where a grid lacks it (a v1 span: its reason says so). A relay path's
         pods are its callers' relay pods, whose proxies make the retries: the pair matrix
-        (`probes.pairs`) keeps judging p99 and attempts on pooled calls, so a retrying
+        (`probes.verdict.pairs`) keeps judging p99 and attempts on pooled calls, so a retrying
         caller version fails its cell with one relay pod per version."""
         at: dict[int, PodGrid] = {}
         if pods is not None and cohorts is not None and split_pair(cohorts[1]) is None:

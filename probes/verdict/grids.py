@@ -5,7 +5,7 @@ new strata to them instead of laying out a day of strata again.
 strata, each pod's warm-up apart, the latency of windows with late sends left out;
 `pods.pod_grids`, with `pod_cells.add_per_pod`'s attempts and latency). Every cell is a sum
 of the rows of one pod and stratum, so the grid of the sealed strata
-(`probes.verdict_cache`) is kept as a `Part` and a verdict appends the columns of the
+(`probes.verdict.cache`) is kept as a `Part` and a verdict appends the columns of the
 strata after the seal. A row's cell depends on its pod's first row (the warm-up of a pod
 without a start time counts from it); new rows come after the sealed ones, so the first
 rows stay the sealed ones' (`Stale` when they do not: the caller lays the grids out

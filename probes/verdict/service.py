@@ -35,7 +35,7 @@ from probes.verdict import judge
 
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSettings, PrometheusSource
-    from probes.verdict_cache import VerdictCache
+    from probes.verdict.cache import VerdictCache
 
 __all__ = [
     "FROM_STORE",
@@ -475,7 +475,7 @@ def _pod_grids(source: WindowSource, since: float | None, until: float | None,
     if since is not None and until is not None:
         merge = math.ceil((until - since + warmup_s) / window_s / MAX_STRATA)
         stratum = merge * window_s if merge > 1 else None
-    # The running probe's cache keeps the grids between verdicts (`probes.verdict_grids`).
+    # The running probe's cache keeps the grids between verdicts (`probes.verdict.grids`).
     kept = getattr(source, "pod_grids", None)
     if kept is not None:
         grids: Mapping[str, PodGrid] | None = kept(
