@@ -60,7 +60,7 @@ from probes.store.columns import concat, reduce, take
 from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
 from probes.verdict_grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
 
-__all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
+__all__ = ["POOL_ROWS", "REREAD_S", "CachedSource", "VerdictCache", "pooled_windows"]
 
 F64 = npt.NDArray[np.float64]
 # The aggregator re-writes a window while it retains it (60 s after its end, plus 5 s of
@@ -134,13 +134,18 @@ def _after(t: float) -> float:
     return float(np.nextafter(t, math.inf))
 
 
-def _cuts(table: WindowTable, seal: float, spans: Sequence[tuple[float, float]]
-          ) -> dict[str, F64]:
-    """Per path name, the times at which a pooled stretch must end (module docstring)."""
+def _cuts(table: WindowTable, seal: float, spans: Sequence[tuple[float, float]],
+          rows: npt.NDArray[np.bool_] | None = None) -> dict[str, F64]:
+    """Per path name, the times at which a pooled stretch must end (module docstring),
+    from the rows of `table` (those in `rows`, if given)."""
     out: dict[str, F64] = {}
     touch = overlapping(table.start, table.length, spans)
-    for p in np.unique(table.path):
+    if rows is not None:
+        touch &= rows
+    for p in np.unique(table.path if rows is None else table.path[rows]):
         on = table.path == p
+        if rows is not None:
+            on &= rows
         start, cohort = table.start[on], table.cohort[on]
         cut = [*table.start[on & touch], *map(_after, table.start[on & touch])]
         per = {c: np.unique(start[cohort == c]) for c in np.unique(cohort)}
@@ -162,15 +167,19 @@ def _check(sealed: WindowTable, first: F64, spans: Sequence[tuple[float, float]]
             raise _Stale
 
 
-def _pool(sealed: WindowTable, first: F64, moving: WindowTable, tail: WindowTable,
-          seal: float, spans: Sequence[tuple[float, float]]) -> tuple[WindowTable, F64]:
-    """`sealed` (pooled rows) and `moving` (stored rows now before `seal`) pooled anew."""
+def _pool(sealed: WindowTable, first: F64, moving: WindowTable, tail: WindowTable | None,
+          seal: float, spans: Sequence[tuple[float, float]],
+          cuts: dict[str, F64] | None = None) -> tuple[WindowTable, F64]:
+    """`sealed` (pooled rows) and `moving` (stored rows now before `seal`) pooled anew, at
+    `cuts` if given (`pooled_windows`: placed from every row), else from these and `tail`."""
     moving = take(moving, columns(moving).has_data)
     rows = concat(sealed, moving)
     firsts = np.concatenate([first, moving.start])
     if not len(rows.start):
         return rows, firsts
-    cuts = _cuts(concat(rows, take(tail, columns(tail).has_data)), seal, spans)
+    if cuts is None:
+        assert tail is not None
+        cuts = _cuts(concat(rows, take(tail, columns(tail).has_data)), seal, spans)
     pooled = np.arange(len(rows.start)) < len(sealed.start)
     several = pooled & (firsts < rows.start)
     if several.any():
@@ -191,6 +200,38 @@ def _pool(sealed: WindowTable, first: F64, moving: WindowTable, tail: WindowTabl
     low = np.full(uniq.size, np.inf)
     np.minimum.at(low, group, firsts)
     return reduce(rows, group, uniq.size), low
+
+
+# Stored path windows pooled at once by `pooled_windows`: their latency entries (~50 a
+# window) are most of a day's table, so a range of this many rows holds tens of MB.
+POOL_ROWS = 65_536
+
+
+def pooled_windows(store: Store, since: float | None, seal: float,
+                   spans: Sequence[tuple[float, float]], *, until: float | None = None,
+                   paths: Iterable[str] | None = None, cohorts: Iterable[str] | None = None,
+                   ) -> tuple[WindowTable, F64, WindowTable, float]:
+    """The path windows of [since, until) with data that start before `seal`, pooled as
+    the module docstring says, with each pooled row's first start; the stored rows of
+    the span without data (calls were not made: nothing to pool), and the median length
+    of every stored row (NaN: none). The cuts are placed from the rows read without
+    their latency entries, then the rows are read with them and pooled a range of about
+    `POOL_ROWS` at a time: a day's table held whole, and the copies made of it, were most
+    of a cold verdict's memory (BENCHMARKS.md D23)."""
+    bare = store.read_table(since, until, paths, cohorts, latency=False)
+    data = columns(bare).has_data
+    cuts = _cuts(bare, seal, spans, data)
+    old = bare.start[data & (bare.start < seal)]
+    empty = take(bare, ~data)
+    length = float(np.median(bare.length)) if len(bare.start) else math.nan
+    del bare, data  # only the pooled rows are held from here
+    first: F64 = np.zeros(0)
+    sealed = take(empty, np.zeros(len(empty.start), dtype=bool))
+    edges = [*np.unique(old[::POOL_ROWS]).tolist(), _after(float(old[-1]))] if old.size else []
+    for lo, hi in itertools.pairwise(edges):
+        part = store.read_table(lo, hi, paths, cohorts)
+        sealed, first = _pool(sealed, first, part, None, seal, spans, cuts)
+    return sealed, first, empty, length
 
 
 def _strata(raw: EndpointColumns, origin: float, stratum_s: float | None) -> EndpointColumns:
@@ -497,13 +538,9 @@ class VerdictCache:
     def _build_windows(self, store: Store, since: float,
                        spans: Sequence[tuple[float, float]]) -> _Windows:
         self.reads_afresh["windows"] += 1
-        table = store.read_table(since=since)
         seal = max(since, self._seal())
-        old = table.start < seal
-        tail = take(table, ~old)
-        empty = take(table, np.zeros(len(table.start), dtype=bool))
-        sealed, first = _pool(empty, np.zeros(0), take(table, old), tail, seal, spans)
-        return _Windows(since, sealed, first, tail, seal)
+        sealed, first, _, _ = pooled_windows(store, since, seal, spans)
+        return _Windows(since, sealed, first, store.read_table(since=seal), seal)
 
     def _refresh_windows(self, store: Store, w: _Windows,
                          spans: Sequence[tuple[float, float]]) -> _Windows:

@@ -38,6 +38,9 @@ LAST = frozenset({"start", "length"})
 MAX = frozenset({"lag_max_s"})
 FIRST = frozenset({"started"})
 REDUCE_SLICE = 1 << 20  # entries of compressed rows `reduce` pools at once
+# Groups × entry ids up to which `reduce` pools compressed rows into a dense array (a few
+# hundred pooled rows × the latency buckets): a bincount, not a sort of every entry.
+DENSE_MAX = 1 << 22
 
 
 def rows_of(cols: Any) -> int:
@@ -169,6 +172,10 @@ def reduce(cols: T, group: npt.ArrayLike, n_groups: int) -> T:
         p = getattr(cols, ptr)
         ids, counts = (getattr(cols, e) for e in entries)
         width = int(ids.max(initial=0)) + 1
+        if n_groups * width <= DENSE_MAX:
+            out[ptr], out[entries[0]], out[entries[1]] = _dense(p, g, ids, counts, n_groups,
+                                                                 width)
+            continue
         # Entries pooled a slice of rows at a time, then the slices' sums pooled: a day's
         # path windows are tens of millions of entries, and pooling them at once took
         # gigabytes of int64 keys (BENCHMARKS.md D23). Float sums of counts are exact.
@@ -191,3 +198,22 @@ def reduce(cols: T, group: npt.ArrayLike, n_groups: int) -> T:
         # Pooled counts outgrow a window's entry width: keep them exact in int64.
         out[entries[1]] = np.rint(pooled).astype(np.int64)
     return dataclasses.replace(cols, **out)  # type: ignore[type-var]
+
+
+def _dense(ptr: npt.NDArray[np.int64], g: npt.NDArray[np.int64], ids: npt.NDArray[Any],
+           counts: npt.NDArray[Any], n_groups: int, width: int
+           ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any], npt.NDArray[np.int64]]:
+    """`reduce`'s pooling of one compressed-row array through a dense groups × ids array:
+    the same entries (every id a group's rows hold, by group and id, zero sums kept)."""
+    sums = np.zeros(n_groups * width)
+    seen = np.zeros(n_groups * width, dtype=bool)
+    for lo in range(0, int(ptr[-1]), REDUCE_SLICE):
+        hi = min(lo + REDUCE_SLICE, int(ptr[-1]))
+        row = np.searchsorted(ptr, np.arange(lo, hi), side="right") - 1
+        key = g[row] * width + ids[lo:hi]
+        sums += np.bincount(key, weights=counts[lo:hi], minlength=sums.size)
+        seen[key] = True
+    keys = np.flatnonzero(seen)
+    new_ptr = np.searchsorted(keys // width, np.arange(n_groups + 1)).astype(np.int64)
+    # Float sums of counts are exact below 2**53.
+    return new_ptr, (keys % width).astype(ids.dtype), np.rint(sums[keys]).astype(np.int64)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from probes import verdict_service
+from probes import verdict_cache, verdict_service
 from probes._timeparse import rfc3339
 from probes._types import EndpointWindow
 from probes.measure.overload import OVERLOAD_EVENT
@@ -154,3 +155,68 @@ def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int) -> None:
                    cols.attempts_count.tolist(), strict=True))
     assert got == [tuple(r) for r in rows]
     assert len(set(cols.start.tolist())) > 50
+
+
+def test_a_table_read_without_latency_is_the_table_without_its_entries(db: str) -> None:
+    with Store.open(db, readonly=True) as store:
+        whole = store.read_table(since=T0 + 30 * W)
+        bare = store.read_table(since=T0 + 30 * W, latency=False)
+    assert len(whole.latency_bucket) > len(whole) > 100
+    assert not len(bare.latency_bucket) and not bare.latency_ptr.any()
+    for f in dataclasses.fields(whole):
+        if not f.name.startswith("latency"):
+            np.testing.assert_array_equal(np.asarray(getattr(bare, f.name)),
+                                          np.asarray(getattr(whole, f.name)), err_msg=f.name)
+
+
+@pytest.fixture(scope="module")
+def stopped(db: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`db` where the canary's path windows of `search` stop 20 windows before the end:
+    the comparison ends at the last window both cohorts have."""
+    import shutil
+    import sqlite3
+
+    path = str(tmp_path_factory.mktemp("stopped") / "probe.db")
+    shutil.copy(db, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "DELETE FROM path_windows WHERE start >= ? AND path_id = (SELECT id FROM names"
+            " WHERE kind = 'path' AND name = 'search') AND cohort_id = (SELECT id FROM names"
+            " WHERE kind = 'cohort' AND name = ?)", (T0 + (WINDOWS - 20) * W, NEW))
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("at", [WINDOWS, 110, 85])  # the end; inside the late span; before it
+@pytest.mark.parametrize("since", [None, "-15m"])
+@pytest.mark.parametrize("store", ["db", "stopped"])
+def test_the_verdict_from_path_windows_pooled_in_ranges_is_the_verdict_read_whole(
+        store: str, at: int, since: str | None, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # `skewprobe verdict --store` pools the path windows a range of rows at a time instead
+    # of holding the table whole: the verdict must not change by a byte, p99's late span,
+    # the pods moving, a cohort that stops and the comparison's origin included.
+    db = request.getfixturevalue(store)
+    now = T0 + at * W + 1
+    pooled: list[int] = []
+    pool = verdict_cache.pooled_windows
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = pool(*args, **kwargs)
+        pooled.append(len(out[0]))
+        return out
+
+    monkeypatch.setattr(verdict_cache, "POOL_ROWS", 9)
+    monkeypatch.setattr(verdict_cache, "pooled_windows", counted)
+    ranged = compute_verdict(db, SETTINGS, now=now, since=since, overload=None)
+    monkeypatch.setattr(verdict_service, "_PooledStore", lambda store, _: store)
+    whole = compute_verdict(db, SETTINGS, now=now, since=since, overload=None)
+    assert json.dumps(ranged, sort_keys=True) == json.dumps(whole, sort_keys=True)
+    assert whole["baseline"] and whole["canary"] == NEW
+    # The comparison's rows were pooled: fewer than a cohort's windows (the stored rows are
+    # one per window, path and cohort), those the late span touches kept alone.
+    assert pooled and max(pooled) < WINDOWS, pooled
+    if at == 110:
+        p99 = [p["metrics"]["latency_p99_ms"]["reason"] for p in whole["paths"]]
+        assert all("left out of p99" in r for r in p99), p99
