@@ -40,6 +40,7 @@ the endpoint windows are then read from the store, as before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -182,17 +183,18 @@ def _pool(sealed: WindowTable, first: F64, moving: WindowTable, tail: WindowTabl
         cuts = _cuts(concat(rows, take(tail, columns(tail).has_data)), seal, spans)
     pooled = np.arange(len(rows.start)) < len(sealed.start)
     several = pooled & (firsts < rows.start)
+    code = {name: i for i, name in enumerate(rows.paths)}
     if several.any():
         hit = np.zeros(len(rows.start), dtype=bool)
         for p, cut in cuts.items():
-            on = several & (np.asarray(rows.paths)[rows.path] == p)
+            on = several & (rows.path == code.get(p, -1))
             hit |= on & (np.searchsorted(cut, firsts, "right")
                          != np.searchsorted(cut, rows.start, "right"))
         if hit.any():
             raise _Stale
     stretch = np.zeros(len(rows.start), dtype=np.int64)
     for p, cut in cuts.items():
-        on = np.asarray(rows.paths)[rows.path] == p
+        on = rows.path == code.get(p, -1)
         stretch[on] = np.searchsorted(cut, rows.start[on], "right")
     key = (rows.path.astype(np.int64) * len(rows.cohorts) + rows.cohort) * (
         int(stretch.max()) + 1) + stretch
@@ -210,28 +212,52 @@ POOL_ROWS = 65_536
 def pooled_windows(store: Store, since: float | None, seal: float,
                    spans: Sequence[tuple[float, float]], *, until: float | None = None,
                    paths: Iterable[str] | None = None, cohorts: Iterable[str] | None = None,
-                   ) -> tuple[WindowTable, F64, WindowTable, float]:
+                   tail: WindowTable | None = None) -> tuple[WindowTable, F64, WindowTable, F64]:
     """The path windows of [since, until) with data that start before `seal`, pooled as
-    the module docstring says, with each pooled row's first start; the stored rows of
-    the span without data (calls were not made: nothing to pool), and the median length
-    of every stored row (NaN: none). The cuts are placed from the rows read without
-    their latency entries, then the rows are read with them and pooled a range of about
-    `POOL_ROWS` at a time: a day's table held whole, and the copies made of it, were most
-    of a cold verdict's memory (BENCHMARKS.md D23)."""
-    bare = store.read_table(since, until, paths, cohorts, latency=False)
-    data = columns(bare).has_data
-    cuts = _cuts(bare, seal, spans, data)
-    old = bare.start[data & (bare.start < seal)]
-    empty = take(bare, ~data)
-    length = float(np.median(bare.length)) if len(bare.start) else math.nan
-    del bare, data  # only the pooled rows are held from here
-    first: F64 = np.zeros(0)
-    sealed = take(empty, np.zeros(len(empty.start), dtype=bool))
-    edges = [*np.unique(old[::POOL_ROWS]).tolist(), _after(float(old[-1]))] if old.size else []
-    for lo, hi in itertools.pairwise(edges):
-        part = store.read_table(lo, hi, paths, cohorts)
-        sealed, first = _pool(sealed, first, part, None, seal, spans, cuts)
-    return sealed, first, empty, length
+    the module docstring says (`tail`: the rows from `seal` on, which place cuts too),
+    with each pooled row's first start; the stored rows without data (no call was made:
+    nothing to pool), and every stored row's length.
+
+    Read and pooled a range of about `POOL_ROWS` rows at a time (a day's table held
+    whole, and the copies made of it, were most of a cold verdict's memory: BENCHMARKS.md
+    D23): each range at its own cuts, which include every cut of the whole span (a
+    window the spans touch, the first window two cohorts share, a cut after each
+    cohort's last window: within its range, it is its last there), then the ranges'
+    rows pooled again at the whole span's cuts, read from them: a pooled row's start is
+    its newest window, so their starts still show each cohort's last window and the
+    first window two cohorts share."""
+    hi = seal if until is None else min(seal, until)
+    span = store.window_span(since, hi, paths, cohorts)
+    parts: list[WindowTable] = []
+    empty: list[WindowTable] = []
+    firsts: list[F64] = []
+    lengths: list[F64] = []
+    if span is not None:
+        lo, last, stored = span
+        step = max((last - lo) * POOL_ROWS / stored, 1e-3)
+        while lo <= last:
+            part = store.read_table(lo, min(lo + step, _after(last)), paths, cohorts)
+            lo += step
+            data = columns(part).has_data
+            lengths.append(part.length)
+            empty.append(take(part, ~data))
+            if data.any():
+                none = take(part, np.zeros(len(part.start), dtype=bool))
+                pooled, first = _pool(none, np.zeros(0), part, None, math.inf, spans,
+                                      _cuts(part, math.inf, spans, data))
+                parts.append(pooled)
+                firsts.append(first)
+    if not parts:
+        table = (functools.reduce(concat, empty) if empty
+                 else store.read_table(since, hi, paths, cohorts))
+        return (take(table, np.zeros(len(table.start), dtype=bool)), np.zeros(0), table,
+                table.length)
+    rows: WindowTable = functools.reduce(concat, parts)
+    whole = rows if tail is None else concat(rows, take(tail, columns(tail).has_data))
+    none = take(rows, np.zeros(len(rows.start), dtype=bool))
+    sealed, first = _pool(rows, np.concatenate(firsts), none, None, seal, spans,
+                          _cuts(whole, seal, spans))
+    return sealed, first, functools.reduce(concat, empty), np.concatenate(lengths)
 
 
 def _strata(raw: EndpointColumns, origin: float, stratum_s: float | None) -> EndpointColumns:
@@ -539,8 +565,9 @@ class VerdictCache:
                        spans: Sequence[tuple[float, float]]) -> _Windows:
         self.reads_afresh["windows"] += 1
         seal = max(since, self._seal())
-        sealed, first, _, _ = pooled_windows(store, since, seal, spans)
-        return _Windows(since, sealed, first, store.read_table(since=seal), seal)
+        tail = store.read_table(since=seal)
+        sealed, first, _, _ = pooled_windows(store, since, seal, spans, tail=tail)
+        return _Windows(since, sealed, first, tail, seal)
 
     def _refresh_windows(self, store: Store, w: _Windows,
                          spans: Sequence[tuple[float, float]]) -> _Windows:

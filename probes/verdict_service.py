@@ -185,10 +185,11 @@ class _PooledStore:
                    cohorts: Iterable[str] | None = None) -> WindowTable:
         from probes.verdict_cache import pooled_windows
 
-        sealed, _, empty, length = pooled_windows(self._store, since, math.inf, self._exclude,
-                                                  until=until, paths=paths, cohorts=cohorts)
+        sealed, _, empty, lengths = pooled_windows(self._store, since, math.inf, self._exclude,
+                                                   until=until, paths=paths, cohorts=cohorts)
         table: WindowTable = concat(sealed, empty)
-        self._lengths = {id(table): length}
+        if len(lengths):
+            self._lengths = {id(table): float(np.median(lengths))}
         return table
 
     def median_length(self, table: WindowTable) -> float:

@@ -22,7 +22,7 @@ pools the compressed rows. A new column that is not a count needs its rule added
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -180,11 +180,7 @@ def reduce(cols: T, group: npt.ArrayLike, n_groups: int) -> T:
         # path windows are tens of millions of entries, and pooling them at once took
         # gigabytes of int64 keys (BENCHMARKS.md D23). Float sums of counts are exact.
         keys, sums = [], []
-        cuts = np.unique(np.searchsorted(p, np.arange(0, int(p[-1]), REDUCE_SLICE),
-                                         side="right") - 1)
-        for r0, r1 in zip(cuts.tolist(), [*cuts[1:].tolist(), rows_of(cols)], strict=True):
-            lo, hi = int(p[r0]), int(p[r1])
-            row = np.repeat(np.arange(r0, r1), np.diff(p[r0:r1 + 1]))
+        for lo, hi, row in _slices(p):
             k, inv = np.unique(g[row] * width + ids[lo:hi], return_inverse=True)
             keys.append(k)
             sums.append(np.bincount(inv.ravel(), weights=counts[lo:hi], minlength=k.size))
@@ -207,9 +203,7 @@ def _dense(ptr: npt.NDArray[np.int64], g: npt.NDArray[np.int64], ids: npt.NDArra
     the same entries (every id a group's rows hold, by group and id, zero sums kept)."""
     sums = np.zeros(n_groups * width)
     seen = np.zeros(n_groups * width, dtype=bool)
-    for lo in range(0, int(ptr[-1]), REDUCE_SLICE):
-        hi = min(lo + REDUCE_SLICE, int(ptr[-1]))
-        row = np.searchsorted(ptr, np.arange(lo, hi), side="right") - 1
+    for lo, hi, row in _slices(ptr):
         key = g[row] * width + ids[lo:hi]
         sums += np.bincount(key, weights=counts[lo:hi], minlength=sums.size)
         seen[key] = True
@@ -217,3 +211,12 @@ def _dense(ptr: npt.NDArray[np.int64], g: npt.NDArray[np.int64], ids: npt.NDArra
     new_ptr = np.searchsorted(keys // width, np.arange(n_groups + 1)).astype(np.int64)
     # Float sums of counts are exact below 2**53.
     return new_ptr, (keys % width).astype(ids.dtype), np.rint(sums[keys]).astype(np.int64)
+
+
+def _slices(ptr: npt.NDArray[np.int64]) -> Iterator[tuple[int, int, npt.NDArray[np.int64]]]:
+    """A compressed-row array's entries about `REDUCE_SLICE` at a time, by whole rows: each
+    slice's first and last entry (exclusive), and each entry's row."""
+    cuts = np.unique(np.searchsorted(ptr, np.arange(0, int(ptr[-1]), REDUCE_SLICE),
+                                     side="right") - 1)
+    for r0, r1 in zip(cuts.tolist(), [*cuts[1:].tolist(), ptr.size - 1], strict=True):
+        yield int(ptr[r0]), int(ptr[r1]), np.repeat(np.arange(r0, r1), np.diff(ptr[r0:r1 + 1]))

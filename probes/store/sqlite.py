@@ -356,21 +356,13 @@ class Store:
         until: float | None = None,
         paths: Iterable[str] | None = None,
         cohorts: Iterable[str] | None = None,
-        *,
-        latency: bool = True,
     ) -> WindowTable:
-        """Path windows with start in [since, until) as numpy columns: the bulk read.
-        Without `latency`, every row's histogram is left empty: the counts of a day of
-        windows without the tens of millions of latency entries (what a reader that pools
-        the latency a range at a time lays out first, `probes.verdict_cache`)."""
+        """Path windows with start in [since, until) as numpy columns: the bulk read."""
         where, args = self._where(since, until, paths, cohorts)
         names = dict(self._read("read names", "SELECT id, name FROM names"))
-        blobs = {c: c if latency or c != "latency" else "x''"
-                 for c in TableBuilder.blob_columns()}
-        sizes = ", ".join(f"COALESCE(SUM(LENGTH({c})), 0)" for c in blobs.values())
-        fields = [blobs.get(c, c) for c in TableBuilder.COLUMNS]
+        sizes = ", ".join(f"COALESCE(SUM(LENGTH({c})), 0)" for c in TableBuilder.blob_columns())
         select = (
-            f"SELECT {', '.join(fields)} FROM path_windows WHERE {where}"
+            f"SELECT {', '.join(TableBuilder.COLUMNS)} FROM path_windows WHERE {where}"
             " ORDER BY start, path_id, cohort_id"
         )
         with self._lock, mapped(self._path, "read windows"):
@@ -703,6 +695,16 @@ class Store:
             (cohort, lo),
         )
         return None if row[0][0] is None else float(row[0][0])
+
+    def window_span(self, since: float | None = None, until: float | None = None,
+                    paths: Iterable[str] | None = None, cohorts: Iterable[str] | None = None,
+                    ) -> tuple[float, float, int] | None:
+        """(first start, last start, rows) of the path windows with start in [since,
+        until); None when there are none."""
+        where, args = self._where(since, until, paths, cohorts)
+        row = self._read("read windows", "SELECT MIN(start), MAX(start), COUNT(*) FROM"
+                         f" path_windows WHERE {where}", args)[0]
+        return None if row[0] is None else (float(row[0]), float(row[1]), int(row[2]))
 
     def time_range(self) -> tuple[float, float] | None:
         """(start of the first window, end of the last), or None for a store with no windows."""

@@ -157,18 +157,6 @@ def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int) -> None:
     assert len(set(cols.start.tolist())) > 50
 
 
-def test_a_table_read_without_latency_is_the_table_without_its_entries(db: str) -> None:
-    with Store.open(db, readonly=True) as store:
-        whole = store.read_table(since=T0 + 30 * W)
-        bare = store.read_table(since=T0 + 30 * W, latency=False)
-    assert len(whole.latency_bucket) > len(whole) > 100
-    assert not len(bare.latency_bucket) and not bare.latency_ptr.any()
-    for f in dataclasses.fields(whole):
-        if not f.name.startswith("latency"):
-            np.testing.assert_array_equal(np.asarray(getattr(bare, f.name)),
-                                          np.asarray(getattr(whole, f.name)), err_msg=f.name)
-
-
 @pytest.fixture(scope="module")
 def stopped(db: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     """`db` where the canary's path windows of `search` stop 20 windows before the end:
@@ -220,3 +208,11 @@ def test_the_verdict_from_path_windows_pooled_in_ranges_is_the_verdict_read_whol
     if at == 110:
         p99 = [p["metrics"]["latency_p99_ms"]["reason"] for p in whole["paths"]]
         assert all("left out of p99" in r for r in p99), p99
+
+
+def test_window_span_is_the_first_and_last_start_and_the_rows(db: str) -> None:
+    with Store.open(db, readonly=True) as store:
+        table = store.read_table(since=T0 + 30 * W, until=T0 + 90 * W, paths=["search"])
+        span = store.window_span(T0 + 30 * W, T0 + 90 * W, ["search"])
+        assert store.window_span(T0 + WINDOWS * W) is None
+    assert span == (table.start.min(), table.start.max(), len(table)) and len(table) == 120
