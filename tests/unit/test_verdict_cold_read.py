@@ -127,12 +127,16 @@ def test_read_whole_is_every_chunk_joined(db: str) -> None:
 
 
 @pytest.mark.parametrize("chunk_rows", [7, 100_000])
-def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int) -> None:
+# Strata not aligned to the windows' starts; 25 s from 1 s past a window: a stratum then
+# straddles two ranges of rows (they start at the first window, the strata at `since`).
+@pytest.mark.parametrize(("offset", "stratum"), [(7.0, 3 * W), (1.0, 25.0)])
+def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int, offset: float,
+                                           stratum: float) -> None:
     # The strata are summed in numpy from ranges of rows (a stratum may straddle two):
     # the same rows, in the same order, as SQLite's GROUP BY over every row gives.
     import sqlite3
 
-    since, stratum = T0 + 7.0, 3 * W  # strata not aligned to the windows' starts
+    since = T0 + offset
     with Store.open(db, readonly=True) as store, store.stream_endpoint_columns(
             since=since, stratum_s=stratum, latency=False, chunk_rows=chunk_rows) as (cols, _):
         pass
