@@ -518,6 +518,9 @@ class Store:
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
                         lookups, rows) if stratum_s is None else self._latency_strata(
                         conn, where, args, origin, float(stratum_s), ranges, lookups))
+                # What the rows were read into is let go before the chunks come: a day of
+                # strata is tens of MB (BENCHMARKS.md D23).
+                del a, ids
                 yield cols, chunks
             finally:
                 close = getattr(chunks, "close", None)
@@ -871,7 +874,7 @@ def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],
     endpoint id) or else `start_events` (`known_starts`)."""
     endpoint_names = {i: name for i, name, _ in endpoint_rows}
     if len(a):
-        start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
+        start, path_id, endpoint_id, cohort_id = a[:, 0].copy(), *a[:, 1:4].astype(np.int64).T
         requests, errors, attempts_sum, attempts_count, unrecorded = (
             a[:, k].astype(np.int64) for k in range(4, 9))
     else:
