@@ -216,6 +216,8 @@ def _dense(ptr: npt.NDArray[np.int64], g: npt.NDArray[np.int64], ids: npt.NDArra
 def _slices(ptr: npt.NDArray[np.int64]) -> Iterator[tuple[int, int, npt.NDArray[np.int64]]]:
     """A compressed-row array's entries about `REDUCE_SLICE` at a time, by whole rows: each
     slice's first and last entry (exclusive), and each entry's row."""
+    if not int(ptr[-1]):
+        return  # no entries (windows without latency)
     cuts = np.unique(np.searchsorted(ptr, np.arange(0, int(ptr[-1]), REDUCE_SLICE),
                                      side="right") - 1)
     for r0, r1 in zip(cuts.tolist(), [*cuts[1:].tolist(), ptr.size - 1], strict=True):
