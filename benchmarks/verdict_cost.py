@@ -49,7 +49,12 @@ from probes._timeparse import rfc3339  # noqa: E402
 from probes.store import Store  # noqa: E402
 from probes.verdict import judge  # noqa: E402
 from probes.verdict.cache import VerdictCache  # noqa: E402
-from probes.verdict.service import JudgingSettings, _pod_grids, compute_verdict  # noqa: E402
+from probes.verdict.service import (  # noqa: E402
+    JudgingSettings,
+    _pod_grids,
+    _PooledStore,
+    compute_verdict,
+)
 
 PHASES = ("read path windows", "read endpoint windows + grids", "judge",
           "compute_verdict (all of it)")
@@ -108,8 +113,9 @@ def cold(db: str, now: float) -> dict[str, Any]:
 
     @contextlib.contextmanager
     def opened() -> Any:
+        # As `skewprobe verdict --store` reads it: the path windows pooled range by range.
         with Store.open(db, readonly=True) as store:
-            yield store
+            yield _PooledStore(store, ())
 
     out = phases(now, settings, opened, lambda: compute_verdict(
         db, settings, baseline=OLD, canary=NEW, now=now, overload=None))

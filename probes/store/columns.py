@@ -22,7 +22,7 @@ pools the compressed rows. A new column that is not a count needs its rule added
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -38,6 +38,9 @@ LAST = frozenset({"start", "length"})
 MAX = frozenset({"lag_max_s"})
 FIRST = frozenset({"started"})
 REDUCE_SLICE = 1 << 20  # entries of compressed rows `reduce` pools at once
+# Groups × entry ids up to which `reduce` pools compressed rows into a dense array (a few
+# hundred pooled rows × the latency buckets): a bincount, not a sort of every entry.
+DENSE_MAX = 1 << 22
 
 
 def rows_of(cols: Any) -> int:
@@ -169,15 +172,15 @@ def reduce(cols: T, group: npt.ArrayLike, n_groups: int) -> T:
         p = getattr(cols, ptr)
         ids, counts = (getattr(cols, e) for e in entries)
         width = int(ids.max(initial=0)) + 1
+        if n_groups * width <= DENSE_MAX:
+            out[ptr], out[entries[0]], out[entries[1]] = _dense(p, g, ids, counts, n_groups,
+                                                                 width)
+            continue
         # Entries pooled a slice of rows at a time, then the slices' sums pooled: a day's
         # path windows are tens of millions of entries, and pooling them at once took
         # gigabytes of int64 keys (BENCHMARKS.md D23). Float sums of counts are exact.
         keys, sums = [], []
-        cuts = np.unique(np.searchsorted(p, np.arange(0, int(p[-1]), REDUCE_SLICE),
-                                         side="right") - 1)
-        for r0, r1 in zip(cuts.tolist(), [*cuts[1:].tolist(), rows_of(cols)], strict=True):
-            lo, hi = int(p[r0]), int(p[r1])
-            row = np.repeat(np.arange(r0, r1), np.diff(p[r0:r1 + 1]))
+        for lo, hi, row in _slices(p):
             k, inv = np.unique(g[row] * width + ids[lo:hi], return_inverse=True)
             keys.append(k)
             sums.append(np.bincount(inv.ravel(), weights=counts[lo:hi], minlength=k.size))
@@ -191,3 +194,31 @@ def reduce(cols: T, group: npt.ArrayLike, n_groups: int) -> T:
         # Pooled counts outgrow a window's entry width: keep them exact in int64.
         out[entries[1]] = np.rint(pooled).astype(np.int64)
     return dataclasses.replace(cols, **out)  # type: ignore[type-var]
+
+
+def _dense(ptr: npt.NDArray[np.int64], g: npt.NDArray[np.int64], ids: npt.NDArray[Any],
+           counts: npt.NDArray[Any], n_groups: int, width: int
+           ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any], npt.NDArray[np.int64]]:
+    """`reduce`'s pooling of one compressed-row array through a dense groups × ids array:
+    the same entries (every id a group's rows hold, by group and id, zero sums kept)."""
+    sums = np.zeros(n_groups * width)
+    seen = np.zeros(n_groups * width, dtype=bool)
+    for lo, hi, row in _slices(ptr):
+        key = g[row] * width + ids[lo:hi]
+        sums += np.bincount(key, weights=counts[lo:hi], minlength=sums.size)
+        seen[key] = True
+    keys = np.flatnonzero(seen)
+    new_ptr = np.searchsorted(keys // width, np.arange(n_groups + 1)).astype(np.int64)
+    # Float sums of counts are exact below 2**53.
+    return new_ptr, (keys % width).astype(ids.dtype), np.rint(sums[keys]).astype(np.int64)
+
+
+def _slices(ptr: npt.NDArray[np.int64]) -> Iterator[tuple[int, int, npt.NDArray[np.int64]]]:
+    """A compressed-row array's entries about `REDUCE_SLICE` at a time, by whole rows: each
+    slice's first and last entry (exclusive), and each entry's row."""
+    if not int(ptr[-1]):
+        return  # no entries (windows without latency)
+    cuts = np.unique(np.searchsorted(ptr, np.arange(0, int(ptr[-1]), REDUCE_SLICE),
+                                     side="right") - 1)
+    for r0, r1 in zip(cuts.tolist(), [*cuts[1:].tolist(), ptr.size - 1], strict=True):
+        yield int(ptr[r0]), int(ptr[r1]), np.repeat(np.arange(r0, r1), np.diff(ptr[r0:r1 + 1]))

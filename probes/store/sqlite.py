@@ -518,6 +518,9 @@ class Store:
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
                         lookups, rows) if stratum_s is None else self._latency_strata(
                         conn, where, args, origin, float(stratum_s), ranges, lookups))
+                # What the rows were read into is let go before the chunks come: a day of
+                # strata is tens of MB (BENCHMARKS.md D23).
+                del a, ids
                 yield cols, chunks
             finally:
                 close = getattr(chunks, "close", None)
@@ -696,6 +699,16 @@ class Store:
         )
         return None if row[0][0] is None else float(row[0][0])
 
+    def window_span(self, since: float | None = None, until: float | None = None,
+                    paths: Iterable[str] | None = None, cohorts: Iterable[str] | None = None,
+                    ) -> tuple[float, float, int] | None:
+        """(first start, last start, rows) of the path windows with start in [since,
+        until); None when there are none."""
+        where, args = self._where(since, until, paths, cohorts)
+        row = self._read("read windows", "SELECT MIN(start), MAX(start), COUNT(*) FROM"
+                         f" path_windows WHERE {where}", args)[0]
+        return None if row[0] is None else (float(row[0]), float(row[1]), int(row[2]))
+
     def time_range(self) -> tuple[float, float] | None:
         """(start of the first window, end of the last), or None for a store with no windows."""
         first = self._read("read time range", "SELECT MIN(start) FROM path_windows")[0][0]
@@ -817,9 +830,25 @@ def _strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], origin: 
         lo = hi
     if not parts:
         return np.zeros((0, 9)), ranges
-    key = _summed(np.concatenate(parts))  # a stratum across two ranges summed once
-    a = key.astype(np.float64)
-    a[:, 0] = origin + stratum_s * key[:, 0]
+    # A stratum across two ranges is summed once: the ranges are in order, so only the
+    # first stratum of a range can be the last of the one before. The parts are copied
+    # into the result one by one and let go (joined and sorted again, a day of strata
+    # rows was four copies at once: BENCHMARKS.md D23).
+    for i in range(1, len(parts)):
+        before, part = parts[i - 1], parts[i]
+        k = before[-1, 0]
+        if part[0, 0] == k:
+            m, n = np.searchsorted(before[:, 0], k), np.searchsorted(part[:, 0], k, "right")
+            parts[i - 1] = before[:m]
+            parts[i] = np.concatenate([_summed(np.concatenate([before[m:], part[:n]])),
+                                       part[n:]])
+    a = np.empty((sum(len(x) for x in parts), 9))
+    at = 0
+    for i, part in enumerate(parts):
+        a[at:at + len(part)] = part
+        a[at:at + len(part), 0] = origin + stratum_s * part[:, 0]
+        at += len(part)
+        parts[i] = part[:0]
     return a, ranges
 
 
@@ -845,7 +874,7 @@ def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],
     endpoint id) or else `start_events` (`known_starts`)."""
     endpoint_names = {i: name for i, name, _ in endpoint_rows}
     if len(a):
-        start, path_id, endpoint_id, cohort_id = a[:, 0], *a[:, 1:4].astype(np.int64).T
+        start, path_id, endpoint_id, cohort_id = a[:, 0].copy(), *a[:, 1:4].astype(np.int64).T
         requests, errors, attempts_sum, attempts_count, unrecorded = (
             a[:, k].astype(np.int64) for k in range(4, 9))
     else:

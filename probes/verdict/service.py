@@ -31,7 +31,10 @@ from probes.spec import (
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.pods import PodGrid, read_pod_grids
 from probes.store import Store
+from probes.store.columns import concat
+from probes.store.table import WindowTable
 from probes.verdict import judge
+from probes.verdict.cache import pooled_windows
 
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSettings, PrometheusSource
@@ -160,9 +163,38 @@ def compute_verdict(
             return _store_verdict(store, cached, settings, query, now, overload)
     store = Store.open(store_path, readonly=True)
     try:
-        return _store_verdict(store, lambda _: store, settings, query, now, overload)
+        return _store_verdict(store, lambda exclude: _PooledStore(store, exclude), settings,
+                              query, now, overload)
     finally:
         store.close()
+
+
+class _PooledStore:
+    """The store as a cold verdict reads it: the path windows pooled a range at a time to
+    what the verdict needs (`verdict_cache.pooled_windows`, the cuts `exclude` asks for),
+    not a day's table held whole; everything else read from the store as it is."""
+
+    def __init__(self, store: Store, exclude: Sequence[tuple[float, float]]) -> None:
+        self._store, self._exclude = store, exclude
+        self._lengths: dict[int, float] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def read_table(self, since: float | None = None, until: float | None = None,
+                   paths: Iterable[str] | None = None,
+                   cohorts: Iterable[str] | None = None) -> WindowTable:
+        sealed, _, empty, lengths = pooled_windows(self._store, since, math.inf, self._exclude,
+                                                   until=until, paths=paths, cohorts=cohorts)
+        table: WindowTable = concat(sealed, empty)
+        if len(lengths):
+            self._lengths = {id(table): float(np.median(lengths))}
+        return table
+
+    def median_length(self, table: WindowTable) -> float:
+        """The median length of the stored windows `table` pooled (a pooled row carries its
+        newest window's)."""
+        return self._lengths.get(id(table), float(np.median(table.length)))
 
 
 def _store_verdict(
@@ -371,7 +403,8 @@ def verdict_from_source(
     if step is not None:
         window_s = float(step)
     elif len(table):
-        window_s = float(np.median(table.length))
+        stored = getattr(source, "median_length", None)
+        window_s = float(np.median(table.length)) if stored is None else stored(table)
     else:
         window_s = settings.window_s
     # One cohort (before a rollout): nothing to compare pod by pod, and no origin to read

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from probes.stats.pods import read_pod_grids
 from probes.store import Event, Store
 from probes.store import sqlite as store_sqlite
 from probes.types import EndpointWindow
+from probes.verdict import cache as verdict_cache
 from probes.verdict import service as verdict_service
 from probes.verdict.service import compute_verdict, overload_spans
 from tests.unit.test_verdict_cache import NEW, SETTINGS, T0, W, _same_grids, windows_at
@@ -126,12 +128,16 @@ def test_read_whole_is_every_chunk_joined(db: str) -> None:
 
 
 @pytest.mark.parametrize("chunk_rows", [7, 100_000])
-def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int) -> None:
+# Strata not aligned to the windows' starts; 25 s from 1 s past a window: a stratum then
+# straddles two ranges of rows (they start at the first window, the strata at `since`).
+@pytest.mark.parametrize(("offset", "stratum"), [(7.0, 3 * W), (1.0, 25.0)])
+def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int, offset: float,
+                                           stratum: float) -> None:
     # The strata are summed in numpy from ranges of rows (a stratum may straddle two):
     # the same rows, in the same order, as SQLite's GROUP BY over every row gives.
     import sqlite3
 
-    since, stratum = T0 + 7.0, 3 * W  # strata not aligned to the windows' starts
+    since = T0 + offset
     with Store.open(db, readonly=True) as store, store.stream_endpoint_columns(
             since=since, stratum_s=stratum, latency=False, chunk_rows=chunk_rows) as (cols, _):
         pass
@@ -154,3 +160,65 @@ def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int) -> None:
                    cols.attempts_count.tolist(), strict=True))
     assert got == [tuple(r) for r in rows]
     assert len(set(cols.start.tolist())) > 50
+
+
+@pytest.fixture(scope="module")
+def stopped(db: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`db` where the canary's path windows of `search` stop 20 windows before the end:
+    the comparison ends at the last window both cohorts have."""
+    import shutil
+    import sqlite3
+
+    path = str(tmp_path_factory.mktemp("stopped") / "probe.db")
+    shutil.copy(db, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "DELETE FROM path_windows WHERE start >= ? AND path_id = (SELECT id FROM names"
+            " WHERE kind = 'path' AND name = 'search') AND cohort_id = (SELECT id FROM names"
+            " WHERE kind = 'cohort' AND name = ?)", (T0 + (WINDOWS - 20) * W, NEW))
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("at", [WINDOWS, 110, 85])  # the end; inside the late span; before it
+@pytest.mark.parametrize("since", [None, "-15m"])
+@pytest.mark.parametrize("store", ["db", "stopped"])
+def test_the_verdict_from_path_windows_pooled_in_ranges_is_the_verdict_read_whole(
+        store: str, at: int, since: str | None, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # `skewprobe verdict --store` pools the path windows a range of rows at a time instead
+    # of holding the table whole: the verdict must not change by a byte, p99's late span,
+    # the pods moving, a cohort that stops and the comparison's origin included.
+    db = request.getfixturevalue(store)
+    now = T0 + at * W + 1
+    pooled: list[int] = []
+    pool = verdict_cache.pooled_windows
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = pool(*args, **kwargs)
+        pooled.append(len(out[0]))
+        return out
+
+    monkeypatch.setattr(verdict_cache, "POOL_ROWS", 9)
+    monkeypatch.setattr(verdict_cache, "pooled_windows", counted)
+    monkeypatch.setattr(verdict_service, "pooled_windows", counted)
+    ranged = compute_verdict(db, SETTINGS, now=now, since=since, overload=None)
+    monkeypatch.setattr(verdict_service, "_PooledStore", lambda store, _: store)
+    whole = compute_verdict(db, SETTINGS, now=now, since=since, overload=None)
+    assert json.dumps(ranged, sort_keys=True) == json.dumps(whole, sort_keys=True)
+    assert whole["baseline"] and whole["canary"] == NEW
+    # The comparison's rows were pooled: fewer than a cohort's windows (the stored rows are
+    # one per window, path and cohort), those the late span touches kept alone.
+    assert pooled and max(pooled) < WINDOWS, pooled
+    if at == 110:
+        p99 = [p["metrics"]["latency_p99_ms"]["reason"] for p in whole["paths"]]
+        assert all("left out of p99" in r for r in p99), p99
+
+
+def test_window_span_is_the_first_and_last_start_and_the_rows(db: str) -> None:
+    with Store.open(db, readonly=True) as store:
+        table = store.read_table(since=T0 + 30 * W, until=T0 + 90 * W, paths=["search"])
+        span = store.window_span(T0 + 30 * W, T0 + 90 * W, ["search"])
+        assert store.window_span(T0 + WINDOWS * W) is None
+    assert span == (table.start.min(), table.start.max(), len(table)) and len(table) == 120
