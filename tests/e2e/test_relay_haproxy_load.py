@@ -263,7 +263,7 @@ async def test_eighty_relay_calls_a_second_through_retrying_haproxy_beside_a_cpu
                 windows.on_window(written)
 
             runner = ProbeRunner(parse_config(probe_config(relays)),
-                                 RunOptions(store_path=store, on_window=on_window))
+                                 RunOptions(store_path=store, listen=None, on_window=on_window))
             assert runner.overload.budget_s == LAG_BUDGET_S
             runner.overload.budget_s = SHARED_LOOP_LAG_BUDGET_S  # why: the module docstring
             # This process holds pytest's objects and the test's (117k objects: a full
