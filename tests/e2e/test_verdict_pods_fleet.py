@@ -85,6 +85,14 @@ def _both(store: str, canary: str, now: float) -> tuple[dict[str, Any], dict[str
     return pods, pooled
 
 
+def assert_pod_counts(metric: dict[str, Any]) -> None:
+    """The canary's pods are the rolled ones; the baseline's the rest, and a pod the rollout
+    moved after the canary's first window (the moves are 0.2 s apart, later on a loaded
+    machine), which served the baseline in that window too: never a canary pod more."""
+    assert metric["pods"]["canary"] == CANARY_PODS, metric
+    assert PODS - CANARY_PODS <= metric["pods"]["baseline"] <= PODS - 1, metric
+
+
 async def _fleet_run(tmp_path: Path, canary: str, until: Any, *, nodes: Any = None,
                      rate: str = "20/s", give_up: int = GIVE_UP_CANARY_CALLS) -> dict[str, Any]:
     """Run the fleet and a probe, roll `canary` onto 3 pods, and judge from the store after
@@ -147,7 +155,7 @@ async def test_sick_pods_in_both_cohorts_fail_no_path_and_the_sick_canary_pod_is
         if m.get("pods", {}).get("concentrated"):
             assert m["pods"]["worst"] == sick_canary, m
             assert f"concentrated on {sick_canary}" in m["reason"]
-        assert m["pods"]["canary"] == CANARY_PODS and m["pods"]["baseline"] == PODS - CANARY_PODS
+        assert_pod_counts(m)
 
 
 @pytest.mark.slow
@@ -181,7 +189,7 @@ async def test_a_slow_canary_pod_fails_no_path_on_p99_and_is_named(tmp_path: Pat
     for path in ("checkout", "catalog"):
         m = _p99(pods, path)
         assert m["rule"] == "pods" and m["verdict"] != "fail", m
-        assert m["pods"]["canary"] == CANARY_PODS and m["pods"]["baseline"] == PODS - CANARY_PODS
+        assert_pod_counts(m)
         if m["pods"]["concentrated"]:
             assert m["pods"]["worst"] == slow_canary
             assert f"concentrated on {slow_canary}" in m["reason"]
