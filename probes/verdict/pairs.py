@@ -3,7 +3,7 @@
 A relay path's results are keyed by the pair (caller's proxy version, callee's proxy version),
 `probes.types.pair_cohort`. The baseline is the old-old pair (the oldest caller version with
 the oldest callee version present); every other pair is the canary of one ordinary verdict
-against it (`verdict_service.compute_verdict`, the same statistics, gates and tolerances as
+against it (`service.compute_verdict`, the same statistics, gates and tolerances as
 any path), so "correct in isolation, inconsistent between callers" shows as the one cell that
 fails. α is split evenly over the cells, so the matrix as a whole keeps the verdict's
 false-fail bound.

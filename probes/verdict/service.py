@@ -171,7 +171,7 @@ def compute_verdict(
 
 class _PooledStore:
     """The store as a cold verdict reads it: the path windows pooled a range at a time to
-    what the verdict needs (`verdict_cache.pooled_windows`, the cuts `exclude` asks for),
+    what the verdict needs (`cache.pooled_windows`, the cuts `exclude` asks for),
     not a day's table held whole; everything else read from the store as it is."""
 
     def __init__(self, store: Store, exclude: Sequence[tuple[float, float]]) -> None:

@@ -66,7 +66,7 @@ class VerdictJob:
     store_path: str
     settings: JudgingSettings
     query: Mapping[str, Any]  # the verdict functions' keywords: path, ..., since, now
-    overload: Any = None  # the probe's overload reason, or FROM_STORE (`verdict_service`)
+    overload: Any = None  # the probe's overload reason, or FROM_STORE (`probes.verdict.service`)
     cached: bool = False  # through the worker's verdict cache (asked "now")
     prometheus: PrometheusSettings | None = None
 
