@@ -176,7 +176,9 @@ class _PooledStore:
 
     def __init__(self, store: Store, exclude: Sequence[tuple[float, float]]) -> None:
         self._store, self._exclude = store, exclude
-        self._lengths: dict[int, float] = {}
+        # The last table read and its stored windows' median length, kept together: the
+        # verdict asks for the median of the table it was given.
+        self._last: tuple[WindowTable, float] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -187,14 +189,15 @@ class _PooledStore:
         sealed, _, empty, lengths = pooled_windows(self._store, since, math.inf, self._exclude,
                                                    until=until, paths=paths, cohorts=cohorts)
         table: WindowTable = concat(sealed, empty)
-        if len(lengths):
-            self._lengths = {id(table): float(np.median(lengths))}
+        self._last = (table, float(np.median(lengths))) if len(lengths) else None
         return table
 
     def median_length(self, table: WindowTable) -> float:
         """The median length of the stored windows `table` pooled (a pooled row carries its
         newest window's)."""
-        return self._lengths.get(id(table), float(np.median(table.length)))
+        if self._last is not None and self._last[0] is table:
+            return self._last[1]
+        return float(np.median(table.length))
 
 
 def _store_verdict(
