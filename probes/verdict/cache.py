@@ -58,6 +58,7 @@ from probes.stats.pods import PodGrid, TrackMemo
 from probes.stats.series import columns, overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
+from probes.store.sqlite import stratum_index
 from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
 from probes.verdict.grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
 
@@ -260,13 +261,13 @@ def pooled_windows(store: Store, since: float | None, seal: float,
     return sealed, first, functools.reduce(concat, empty), np.concatenate(lengths)
 
 
-def _strata(raw: EndpointColumns, origin: float, stratum_s: float | None) -> EndpointColumns:
+def _strata(raw: EndpointColumns, stratum_s: float | None) -> EndpointColumns:
     """Stored endpoint windows summed into strata as the store's SQL sums them (each row's
     start its stratum's; an endpoint's rows apart by its start time)."""
     if stratum_s is None or not len(raw.start):
         return raw
-    k = np.trunc((raw.start - origin) / stratum_s)
-    start = origin + stratum_s * k
+    k = stratum_index(raw.start, stratum_s)
+    start = stratum_s * k
     _, began = np.unique(raw.started, return_inverse=True)
     parts = [k - k.min(), raw.path, raw.endpoint, raw.cohort, began.ravel()]
     sizes = [int(x.max()) + 1 for x in parts]
@@ -297,10 +298,10 @@ def _rows_only(cols: EndpointColumns) -> EndpointColumns:
     return dataclasses.replace(cols, latency=EndpointLatency.empty())
 
 
-def _stratum_of(start: F64, origin: float, stratum_s: float | None) -> F64:
+def _stratum_of(start: F64, stratum_s: float | None) -> F64:
     if stratum_s is None:
         return start
-    out: F64 = origin + stratum_s * np.trunc((start - origin) / stratum_s)
+    out: F64 = stratum_s * stratum_index(start, stratum_s)
     return out
 
 
@@ -381,7 +382,7 @@ class _PooledLatency:
             _names_of(moving), self._where, (moving.path, moving.endpoint, moving.cohort),
             strict=True)] if len(moving.start) else []
         if codes:
-            t = _stratum_of(moving.start, self._origin, stratum)
+            t = _stratum_of(moving.start, stratum)
             pod = (codes[0] * len(self._where[1]) + codes[1]) * len(self._where[2]) + codes[2]
             uniq, inv = np.unique(pod, return_inverse=True)
             low = np.full(uniq.size, math.inf)
@@ -399,7 +400,7 @@ class _PooledLatency:
         p, e, c = (_lookup(names, where)[idx.astype(np.int64)] for names, where, idx in zip(
             _names_of(moving), self._where, (lat.path, lat.endpoint, lat.cohort),
             strict=True))
-        start = _stratum_of(lat.start, self._origin, stratum)
+        start = _stratum_of(lat.start, stratum)
         rec = EndpointLatency(start, p.astype(np.int32), e.astype(np.int32),
                               c.astype(np.int32), lat.started, lat.bucket, lat.count)
         # Each pod's first stratum looked up once per pod, not once per record (a day's
@@ -600,7 +601,9 @@ class VerdictCache:
         seal = max(origin, self._seal())
         if stratum_s is None or not math.isfinite(seal):
             return seal
-        return origin + stratum_s * math.floor((seal - origin) / stratum_s)
+        # A stratum's start (strata are anchored at the epoch), or the origin: no stratum
+        # is summed on both sides of the seal.
+        return max(origin, stratum_s * math.floor(seal / stratum_s))
 
     def _length_bound(self, stratum_s: float | None) -> float:
         """At least the length the verdict gives an endpoint row when it leaves out overload
@@ -650,7 +653,7 @@ class VerdictCache:
             sealed = p.sealed
             if old.any():
                 moving = _rows_only(take(fresh, old))
-                summed = _strata(moving, origin, stratum_s)
+                summed = _strata(moving, stratum_s)
                 sealed = _by_path(concat(p.sealed, summed))
                 if p.grids.parts is not None:
                     p.grids.pending.append(summed)
@@ -734,7 +737,7 @@ class CachedSource:
             return self._store.read_endpoint_columns(since, until, paths, cohorts,
                                                      stratum_s=stratum_s, latency=latency)
         tail = _select(p.tail, until, paths, cohorts)
-        rows = _strata(_rows_only(tail), since, stratum_s)
+        rows = _strata(_rows_only(tail), stratum_s)
         out: EndpointColumns = concat(_select(p.sealed, None, paths, cohorts), rows)
         if not latency:
             return out
@@ -743,7 +746,7 @@ class CachedSource:
         keep = _in(t.path, tail.paths, paths) & _in(t.cohort, tail.cohorts, cohorts)
         if until is not None:
             keep &= t.start < until
-        recent = _recoded(dataclasses.replace(t, start=_stratum_of(t.start, since, stratum_s)),
+        recent = _recoded(dataclasses.replace(t, start=_stratum_of(t.start, stratum_s)),
                           _names_of(tail), names, keep)
         return dataclasses.replace(out, latency=_join_latency(
             p.latency.records(names, paths, cohorts), recent))
@@ -779,7 +782,7 @@ class CachedSource:
         g.pending.clear()
         tail = _select(p.tail, until, paths, None)
         try:
-            parts = extend_all(g.parts, _strata(_rows_only(tail), lo, stratum_s), rules)
+            parts = extend_all(g.parts, _strata(_rows_only(tail), stratum_s), rules)
         except Stale:
             return None
         chosen = [(name, parts[name]) for name in sorted(parts)
@@ -789,7 +792,7 @@ class CachedSource:
         if until is not None:
             keep &= t.start < until
         recent = _records(t, keep)
-        recent = dataclasses.replace(recent, start=_stratum_of(recent.start, lo, stratum_s))
+        recent = dataclasses.replace(recent, start=_stratum_of(recent.start, stratum_s))
         sealed = sorted(g.parts.items())
         key = (p.latency.generation, g.version)
         if g.sealed_hists is None or g.sealed_hists[0] != key:

@@ -495,8 +495,23 @@ def _with_warming(result: Mapping[str, Any], warming: Mapping[str, str]) -> dict
     return {**result, "paths": paths, "reasons": reasons}
 
 
-# Time strata per pod a verdict reads at most (a day of 10 s windows is 8,640).
-MAX_STRATA = 1440
+# Time strata per pod a verdict reads at most: a day and its warm-up in minutes (a day of
+# 10 s windows is 8,640).
+MAX_STRATA = 1500
+# Strata are this long times a power of two, from the epoch (`Store.read_endpoint_columns`):
+# the same strata whatever the comparison's origin, each a union of whole minutes, so a
+# stratum of one verdict is one of the next (and could be stored summed).
+STRATUM_BASE_S = 60.0
+
+
+def stratum_length(span_s: float, window_s: float) -> float | None:
+    """The strata a comparison `span_s` long is judged in: None (each window) up to
+    `MAX_STRATA` windows, else the shortest `STRATUM_BASE_S` × 2^k giving at most
+    `MAX_STRATA` strata."""
+    if span_s <= window_s * MAX_STRATA:
+        return None
+    doublings = math.ceil(math.log2(span_s / MAX_STRATA / STRATUM_BASE_S))
+    return STRATUM_BASE_S * 2 ** max(doublings, 0)
 
 
 def _pod_grids(source: WindowSource, since: float | None, until: float | None,
@@ -509,8 +524,7 @@ def _pod_grids(source: WindowSource, since: float | None, until: float | None,
     # of windows costs a few times fewer rows (strata of a minute still cancel outages).
     stratum = None
     if since is not None and until is not None:
-        merge = math.ceil((until - since + warmup_s) / window_s / MAX_STRATA)
-        stratum = merge * window_s if merge > 1 else None
+        stratum = stratum_length(until - since + warmup_s, window_s)
     # The running probe's cache keeps the grids between verdicts (`probes.verdict.grids`).
     kept = getattr(source, "pod_grids", None)
     if kept is not None:
