@@ -254,3 +254,27 @@ def test_strata_are_anchored_at_the_epoch_not_the_origin(
             row = list(zip(e.pods, e.cohorts, strict=True)).index(pod)
             np.testing.assert_array_equal(e.calls[row, at], g.calls[k], err_msg=str(pod))
             np.testing.assert_array_equal(e.errors[row, at], g.errors[k], err_msg=str(pod))
+
+
+def test_kept_grids_share_their_cells_with_the_verdicts(db: str) -> None:
+    # The cache keeps the sealed strata's grids and a verdict appends the newer strata:
+    # the kept parts become views of the verdict's (not a second copy of a day's cells),
+    # with the same values; a part whose pods change (a pod joins) keeps its own cells.
+    from probes.store.columns import take
+    from probes.verdict.cache import _strata
+    from probes.verdict.grids import Rules, extend_all
+
+    with Store.open(db, readonly=True) as store:
+        cols = _strata(store.read_endpoint_columns(since=T0), 60.0)
+    rules = Rules(T0 + 10 * W, 30.0, 60.0, ())
+    seal = T0 + 60 * W  # before shop-9 joins the canary of checkout
+    kept = extend_all({}, take(cols, cols.start < seal), rules)
+    before = {name: (p.calls.copy(), p.pods) for name, p in kept.items()}
+    out = extend_all(kept, take(cols, cols.start >= seal), rules)
+    for name, p in kept.items():
+        calls, pods = before[name]
+        np.testing.assert_array_equal(p.calls, calls)
+        shared = np.shares_memory(p.calls, out[name].calls)
+        assert shared == (out[name].pods == pods), name
+    assert not np.shares_memory(kept["checkout"].calls, out["checkout"].calls)
+    assert np.shares_memory(kept["search"].calls, out["search"].calls)
