@@ -55,7 +55,7 @@ from probes.store.starts import START_EVENTS, START_EVENTS_SQL, known_starts
 from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
 from probes.types import EndpointWindow, PathWindow
 
-__all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks"]
+__all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks", "stratum_index"]
 
 DEFAULT_PATH = "skewprobe.db"
 _CHUNK = 4096  # small fetches keep buffers in the allocator: 20 % faster than 64k rows
@@ -451,8 +451,9 @@ class Store:
     ) -> EndpointColumns:
         """Endpoint windows with start in [since, until) as numpy columns, by start: the
         verdict's bulk read (a rollout's hours of windows for every pod of every path).
-        With `stratum_s`, summed in SQLite into strata that long from `since` (each row's
-        start is its stratum's): a day of a rollout in a few times fewer rows. With
+        With `stratum_s`, summed in SQLite into strata that long, anchored at multiples of
+        it since the epoch (each row's start is its stratum's; `stratum_index`): a day of a
+        rollout in a few times fewer rows. With
         `latency`, also the rows' latency histograms (one entry per stored bucket record,
         each at its row's stratum): `stream_endpoint_columns` gives them a chunk at a time."""
         with self.stream_endpoint_columns(since, until, paths, cohorts, stratum_s=stratum_s,
@@ -482,7 +483,6 @@ class Store:
         as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23)."""
         where, args = self._where(since, until, paths, cohorts)
         a_sum, a_count, _ = self._endpoint_v2.split(", ")
-        origin = 0.0 if since is None else float(since)
         rows = max(1, chunk_rows or LATENCY_CHUNK_ROWS)
         with self._lock, mapped(self._path, "read endpoint windows"):
             conn = self._conn
@@ -498,7 +498,7 @@ class Store:
                                  f" FROM endpoint_windows WHERE {where} ORDER BY start", args)
                     ranges: list[tuple[float, float]] = []
                 else:
-                    a, ranges = _strata_rows(conn, where, args, origin, float(stratum_s),
+                    a, ranges = _strata_rows(conn, where, args, float(stratum_s),
                                              (a_sum, a_count), rows)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
                 started_of = np.full(max((r[0] for r in endpoint_rows), default=0) + 1, np.nan)
@@ -517,7 +517,7 @@ class Store:
                         "SELECT latency, start, path_id, endpoint_id, cohort_id FROM"
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
                         lookups, rows) if stratum_s is None else self._latency_strata(
-                        conn, where, args, origin, float(stratum_s), ranges, lookups))
+                        conn, where, args, float(stratum_s), ranges, lookups))
                 # What the rows were read into is let go before the chunks come: a day of
                 # strata is tens of MB (BENCHMARKS.md D23).
                 del a, ids
@@ -542,12 +542,12 @@ class Store:
             cursor.close()
 
     def _latency_strata(self, conn: sqlite3.Connection, where: str, args: list[Any],
-                        origin: float, stratum_s: float, ranges: Sequence[tuple[float, float]],
+                        stratum_s: float, ranges: Sequence[tuple[float, float]],
                         lookups: tuple[Any, ...]) -> Iterator[EndpointLatency]:
         """The latency records of the rows in `ranges` of start, a range at a time, each at
         its row's stratum: one joined blob and one text column per key a range (SQLite's
         `group_concat`), not a Python tuple per row."""
-        k = _stratum_index(origin, stratum_s)
+        k = _stratum_index(stratum_s)
         for lo, hi in ranges:
             blob, sizes, *keys = conn.execute(
                 "SELECT CAST(group_concat(latency, x'') AS BLOB), group_concat(LENGTH(latency)),"
@@ -561,7 +561,7 @@ class Store:
                 raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
                                    " (sparse blob is not a whole number of records)")
             key = np.stack([_ints(x) for x in keys], axis=1)
-            yield self._records([blob], origin + stratum_s * key[:, 0], key[:, 1:], lookups,
+            yield self._records([blob], stratum_s * key[:, 0], key[:, 1:], lookups,
                                 per=size // LATENCY.itemsize)
 
     def _records(self, blobs: list[bytes], start: Any, ids: Any, lookups: tuple[Any, ...],
@@ -778,10 +778,18 @@ def _rows_of(conn: sqlite3.Connection, select: str, args: Sequence[Any]
                        ).astype(np.float64, copy=False)
 
 
-def _stratum_index(origin: float, stratum_s: float) -> str:
-    """SQL for a row's stratum: its index from `origin` (the stratum starts at
-    `origin + stratum_s * index`, as numpy computes it from the index too)."""
-    return f"CAST((start - {origin!r}) / {stratum_s!r} AS INTEGER)"
+def _stratum_index(stratum_s: float) -> str:
+    """SQL for a row's stratum: `stratum_index` in SQLite (the stratum starts at
+    `stratum_s * index`, as numpy computes it from the index too)."""
+    return f"CAST(start / {stratum_s!r} AS INTEGER)"
+
+
+def stratum_index(start: npt.NDArray[np.float64], stratum_s: float) -> npt.NDArray[np.float64]:
+    """Each start's stratum: strata `stratum_s` long from the epoch, not from a query's
+    origin, so a stratum is the same whatever the comparison's start (a stratum of the
+    rows a rollout stores is one of every verdict's). As `_stratum_index` in SQLite."""
+    out: npt.NDArray[np.float64] = np.trunc(start / stratum_s)
+    return out
 
 
 def _within(args: Sequence[Any], lo: float, hi: float) -> list[Any]:
@@ -798,8 +806,8 @@ def _ints(text: str | None) -> npt.NDArray[np.int64]:
     return np.fromstring(text, dtype=np.int64, sep=",")
 
 
-def _strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], origin: float,
-                 stratum_s: float, v2: tuple[str, str], rows: int
+def _strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], stratum_s: float,
+                 v2: tuple[str, str], rows: int
                  ) -> tuple[npt.NDArray[np.float64], list[tuple[float, float]]]:
     """The endpoint rows of `where` summed into strata, as `_endpoint_columns` takes them
     (by stratum, then path, endpoint and cohort id), and the ranges of start they were read
@@ -807,7 +815,7 @@ def _strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], origin: 
     (`group_concat`) and summed in numpy: SQLite's GROUP BY sorted every row first, and
     a tuple per row cost more than the sums."""
     a_sum, a_count = v2
-    k = _stratum_index(origin, stratum_s)
+    k = _stratum_index(stratum_s)
     fields = (k, "path_id", "endpoint_id", "cohort_id", "requests", "errors",
               f"COALESCE({a_sum}, 0)", f"COALESCE({a_count}, 0)", f"{a_count} IS NULL")
     select = (f"SELECT {', '.join(f'group_concat({f})' for f in fields)}, COUNT(*)"
@@ -846,7 +854,7 @@ def _strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], origin: 
     at = 0
     for i, part in enumerate(parts):
         a[at:at + len(part)] = part
-        a[at:at + len(part), 0] = origin + stratum_s * part[:, 0]
+        a[at:at + len(part), 0] = stratum_s * part[:, 0]
         at += len(part)
         parts[i] = part[:0]
     return a, ranges

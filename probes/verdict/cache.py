@@ -54,10 +54,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from probes.measure.histogram import BUCKET_COUNT
 from probes.stats.pods import PodGrid, TrackMemo
 from probes.stats.series import columns, overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
+from probes.store.sqlite import stratum_index
 from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
 from probes.verdict.grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
 
@@ -260,13 +262,13 @@ def pooled_windows(store: Store, since: float | None, seal: float,
     return sealed, first, functools.reduce(concat, empty), np.concatenate(lengths)
 
 
-def _strata(raw: EndpointColumns, origin: float, stratum_s: float | None) -> EndpointColumns:
+def _strata(raw: EndpointColumns, stratum_s: float | None) -> EndpointColumns:
     """Stored endpoint windows summed into strata as the store's SQL sums them (each row's
     start its stratum's; an endpoint's rows apart by its start time)."""
     if stratum_s is None or not len(raw.start):
         return raw
-    k = np.trunc((raw.start - origin) / stratum_s)
-    start = origin + stratum_s * k
+    k = stratum_index(raw.start, stratum_s)
+    start = stratum_s * k
     _, began = np.unique(raw.started, return_inverse=True)
     parts = [k - k.min(), raw.path, raw.endpoint, raw.cohort, began.ravel()]
     sizes = [int(x.max()) + 1 for x in parts]
@@ -297,10 +299,10 @@ def _rows_only(cols: EndpointColumns) -> EndpointColumns:
     return dataclasses.replace(cols, latency=EndpointLatency.empty())
 
 
-def _stratum_of(start: F64, origin: float, stratum_s: float | None) -> F64:
+def _stratum_of(start: F64, stratum_s: float | None) -> F64:
     if stratum_s is None:
         return start
-    out: F64 = origin + stratum_s * np.trunc((start - origin) / stratum_s)
+    out: F64 = stratum_s * stratum_index(start, stratum_s)
     return out
 
 
@@ -341,6 +343,46 @@ def _recoded(r: EndpointLatency, own: tuple[Sequence[str], ...],
         started=r.started[ok], bucket=r.bucket[ok], count=r.count[ok])
 
 
+# `_unique_ints` tables at most this many entries (5 bytes each, while it runs); larger
+# ranges are sorted, as `np.unique` does.
+_DENSE_MAX = 1 << 24
+
+
+def _unique_ints(x: npt.NDArray[np.int64], size: int
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """`np.unique(x, return_index=True, return_inverse=True)` of integers in [0, `size`),
+    by a table of `size` instead of a sort: a restarted probe pools tens of millions of
+    latency records, and their sorts were half its first verdict's CPU."""
+    if size > _DENSE_MAX or not len(x):
+        uniq, first, inverse = np.unique(x, return_index=True, return_inverse=True)
+        return uniq, first, inverse.ravel()
+    present = np.zeros(size, dtype=bool)
+    present[x] = True
+    uniq = np.flatnonzero(present)
+    lut = np.zeros(size, dtype=np.int32)
+    lut[uniq] = np.arange(len(uniq), dtype=np.int32)
+    inverse = lut[x].astype(np.int64)
+    first = np.full(len(uniq), len(x), dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(len(x), dtype=np.int64))
+    return uniq.astype(np.int64), first, inverse
+
+
+def _unique_floats(x: F64, times: F64) -> tuple[F64, npt.NDArray[np.int64]]:
+    """`np.unique(x, return_inverse=True)` for `x` whose values are mostly among the few
+    sorted `times` (the records' pod start times, those of their rows): a search of those,
+    not a sort of `x`; sorted when some value is not there."""
+    when = np.minimum(np.searchsorted(times, x), max(len(times) - 1, 0))
+    if len(times) and np.array_equal(times[when], x):
+        used = np.zeros(len(times), dtype=bool)
+        used[when] = True
+        if used.all():
+            return times, when.astype(np.int64)
+        renumber = np.cumsum(used) - 1
+        return times[used], renumber[when].astype(np.int64)
+    uniq, inverse = np.unique(x, return_inverse=True)
+    return uniq, inverse.ravel().astype(np.int64)
+
+
 class _PooledLatency:
     """The latency records of the strata before the seal: each settled record (out of its
     pod's warm-up by the verdict's rule, at or after the comparison's origin, and clear of
@@ -355,6 +397,7 @@ class _PooledLatency:
         self._origin, self._stratum, self._warmup = origin, stratum_s, warmup_s
         self._where: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
         self._first_seen: dict[tuple[int, int, int], float] = {}  # each pod's first stratum
+        self._row_starts: F64 = np.zeros(0)  # the pod start times of every row added (-inf: none)
         # Pooled records by key, pod (its codes and start time) and bucket: each pod's id,
         # and the keys (id << 32 | bucket) in order with their rows.
         self._pod_id: dict[tuple[int, int, int, float], int] = {}
@@ -377,11 +420,13 @@ class _PooledLatency:
         `summed`: read in strata already), each read `length_s` long against `spans`."""
         self.generation += 1
         stratum = None if summed else self._stratum
+        self._row_starts = np.union1d(self._row_starts, np.where(
+            np.isnan(moving.started), -math.inf, moving.started))
         codes = [_lookup(names, where)[idx.astype(np.int64)] for names, where, idx in zip(
             _names_of(moving), self._where, (moving.path, moving.endpoint, moving.cohort),
             strict=True)] if len(moving.start) else []
         if codes:
-            t = _stratum_of(moving.start, self._origin, stratum)
+            t = _stratum_of(moving.start, stratum)
             pod = (codes[0] * len(self._where[1]) + codes[1]) * len(self._where[2]) + codes[2]
             uniq, inv = np.unique(pod, return_inverse=True)
             low = np.full(uniq.size, math.inf)
@@ -399,16 +444,16 @@ class _PooledLatency:
         p, e, c = (_lookup(names, where)[idx.astype(np.int64)] for names, where, idx in zip(
             _names_of(moving), self._where, (lat.path, lat.endpoint, lat.cohort),
             strict=True))
-        start = _stratum_of(lat.start, self._origin, stratum)
+        start = _stratum_of(lat.start, stratum)
         rec = EndpointLatency(start, p.astype(np.int32), e.astype(np.int32),
                               c.astype(np.int32), lat.started, lat.bucket, lat.count)
         # Each pod's first stratum looked up once per pod, not once per record (a day's
         # cold read is tens of millions of records).
         sizes = [len(w) for w in self._where]
-        pods, which = np.unique((p * sizes[1] + e) * sizes[2] + c, return_inverse=True)
+        pods, _, which = _unique_ints((p * sizes[1] + e) * sizes[2] + c, math.prod(sizes))
         seen = np.array([self._first_seen.get(
             (x // sizes[2] // sizes[1], x // sizes[2] % sizes[1], x % sizes[2]), -math.inf)
-            for x in pods.tolist()], dtype=np.float64)[which.ravel()]
+            for x in pods.tolist()], dtype=np.float64)[which]
         began = np.where(np.isnan(lat.started), seen, lat.started)
         settled = ((start > began + self._warmup + self._MARGIN)
                    & (start > self._origin + self._warmup + self._MARGIN)
@@ -419,17 +464,19 @@ class _PooledLatency:
             return
         started = np.where(np.isnan(lat.started[s]), -math.inf, lat.started[s])
         # Each record's pod (codes and start time) named once per distinct pod, not per record.
-        times, when = np.unique(started, return_inverse=True)
-        pod = (((p[s] * sizes[1] + e[s]) * sizes[2] + c[s]) * len(times)
-               + when.ravel().astype(np.int64))
-        pods, which = np.unique(pod, return_inverse=True)
+        times, when = _unique_floats(started, self._row_starts)
+        pod = ((p[s] * sizes[1] + e[s]) * sizes[2] + c[s]) * len(times) + when
+        pods, _, which = _unique_ints(pod, math.prod(sizes) * len(times))
         ids = np.array([self._pod_id.setdefault(
             (int(x // len(times) // sizes[2] // sizes[1]), int(x // len(times) // sizes[2]
                                                                % sizes[1]),
              int(x // len(times) % sizes[2]), float(times[x % len(times)])),
             len(self._pod_id)) for x in pods.tolist()], dtype=np.int64)
-        key = (ids[which.ravel()] << 32) | lat.bucket[s].astype(np.int64)
-        uniq, first_at, inverse = np.unique(key, return_index=True, return_inverse=True)
+        bucket = lat.bucket[s].astype(np.int64)
+        per = max(BUCKET_COUNT, int(bucket.max()) + 1)
+        dense, first_at, inverse = _unique_ints(ids[which] * per + bucket,
+                                                (int(ids.max()) + 1) * per)
+        uniq = ((dense // per) << 32) | (dense % per)  # (id << 32 | bucket), in the same order
         at_key = np.searchsorted(self._keys, uniq)
         known = at_key < len(self._keys)
         known[known] = self._keys[at_key[known]] == uniq[known]
@@ -600,7 +647,9 @@ class VerdictCache:
         seal = max(origin, self._seal())
         if stratum_s is None or not math.isfinite(seal):
             return seal
-        return origin + stratum_s * math.floor((seal - origin) / stratum_s)
+        # A stratum's start (strata are anchored at the epoch), or the origin: no stratum
+        # is summed on both sides of the seal.
+        return max(origin, stratum_s * math.floor(seal / stratum_s))
 
     def _length_bound(self, stratum_s: float | None) -> float:
         """At least the length the verdict gives an endpoint row when it leaves out overload
@@ -650,7 +699,7 @@ class VerdictCache:
             sealed = p.sealed
             if old.any():
                 moving = _rows_only(take(fresh, old))
-                summed = _strata(moving, origin, stratum_s)
+                summed = _strata(moving, stratum_s)
                 sealed = _by_path(concat(p.sealed, summed))
                 if p.grids.parts is not None:
                     p.grids.pending.append(summed)
@@ -734,7 +783,7 @@ class CachedSource:
             return self._store.read_endpoint_columns(since, until, paths, cohorts,
                                                      stratum_s=stratum_s, latency=latency)
         tail = _select(p.tail, until, paths, cohorts)
-        rows = _strata(_rows_only(tail), since, stratum_s)
+        rows = _strata(_rows_only(tail), stratum_s)
         out: EndpointColumns = concat(_select(p.sealed, None, paths, cohorts), rows)
         if not latency:
             return out
@@ -743,7 +792,7 @@ class CachedSource:
         keep = _in(t.path, tail.paths, paths) & _in(t.cohort, tail.cohorts, cohorts)
         if until is not None:
             keep &= t.start < until
-        recent = _recoded(dataclasses.replace(t, start=_stratum_of(t.start, since, stratum_s)),
+        recent = _recoded(dataclasses.replace(t, start=_stratum_of(t.start, stratum_s)),
                           _names_of(tail), names, keep)
         return dataclasses.replace(out, latency=_join_latency(
             p.latency.records(names, paths, cohorts), recent))
@@ -779,7 +828,7 @@ class CachedSource:
         g.pending.clear()
         tail = _select(p.tail, until, paths, None)
         try:
-            parts = extend_all(g.parts, _strata(_rows_only(tail), lo, stratum_s), rules)
+            parts = extend_all(g.parts, _strata(_rows_only(tail), stratum_s), rules)
         except Stale:
             return None
         chosen = [(name, parts[name]) for name in sorted(parts)
@@ -789,7 +838,7 @@ class CachedSource:
         if until is not None:
             keep &= t.start < until
         recent = _records(t, keep)
-        recent = dataclasses.replace(recent, start=_stratum_of(recent.start, lo, stratum_s))
+        recent = dataclasses.replace(recent, start=_stratum_of(recent.start, stratum_s))
         sealed = sorted(g.parts.items())
         key = (p.latency.generation, g.version)
         if g.sealed_hists is None or g.sealed_hists[0] != key:

@@ -20,7 +20,7 @@ plus those of the records after it, at every verdict.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -108,6 +108,13 @@ def extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp],
     """`part` (None: none yet) with the endpoint rows `rows` of `cols` (one path's, in
     strata, starting after the part's) added, as `pods.pod_grids` lays them out. `Stale`
     when a pod's rows begin before its part's."""
+    return _extend(part, cols, rows, rules)[0]
+
+
+def _extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp],
+            rules: Rules) -> tuple[Part, bool]:
+    """`extend`, and whether the new part's pods are the part's with columns appended
+    (its first columns are the part's cells, copied)."""
     t = cols.start[rows]
     n_coh = len(cols.cohorts)
     key = cols.endpoint[rows].astype(np.int64) * n_coh + cols.cohort[rows]
@@ -178,12 +185,13 @@ def extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp],
     if part is None:
         return Part(pods, at, first, starts, cells(None, n), cells(None, s),
                     cells(None, a_n), cells(None, a_s), per_pod(None, n), per_pod(None, s),
-                    bool(np.any(unrec[warm] > 0)), bool(a_n.sum() > 0))
+                    bool(np.any(unrec[warm] > 0)), bool(a_n.sum() > 0)), False
     return Part(
         pods, at, first, starts, cells(part.calls, n), cells(part.errors, s),
         cells(part.attempts_calls, a_n), cells(part.attempts_sum, a_s),
         per_pod(part.warmup_calls, n), per_pod(part.warmup_errors, s),
-        part.unrecorded or bool(np.any(unrec[warm] > 0)), part.attempts or bool(a_n.sum() > 0))
+        part.unrecorded or bool(np.any(unrec[warm] > 0)), part.attempts or bool(a_n.sum() > 0)
+    ), place is None
 
 
 def by_path(cols: EndpointColumns) -> dict[str, npt.NDArray[np.intp]]:
@@ -197,13 +205,23 @@ def by_path(cols: EndpointColumns) -> dict[str, npt.NDArray[np.intp]]:
             for at, rows in zip([0, *cuts.tolist()], np.split(order, cuts), strict=True)}
 
 
-def extend_all(parts: Mapping[str, Part], cols: EndpointColumns, rules: Rules
+def extend_all(parts: dict[str, Part], cols: EndpointColumns, rules: Rules
                ) -> dict[str, Part]:
-    """`parts` with the rows of `cols` added, path by path (a new dict; `parts` is kept)."""
+    """`parts` with the rows of `cols` added, path by path (a new dict). Each part of
+    `parts` that the new one only appends strata to is replaced in `parts`, path by path,
+    by views of the new one's first columns: the kept grids and a verdict's, a few strata
+    longer, share their cells instead of being held twice."""
     out = dict(parts)
     for name, rows in by_path(cols).items():
-        out[name] = extend(parts.get(name), cols, rows, rules)
+        old = parts.get(name)
+        out[name], appended = _extend(old, cols, rows, rules)
+        if old is not None and appended:
+            n = len(old.starts)
+            parts[name] = replace(old, **{f: getattr(out[name], f)[:, :n] for f in _CELLS})
     return out
+
+
+_CELLS = ("calls", "errors", "attempts_calls", "attempts_sum")
 
 
 # Every pod's histogram, the parts' one after the other (`hists`), and which pods have a

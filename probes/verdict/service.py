@@ -176,7 +176,9 @@ class _PooledStore:
 
     def __init__(self, store: Store, exclude: Sequence[tuple[float, float]]) -> None:
         self._store, self._exclude = store, exclude
-        self._lengths: dict[int, float] = {}
+        # The last table read and its stored windows' median length, kept together: the
+        # verdict asks for the median of the table it was given.
+        self._last: tuple[WindowTable, float] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -187,14 +189,15 @@ class _PooledStore:
         sealed, _, empty, lengths = pooled_windows(self._store, since, math.inf, self._exclude,
                                                    until=until, paths=paths, cohorts=cohorts)
         table: WindowTable = concat(sealed, empty)
-        if len(lengths):
-            self._lengths = {id(table): float(np.median(lengths))}
+        self._last = (table, float(np.median(lengths))) if len(lengths) else None
         return table
 
     def median_length(self, table: WindowTable) -> float:
         """The median length of the stored windows `table` pooled (a pooled row carries its
         newest window's)."""
-        return self._lengths.get(id(table), float(np.median(table.length)))
+        if self._last is not None and self._last[0] is table:
+            return self._last[1]
+        return float(np.median(table.length))
 
 
 def _store_verdict(
@@ -492,8 +495,23 @@ def _with_warming(result: Mapping[str, Any], warming: Mapping[str, str]) -> dict
     return {**result, "paths": paths, "reasons": reasons}
 
 
-# Time strata per pod a verdict reads at most (a day of 10 s windows is 8,640).
-MAX_STRATA = 1440
+# Time strata per pod a verdict reads at most: a day and its warm-up in minutes (a day of
+# 10 s windows is 8,640).
+MAX_STRATA = 1500
+# Strata are this long times a power of two, from the epoch (`Store.read_endpoint_columns`):
+# the same strata whatever the comparison's origin, each a union of whole minutes, so a
+# stratum of one verdict is one of the next (and could be stored summed).
+STRATUM_BASE_S = 60.0
+
+
+def stratum_length(span_s: float, window_s: float) -> float | None:
+    """The strata a comparison `span_s` long is judged in: None (each window) up to
+    `MAX_STRATA` windows, else the shortest `STRATUM_BASE_S` × 2^k giving at most
+    `MAX_STRATA` strata."""
+    if span_s <= window_s * MAX_STRATA:
+        return None
+    doublings = math.ceil(math.log2(span_s / MAX_STRATA / STRATUM_BASE_S))
+    return STRATUM_BASE_S * 2 ** max(doublings, 0)
 
 
 def _pod_grids(source: WindowSource, since: float | None, until: float | None,
@@ -506,8 +524,7 @@ def _pod_grids(source: WindowSource, since: float | None, until: float | None,
     # of windows costs a few times fewer rows (strata of a minute still cancel outages).
     stratum = None
     if since is not None and until is not None:
-        merge = math.ceil((until - since + warmup_s) / window_s / MAX_STRATA)
-        stratum = merge * window_s if merge > 1 else None
+        stratum = stratum_length(until - since + warmup_s, window_s)
     # The running probe's cache keeps the grids between verdicts (`probes.verdict.grids`).
     kept = getattr(source, "pod_grids", None)
     if kept is not None:

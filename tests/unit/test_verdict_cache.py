@@ -323,3 +323,27 @@ def test_the_kept_grids_are_those_a_fresh_read_lays_out(
     # The grids were laid out from the kept parts, the sealed strata added as they sealed.
     assert cache._pods is not None and cache._pods.grids.parts is not None
     assert not cache._pods.grids.pending
+
+
+@pytest.mark.parametrize("dense_max", [1 << 24, 10])  # by a table; sorted, past the table
+def test_unique_without_a_sort_is_numpys_unique(dense_max: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # The latency records are pooled by key through these (a restarted probe's first
+    # verdict pools tens of millions): the keys, first indices and inverse must be
+    # np.unique's, or records land in another pod's or bucket's row.
+    from probes.verdict import cache as verdict_cache
+
+    monkeypatch.setattr(verdict_cache, "_DENSE_MAX", dense_max)
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 400, 5000) * 7
+    got = verdict_cache._unique_ints(x, 2800)
+    want = np.unique(x, return_index=True, return_inverse=True)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w.ravel())
+    times = np.array([-np.inf, 3.0, 5.0, 9.0])
+    for values in ([5.0, -np.inf, 5.0, 3.0], [9.0, 3.0, 3.0], [3.0, 4.0, 5.0]):
+        v = np.array(values)  # every time, some times, and one not among them (sorted)
+        u, inv = verdict_cache._unique_floats(v, times)
+        w_u, w_inv = np.unique(v, return_inverse=True)
+        np.testing.assert_array_equal(u, w_u)
+        np.testing.assert_array_equal(inv, w_inv.ravel())

@@ -128,8 +128,9 @@ def test_read_whole_is_every_chunk_joined(db: str) -> None:
 
 
 @pytest.mark.parametrize("chunk_rows", [7, 100_000])
-# Strata not aligned to the windows' starts; 25 s from 1 s past a window: a stratum then
-# straddles two ranges of rows (they start at the first window, the strata at `since`).
+# Strata from the epoch, not from `since`: 30 s strata (the windows' starts are not
+# multiples of 30) read from 7 s past a window; 25 s strata from 1 s past one. A stratum
+# then straddles two ranges of rows (they start at the first window read).
 @pytest.mark.parametrize(("offset", "stratum"), [(7.0, 3 * W), (1.0, 25.0)])
 def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int, offset: float,
                                            stratum: float) -> None:
@@ -144,8 +145,8 @@ def test_strata_are_the_sums_sqlite_groups(db: str, chunk_rows: int, offset: flo
     conn = sqlite3.connect(db)
     try:
         rows = conn.execute(
-            f"SELECT {since!r} + {stratum!r} * CAST((start - {since!r}) / {stratum!r}"
-            " AS INTEGER) AS s, p.name, e.name, c.name, SUM(requests), SUM(errors),"
+            f"SELECT {stratum!r} * CAST(start / {stratum!r} AS INTEGER) AS s, p.name,"
+            " e.name, c.name, SUM(requests), SUM(errors),"
             " SUM(attempts_sum), SUM(attempts_count) FROM endpoint_windows"
             " JOIN names AS p ON p.id = path_id JOIN names AS c ON c.id = cohort_id"
             " JOIN endpoints AS e ON e.id = endpoint_id WHERE start >= ?"
@@ -222,3 +223,58 @@ def test_window_span_is_the_first_and_last_start_and_the_rows(db: str) -> None:
         span = store.window_span(T0 + 30 * W, T0 + 90 * W, ["search"])
         assert store.window_span(T0 + WINDOWS * W) is None
     assert span == (table.start.min(), table.start.max(), len(table)) and len(table) == 120
+
+
+def test_a_day_is_judged_in_strata_of_a_minute() -> None:
+    # Windows each up to MAX_STRATA; then the shortest minute x 2^k, from the epoch.
+    length = verdict_service.stratum_length
+    assert length(4 * 3600, W) is None
+    assert length(24 * 3600 + 120, W) == 60.0  # a day and its warm-up
+    assert length(2 * 24 * 3600, W) == 120.0 and length(3 * 24 * 3600, W) == 240.0
+
+
+def test_strata_are_anchored_at_the_epoch_not_the_origin(
+        db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two comparisons 70 s apart are judged in the same strata (starts that are multiples
+    # of the stratum, cells equal where both have them): a stratum does not depend on the
+    # canary's first window, so one summed once stands for every verdict's.
+    monkeypatch.setattr(verdict_service, "MAX_STRATA", 20)
+    until = T0 + WINDOWS * W
+    with Store.open(db, readonly=True) as store:
+        early, late = (verdict_service._pod_grids(store, since, until, None, 0.0, window_s=W)
+                       for since in (T0 + 40 * W, T0 + 47 * W))
+    assert early and late and early.keys() == late.keys()
+    for name, g in late.items():
+        e = early[name]
+        assert len(g.starts) > 10 and not np.any(np.fmod(g.starts, 60.0))
+        assert np.diff(g.starts).min() == 60.0
+        at = np.searchsorted(e.starts, g.starts)
+        np.testing.assert_array_equal(e.starts[at], g.starts)
+        for k, pod in enumerate(zip(g.pods, g.cohorts, strict=True)):
+            row = list(zip(e.pods, e.cohorts, strict=True)).index(pod)
+            np.testing.assert_array_equal(e.calls[row, at], g.calls[k], err_msg=str(pod))
+            np.testing.assert_array_equal(e.errors[row, at], g.errors[k], err_msg=str(pod))
+
+
+def test_kept_grids_share_their_cells_with_the_verdicts(db: str) -> None:
+    # The cache keeps the sealed strata's grids and a verdict appends the newer strata:
+    # the kept parts become views of the verdict's (not a second copy of a day's cells),
+    # with the same values; a part whose pods change (a pod joins) keeps its own cells.
+    from probes.store.columns import take
+    from probes.verdict.cache import _strata
+    from probes.verdict.grids import Rules, extend_all
+
+    with Store.open(db, readonly=True) as store:
+        cols = _strata(store.read_endpoint_columns(since=T0), 60.0)
+    rules = Rules(T0 + 10 * W, 30.0, 60.0, ())
+    seal = T0 + 60 * W  # before shop-9 joins the canary of checkout
+    kept = extend_all({}, take(cols, cols.start < seal), rules)
+    before = {name: (p.calls.copy(), p.pods) for name, p in kept.items()}
+    out = extend_all(kept, take(cols, cols.start >= seal), rules)
+    for name, p in kept.items():
+        calls, pods = before[name]
+        np.testing.assert_array_equal(p.calls, calls)
+        shared = np.shares_memory(p.calls, out[name].calls)
+        assert shared == (out[name].pods == pods), name
+    assert not np.shares_memory(kept["checkout"].calls, out["checkout"].calls)
+    assert np.shares_memory(kept["search"].calls, out["search"].calls)
