@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import binom
 
 from probes.config import Tolerances
+from probes.stats import _pod_tracks as pod_tracks_module
 from probes.stats import bounded
 from probes.stats import pods as pods_module
 from probes.stats.metrics import pod_success_rate
@@ -136,7 +137,7 @@ def test_a_batch_of_grids_is_judged_as_each_grid_alone(batch_cells: int,
     cells exceed its bound): each grid's track, full and last look, is what it gets alone,
     whatever else is in the batch (one canary pod, none, one baseline pod, pods and windows
     without calls)."""
-    monkeypatch.setattr(pods_module, "_BATCH_CELLS", batch_cells)
+    monkeypatch.setattr(pod_tracks_module, "_BATCH_CELLS", batch_cells)
     rng = np.random.default_rng(31)
     for case in range(60):
         grids = []
@@ -172,7 +173,7 @@ def test_a_memo_gives_what_summing_afresh_gives(batch_cells: int,
     windows change (a pod's warm-up moved) give at every call what `pod_tracks` gives
     summing every window afresh, in one batch or several kept as one; and only a change
     to kept windows or pods sums every window again."""
-    monkeypatch.setattr(pods_module, "_BATCH_CELLS", batch_cells)
+    monkeypatch.setattr(pod_tracks_module, "_BATCH_CELLS", batch_cells)
     rng = np.random.default_rng(20261205)
     for case in range(12):
         memo = TrackMemo()
@@ -225,7 +226,7 @@ def test_a_memo_takes_odd_grids_as_summing_afresh_does(monkeypatch: pytest.Monke
                                                      ) -> None:
     """No grids; a grid of no pods alone in its batch; grids the caller writes in place
     between calls (the memo keeps copies); grids of more pods than a memo pays for."""
-    monkeypatch.setattr(pods_module, "_BATCH_CELLS", 30)
+    monkeypatch.setattr(pod_tracks_module, "_BATCH_CELLS", 30)
     memos = [TrackMemo(), TrackMemo()]
     assert pod_tracks([], 1.0, TOL, log_threshold=LOG_THR, last_only=True,
                       memo=memos[0]) == []
@@ -289,7 +290,7 @@ def test_logsumexp_is_scipys_for_real_input() -> None:
 
 
 def test_the_grids_unique_starts_are_numpys_sorted_or_not() -> None:
-    from probes.stats.pods import _unique
+    from probes.stats._pod_read import _unique
 
     rng = np.random.default_rng(10)
     for t in (np.sort(rng.integers(0, 50, 300)).astype(float),
