@@ -139,6 +139,9 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
     q_smooth = np.clip(ratio * p_smooth + margin, 0.0, 1.0)
     v_t = np.maximum(p_smooth * (1.0 - p_smooth), q_smooth * (1.0 - q_smooth))
     v_t = np.maximum(v_t, 1e-9)
+    # p_t's own noise is the baseline's calls', p(1−p): the boundary's larger q(1−q) is the
+    # canary's at H0 only, and charging it to both cost a third more calls to decide.
+    u_t = np.maximum(p_smooth * (1.0 - p_smooth), 1e-9)
     # One scale for the whole track: the boundary's per-call variance at the running mean.
     q_run = np.clip(ratio * p_run_b + margin, 0.0, 1.0)
     sd2 = np.maximum(np.maximum(p_run_b * (1 - p_run_b), q_run * (1 - q_run)), 1e-9)
@@ -146,7 +149,7 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
     sum_sc, sum_sb = acc(sc, "sc"), acc(sb, "sb")
     excess = sum_sc - acc.dot(nc, q_t, "nc.q")  # (groups, pods, looks); 0 off the canary
     pod_calls_c = acc(nc, "nc")
-    own = acc.dot(nc, v_t * (1.0 + ratio * ratio * n_ct * inv_b), "own")
+    own = acc.dot(nc, v_t + ratio * ratio * n_ct * inv_b * u_t, "own")
     w_b = acc.dot(nb, n_ct * inv_b, "w_b")  # W_j, 0 off the baseline
 
     # τ²: each pod against its own cohort's window means, DerSimonian–Laird per look.
@@ -183,7 +186,7 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
     several_b = base.sum(axis=1) > 1
     drop_b = np.where(several_b[:, None], first_max(z_b, axis=1), -1)
     ex_pp, own_pp, sq_w_fail, worst_wo = _fail_side(
-        nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, v_t, acc)
+        nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, (v_t, u_t), acc)
     some_c = np.asarray(canary.any(axis=1))
     tau2_fail, _, _, dropped, _ = dl_tau2([(*cohorts[0], worst_wo, some_c),
                                       (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")
@@ -317,13 +320,14 @@ def _per_grid(looks: dict[str, Any], excess: F64, canary: Bool, cols: I64,
 
 
 def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, pod_calls_c: F64, base: Bool, drop_b: I64,
-               ratio: float, margin: float, v_t: F64, acc: Acc
+               ratio: float, margin: float, v: tuple[F64, F64], acc: Acc
                ) -> tuple[F64, F64, F64, I64]:
     """The fail direction's sums with the baseline pod `drop_b[group, look]` (−1: none) out
     of the window means: each canary pod's excess and sampling variance (groups, pods,
     looks), the baseline pods' weights Σ W_j² (groups, looks), and the canary pod with the
     largest excess (its τ² leaves it out); `pod_calls_c` the canary pods' calls summed over
-    the windows. One pass per distinct dropped pod, over the groups that drop it."""
+    the windows; `v` the canary's and the baseline's per-call variance per window. One pass
+    per distinct dropped pod, over the groups that drop it."""
     g_n, looks = drop_b.shape
     ex_pp = np.zeros(pod_calls_c.shape)
     own_pp = np.zeros(pod_calls_c.shape)
@@ -346,7 +350,7 @@ def _fail_side(nb: F64, sb: F64, nc: F64, sc: F64, pod_calls_c: F64, base: Bool,
             inv_b = np.where(n_bt > 0, 1.0 / np.where(n_bt > 0, n_bt, 1.0), 0.0)
         q_t = np.clip(ratio * s_bt * inv_b + margin, 0.0, 1.0)
         excess = acc.dot(sc_g, both, ("fail.sc", k)) - acc.dot(nc_g, both * q_t, ("fail.nc.q", k))
-        own = acc.dot(nc_g, both * v_t[g] * (1.0 + ratio * ratio * n_ct_g * inv_b),
+        own = acc.dot(nc_g, both * (v[0][g] + ratio * ratio * n_ct_g * inv_b * v[1][g]),
                       ("fail.own", k))
         w = acc.dot(nb_g, n_ct_g * inv_b, ("fail.w", k)) * keep[..., None]
         wc = first_max(np.where(pc_g > 0, excess, -np.inf), axis=1)

@@ -21,10 +21,11 @@ baseline *in the same window* (stratified by time), so an outage or a drift that
 cohorts moves p_t and the canary alike and cancels; windows without both cohorts are left
 out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
 
-- sampling: Σ_t N_ct·v_t·(1 + r²·N_ct/N_bt), the canary's calls and p_t's own noise, with
-  v_t the per-call variance at H0's boundary, max(p(1−p), q(1−q)) at the baseline's window
-  mean smoothed toward its running mean (a window without errors does not claim zero
-  variance). The baseline alone sets it: a canary within tolerance varies no more than the
+- sampling: Σ_t N_ct·(v_t + r²·u_t·N_ct/N_bt), the canary's calls and p_t's own noise,
+  with v_t the canary's per-call variance at H0's boundary, max(p(1−p), q(1−q)), and u_t
+  the baseline's, p(1−p), both at the baseline's window mean smoothed toward its running
+  mean (a window without errors does not claim zero variance). The baseline alone sets
+  them: a canary within tolerance varies no more than the
   boundary, and a worse canary's own errors must not widen the yardstick they are measured
   by (that slowed fails by the ratio of the pooled to the boundary variance, 1.75× at
   +0.5 pp on 0.1 %);

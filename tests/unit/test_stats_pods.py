@@ -93,6 +93,22 @@ def test_spread_between_pods_is_estimated_and_slows_the_pass() -> None:
     assert same.tau[-1] < track.tau[-1]
 
 
+def test_the_sampling_variance_charges_the_baseline_its_own_per_call_variance() -> None:
+    """Under H0 only the canary's calls are at the boundary's rate q: the baseline's window
+    means, against which they are compared, vary with its own calls' p(1 − p)."""
+    windows, calls = 30, 1000.0
+    n = np.full((12, windows), calls)
+    s = np.full((12, windows), 1.0)  # every pod at exactly 0.1 %: τ² is 0
+    canary = np.array([False] * 6 + [True] * 6)
+    track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR, last_only=True)
+    p, q = 1.0 / calls, 1.0 / calls + TOL
+    # The fail side leaves the baseline's worst pod out of the window means: 5 of 6 pods.
+    rho = 6 / 5
+    want = windows * 6 * calls * (q * (1 - q) + rho * p * (1 - p)) / (q * (1 - q))
+    assert float(track.v_pods_wo[-1]) == 0.0
+    assert float(track.v_sampling_wo[-1]) == pytest.approx(want, rel=1e-9)
+
+
 def test_needs_says_how_far_a_decision_is() -> None:
     k = needs_factor(10.0, 100.0, 0.0, LOG_THR)
     assert k is not None and k > 1.0
