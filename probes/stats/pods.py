@@ -42,9 +42,11 @@ out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
 D/√V is tested with a one-sided normal-mixture e-process (Robbins' mixture, as in Johari,
 Pekelis & Walsh's always-valid p-values and Howard et al.'s asymptotic confidence
 sequences), averaged over a grid of mixing scales so that small and large effects both
-decide fast. It is anytime-valid asymptotically (a CLT per window and a consistent variance
-estimate); `benchmarks/verdict_sim.py` measures what that is worth on simulated estates with
-pods that differ, restart cold and share outages.
+decide fast. The pass's puts half its weight on one drift instead (`log_e_pass`): the one a
+canary like the baseline has, the case a pass is for, so a healthy canary passes in about
+the calls of a test that knows its effect. It is anytime-valid asymptotically (a CLT per
+window and a consistent variance estimate); `benchmarks/verdict_sim.py` measures what that
+is worth on simulated estates with pods that differ, restart cold and share outages.
 
 Decisions (`pod_states`, the one rule the live verdict and the report's replay both apply):
 - a canary of one pod is judged as a new pod drawn from the baseline's (a prediction
@@ -74,8 +76,10 @@ from probes.stats._pod_batch import ONE_POD_BASELINE, PodTrack, pod_states
 from probes.stats._pod_grid import MAX_GRID_CELLS, PodGrid
 from probes.stats._pod_mixture import (
     MIXING_SCALES,
+    POINT_WEIGHT,
     few_pods_factor,
     log_e_one_sided,
+    log_e_pass,
     needs_factor,
     needs_factors,
 )
@@ -87,11 +91,13 @@ __all__ = [
     "MEMO_MAX_PODS",
     "MIXING_SCALES",
     "ONE_POD_BASELINE",
+    "POINT_WEIGHT",
     "PodGrid",
     "PodTrack",
     "TrackMemo",
     "few_pods_factor",
     "log_e_one_sided",
+    "log_e_pass",
     "needs_factor",
     "needs_factors",
     "pod_grids",
