@@ -230,7 +230,9 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
     # Two canary pods leave the worst out instead: the other's bound is too wide a guide
     # (τ² without either cohort's worst pod has next to no degrees of freedom then), and a
     # cap near it failed alike pods ±50 % apart in 3 % of rollouts (BENCHMARKS.md D21).
-    d_cap, _ = capped(ex_pp, pod_calls_c, sd2, tau2_fail)
+    # The pod set aside as sick is the one capped: capping the highest rate let it count
+    # whole whenever a pod that had just joined, with a handful of calls, showed a higher one.
+    d_cap, _ = capped(ex_pp, pod_calls_c, sd2, tau2_fail, aside_c)
     n_w = pick(pod_calls_c, worst_wo)
     with np.errstate(divide="ignore", invalid="ignore"):
         share_wo = np.where(calls_c > 0, (calls_c - n_w) / np.where(calls_c > 0, calls_c, 1.0),

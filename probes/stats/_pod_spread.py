@@ -42,8 +42,10 @@ def outlier(resid: F64, calls: F64, tau2: F64, v_pool: F64) -> Bool:
     return np.asarray(z > _ASIDE_Z)
 
 
-def capped(excess: F64, calls: F64, sd2: F64, tau2: F64) -> tuple[F64, I64]:
-    """Σ of the canary pods' excesses with the worst pod's (by excess per call) capped at
+def capped(excess: F64, calls: F64, sd2: F64, tau2: F64, pod: I64 | None = None
+           ) -> tuple[F64, I64]:
+    """Σ of the canary pods' excesses with the worst pod's (by excess per call, or `pod`
+    (groups, looks) where it is ≥ 0: the pod set aside as sick) capped at
     the most the other canary pods plausibly have (their pooled excess per call plus
     `_CAP_Z` standard errors, sampling and spread), and that pod; (groups, pods, looks) in,
     (groups, looks) out. A sick pod among healthy ones is set aside this way, while a
@@ -54,6 +56,8 @@ def capped(excess: F64, calls: F64, sd2: F64, tau2: F64) -> tuple[F64, I64]:
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(has, excess / np.where(has, calls, 1.0), -np.inf)
     worst = first_max(rate, axis=1)
+    if pod is not None:
+        worst = np.where(pod >= 0, pod, worst)
     r_w = np.take_along_axis(rate, worst[:, None, :], axis=1)[:, 0]
     n_w = np.take_along_axis(calls, worst[:, None, :], axis=1)[:, 0]
     e_w = np.take_along_axis(excess, worst[:, None, :], axis=1)[:, 0]

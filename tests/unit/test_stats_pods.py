@@ -487,6 +487,22 @@ def test_a_sick_pod_in_either_cohort_is_set_aside_and_the_version_judged_on_the_
     assert (track.aside_canary == -1).all() and (track.aside_baseline == -1).all()
 
 
+def test_a_sick_canary_pod_set_aside_stays_capped_when_a_new_pod_joins() -> None:
+    """A new canary pod's first window (30 calls, 1 error) has a higher error rate than the
+    sick pod: the cap moves to it, and the sick pod, set aside, must not count whole."""
+    rng = np.random.default_rng(3)
+    rates = [0.001] * 15 + [0.01, 0.001]
+    n = rng.poisson(300, (17, 120)).astype(float)
+    n[16, :-1], n[16, -1] = 0.0, 30.0
+    s = rng.binomial(n.astype(int), np.array(rates)[:, None]).astype(float)
+    s[16, -1] = 1.0
+    track = pod_track(n, s, np.array([False] * 11 + [True] * 6), 1.0, TOL,
+                      log_threshold=LOG_THR)
+    assert (track.aside_canary[-5:] == 4).all()
+    states = pod_states(track, LOG_THR)
+    assert states[-2] == "pass" and states[-1] != "fail"
+
+
 def test_a_canary_of_one_pod_on_a_small_estate_says_why_it_is_not_judged() -> None:
     # Five baseline pods show too little of the spread a new pod may have: neither side
     # decides, however far off the pod is, and the reason says what would.
