@@ -23,9 +23,10 @@ out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
 
 - sampling: Σ_t N_ct·(v_t + r²·u_t·N_ct/N_bt), the canary's calls and p_t's own noise,
   with v_t the canary's per-call variance at H0's boundary, max(p(1−p), q(1−q)), and u_t
-  the baseline's, p(1−p), both at the baseline's window mean smoothed toward its running
-  mean (a window without errors does not claim zero variance). The baseline alone sets
-  them: a canary within tolerance varies no more than the
+  the baseline's, p(1−p) for a fail (the pass takes v_t for both, a margin for pods that
+  differ), both at the baseline's window mean smoothed toward its running mean (a window
+  without errors does not claim zero variance). The baseline alone sets them: a canary
+  within tolerance varies no more than the
   boundary, and a worse canary's own errors must not widen the yardstick they are measured
   by (that slowed fails by the ratio of the pooled to the boundary variance, 1.75× at
   +0.5 pp on 0.1 %);
@@ -42,11 +43,9 @@ out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
 D/√V is tested with a one-sided normal-mixture e-process (Robbins' mixture, as in Johari,
 Pekelis & Walsh's always-valid p-values and Howard et al.'s asymptotic confidence
 sequences), averaged over a grid of mixing scales so that small and large effects both
-decide fast. The pass's puts half its weight on one drift instead (`log_e_pass`): the one a
-canary like the baseline has, the case a pass is for, so a healthy canary passes in about
-the calls of a test that knows its effect. It is anytime-valid asymptotically (a CLT per
-window and a consistent variance estimate); `benchmarks/verdict_sim.py` measures what that
-is worth on simulated estates with pods that differ, restart cold and share outages.
+decide fast. It is anytime-valid asymptotically (a CLT per window and a consistent variance
+estimate); `benchmarks/verdict_sim.py` measures what that is worth on simulated estates with
+pods that differ, restart cold and share outages.
 
 Decisions (`pod_states`, the one rule the live verdict and the report's replay both apply):
 - a canary of one pod is judged as a new pod drawn from the baseline's (a prediction
@@ -76,10 +75,8 @@ from probes.stats._pod_batch import ONE_POD_BASELINE, PodTrack, pod_states
 from probes.stats._pod_grid import MAX_GRID_CELLS, PodGrid
 from probes.stats._pod_mixture import (
     MIXING_SCALES,
-    POINT_WEIGHT,
     few_pods_factor,
     log_e_one_sided,
-    log_e_pass,
     needs_factor,
     needs_factors,
 )
@@ -91,13 +88,11 @@ __all__ = [
     "MEMO_MAX_PODS",
     "MIXING_SCALES",
     "ONE_POD_BASELINE",
-    "POINT_WEIGHT",
     "PodGrid",
     "PodTrack",
     "TrackMemo",
     "few_pods_factor",
     "log_e_one_sided",
-    "log_e_pass",
     "needs_factor",
     "needs_factors",
     "pod_grids",
