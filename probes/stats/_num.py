@@ -15,6 +15,8 @@ import numpy.typing as npt
 from scipy.special import gammaln
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+Bool = npt.NDArray[np.bool_]
 ArrayLike = npt.ArrayLike
 
 BISECT_ITERS = 64

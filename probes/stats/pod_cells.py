@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.measure.histogram import BUCKET_COUNT
-from probes.stats.pods import PodGrid
+from probes.stats._pod_grid import PodGrid
 from probes.stats.series import overlapping
 
 __all__ = ["LatencyFold", "PerPod", "add_per_pod", "by_path", "per_pod_of", "warm_latency"]

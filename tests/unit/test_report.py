@@ -364,10 +364,10 @@ def test_merged_pod_strata_are_looked_at_when_their_last_window_ends(
         store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pods × windows grid too large for `MAX_GRID_CELLS` is judged in strata of
     adjacent windows; the replay reads each stratum's state once its last window ended."""
-    from probes.stats import pods as pods_module
+    from probes.stats import _pod_read
     from probes.stats.pods import pod_states, pod_track
 
-    monkeypatch.setattr(pods_module, "MAX_GRID_CELLS", 500)  # checkout: 10 pods x 150 windows
+    monkeypatch.setattr(_pod_read, "MAX_GRID_CELLS", 500)  # checkout: 10 pods x 150 windows
     files = write_report(str(store), tmp_path, since=SPAN[0], until=SPAN[1],
                          paths=["checkout"], now=SPAN[1])
     doc = _json(files)

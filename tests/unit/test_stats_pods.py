@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import binom
 
 from probes.config import Tolerances
+from probes.stats import _pod_tracks as pod_tracks_module
 from probes.stats import bounded
 from probes.stats import pods as pods_module
 from probes.stats.metrics import pod_success_rate
@@ -92,6 +93,24 @@ def test_spread_between_pods_is_estimated_and_slows_the_pass() -> None:
     assert same.tau[-1] < track.tau[-1]
 
 
+def test_the_fails_sampling_variance_charges_the_baseline_its_own_per_call_variance() -> None:
+    """Under H0 only the canary's calls are at the boundary's rate q: the baseline's window
+    means, against which they are compared, vary with its own calls' p(1 − p). The pass
+    keeps charging them q(1 − q)."""
+    windows, calls = 30, 1000.0
+    n = np.full((12, windows), calls)
+    s = np.full((12, windows), 1.0)  # every pod at exactly 0.1 %: τ² is 0
+    canary = np.array([False] * 6 + [True] * 6)
+    track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR, last_only=True)
+    p, q = 1.0 / calls, 1.0 / calls + TOL
+    # The fail side leaves the baseline's worst pod out of the window means: 5 of 6 pods.
+    rho = 6 / 5
+    want = windows * 6 * calls * (q * (1 - q) + rho * p * (1 - p)) / (q * (1 - q))
+    assert float(track.v_pods_wo[-1]) == 0.0
+    assert float(track.v_sampling_wo[-1]) == pytest.approx(want, rel=1e-9)
+    assert float(track.v_sampling[-1]) == pytest.approx(windows * 6 * calls * 2, rel=1e-9)
+
+
 def test_needs_says_how_far_a_decision_is() -> None:
     k = needs_factor(10.0, 100.0, 0.0, LOG_THR)
     assert k is not None and k > 1.0
@@ -136,7 +155,7 @@ def test_a_batch_of_grids_is_judged_as_each_grid_alone(batch_cells: int,
     cells exceed its bound): each grid's track, full and last look, is what it gets alone,
     whatever else is in the batch (one canary pod, none, one baseline pod, pods and windows
     without calls)."""
-    monkeypatch.setattr(pods_module, "_BATCH_CELLS", batch_cells)
+    monkeypatch.setattr(pod_tracks_module, "_BATCH_CELLS", batch_cells)
     rng = np.random.default_rng(31)
     for case in range(60):
         grids = []
@@ -172,7 +191,7 @@ def test_a_memo_gives_what_summing_afresh_gives(batch_cells: int,
     windows change (a pod's warm-up moved) give at every call what `pod_tracks` gives
     summing every window afresh, in one batch or several kept as one; and only a change
     to kept windows or pods sums every window again."""
-    monkeypatch.setattr(pods_module, "_BATCH_CELLS", batch_cells)
+    monkeypatch.setattr(pod_tracks_module, "_BATCH_CELLS", batch_cells)
     rng = np.random.default_rng(20261205)
     for case in range(12):
         memo = TrackMemo()
@@ -225,7 +244,7 @@ def test_a_memo_takes_odd_grids_as_summing_afresh_does(monkeypatch: pytest.Monke
                                                      ) -> None:
     """No grids; a grid of no pods alone in its batch; grids the caller writes in place
     between calls (the memo keeps copies); grids of more pods than a memo pays for."""
-    monkeypatch.setattr(pods_module, "_BATCH_CELLS", 30)
+    monkeypatch.setattr(pod_tracks_module, "_BATCH_CELLS", 30)
     memos = [TrackMemo(), TrackMemo()]
     assert pod_tracks([], 1.0, TOL, log_threshold=LOG_THR, last_only=True,
                       memo=memos[0]) == []
@@ -289,7 +308,7 @@ def test_logsumexp_is_scipys_for_real_input() -> None:
 
 
 def test_the_grids_unique_starts_are_numpys_sorted_or_not() -> None:
-    from probes.stats.pods import _unique
+    from probes.stats._pod_read import _unique
 
     rng = np.random.default_rng(10)
     for t in (np.sort(rng.integers(0, 50, 300)).astype(float),
@@ -436,6 +455,22 @@ def test_a_sick_pod_in_either_cohort_is_set_aside_and_the_version_judged_on_the_
     n, s, canary = grid(rng, [0.001] * 12, flags, 360, calls=200)
     track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR)
     assert (track.aside_canary == -1).all() and (track.aside_baseline == -1).all()
+
+
+def test_a_sick_canary_pod_set_aside_stays_capped_when_a_new_pod_joins() -> None:
+    """A new canary pod's first window (30 calls, 1 error) has a higher error rate than the
+    sick pod: the cap moves to it, and the sick pod, set aside, must not count whole."""
+    rng = np.random.default_rng(3)
+    rates = [0.001] * 15 + [0.01, 0.001]
+    n = rng.poisson(300, (17, 120)).astype(float)
+    n[16, :-1], n[16, -1] = 0.0, 30.0
+    s = rng.binomial(n.astype(int), np.array(rates)[:, None]).astype(float)
+    s[16, -1] = 1.0
+    track = pod_track(n, s, np.array([False] * 11 + [True] * 6), 1.0, TOL,
+                      log_threshold=LOG_THR)
+    assert (track.aside_canary[-5:] == 4).all()
+    states = pod_states(track, LOG_THR)
+    assert states[-2] == "pass" and states[-1] != "fail"
 
 
 def test_a_canary_of_one_pod_on_a_small_estate_says_why_it_is_not_judged() -> None:
