@@ -217,7 +217,7 @@ def _run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     # What the paths will cost (once at start), a progress line a minute and the summary
-    # at the end (`probes.run._progress`) are `run`'s output, unless --quiet.
+    # at the end (`probes.run._status`) are `run`'s output, unless --quiet.
     if not args.quiet:
         for name in ("skewprobe.cost", "skewprobe.progress"):
             logger = logging.getLogger(name)

@@ -1,10 +1,10 @@
-"""probes.measure.gc_pauses: the hook reports real collections, and only inside its block."""
+"""probes.measure.collector: the hook reports real collections, and only inside its block."""
 
 from __future__ import annotations
 
 import gc
 
-from probes.measure.gc_pauses import watch_gc_pauses
+from probes.measure.collector import watch_gc_pauses
 
 
 class _Cycle:

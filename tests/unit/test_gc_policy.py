@@ -1,4 +1,4 @@
-"""The young generation's threshold policy (`probes.measure.gc_policy`), on the real
+"""The young generation's threshold policy (`probes.measure.collector`), on the real
 collector: cyclic garbage found → Python's small threshold; none → the large one."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from probes.measure.gc_policy import adaptive_young_threshold
+from probes.measure.collector import adaptive_young_threshold
 
 
 class Node:

@@ -1,4 +1,4 @@
-"""When the probe freezes the collector's survivors (`probes.run._gc_tuning`): not while the
+"""When the probe freezes the collector's survivors (`probes.run._memory`): not while the
 start-up backlog is in flight, and never later than the settle limit."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from probes.run._gc_tuning import (
+from probes.run._memory import (
     _SETTLE_POLL_S,
     GC_SETTLE_LIMIT_S,
     GC_WARMUP_EXTRA_S,

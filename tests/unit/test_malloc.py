@@ -1,4 +1,4 @@
-"""`probes.run._malloc`: with glibc's mmap threshold fixed, a large block is served by mmap even
+"""`probes.run._memory`: with glibc's mmap threshold fixed, a large block is served by mmap even
 after a larger one was freed (glibc would otherwise raise its threshold to that size and
 serve the next ones from the heap, which keeps what they free). In a fresh interpreter: a
 heap that earlier tests left with large free chunks serves a block from them whatever the
@@ -13,7 +13,7 @@ import pytest
 
 CHECK = r"""
 import ctypes, numpy as np
-from probes.run._malloc import MMAP_THRESHOLD_BYTES, return_large_frees
+from probes.run._memory import MMAP_THRESHOLD_BYTES, return_large_frees
 
 class Mallinfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
