@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import h2.errors
 
-from probes.clients._wire import Replay
+from probes.clients._base import Replay
 
 __all__ = [
     "PROTOCOL_CODES",

@@ -45,7 +45,7 @@ import grpc.aio
 from grpc_health.v1 import health_pb2
 
 from probes.clients._base import host_port
-from probes.clients._channel import channel_options
+from probes.clients._connection import channel_options, grpc_credentials
 from probes.clients._grpc import _serving_status
 from probes.clients._pool import EndpointPool
 from probes.clients._stream_types import (
@@ -55,7 +55,6 @@ from probes.clients._stream_types import (
     StreamSink,
     classify_stream_end,
 )
-from probes.clients._tls import grpc_credentials
 from probes.errors import BadInput
 from probes.measure.histogram import MIDPOINT, index_of
 from probes.spec import GrpcSpec, PathSpec, StreamSpec

@@ -19,10 +19,9 @@ import grpc
 import grpc.aio
 
 from probes.clients._base import host_port
-from probes.clients._channel import channel_options
 from probes.clients._classify import classify_exception, classify_grpc_code
+from probes.clients._connection import channel_options, grpc_credentials
 from probes.clients._grpc import GrpcProber, Unprocessed, _serving_status
-from probes.clients._tls import grpc_credentials
 from probes.spec import PathSpec
 from probes.types import CallOutcome, Endpoint, Outcome
 
