@@ -25,8 +25,12 @@ from grpc_health.v1 import health_pb2
 from probes.clients import _grpc_lean, _h2base, _h2lean
 from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
 from probes.clients._classify import classify_exception, classify_grpc_code, parse_count
-from probes.clients._connection import MAX_RECEIVE_BYTES, grpc_credentials, ssl_context
-from probes.clients._pool import EndpointPool
+from probes.clients._connection import (
+    MAX_RECEIVE_BYTES,
+    EndpointPool,
+    grpc_credentials,
+    ssl_context,
+)
 from probes.errors import BadInput
 from probes.spec import GrpcSpec, PathSpec
 from probes.types import CallOutcome, Endpoint, Outcome

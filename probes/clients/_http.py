@@ -27,8 +27,7 @@ from probes.clients._base import (
     keepalive_s,
 )
 from probes.clients._classify import classify_exception, classify_status, parse_count
-from probes.clients._connection import plaintext_context, ssl_context
-from probes.clients._pool import EndpointPool, Lease
+from probes.clients._connection import EndpointPool, Lease, plaintext_context, ssl_context
 from probes.errors import BadInput
 from probes.spec import HttpSpec, PathSpec
 from probes.types import CallOutcome, Endpoint, Outcome

@@ -45,9 +45,8 @@ import grpc.aio
 from grpc_health.v1 import health_pb2
 
 from probes.clients._base import host_port
-from probes.clients._connection import channel_options, grpc_credentials
+from probes.clients._connection import EndpointPool, channel_options, grpc_credentials
 from probes.clients._grpc import _serving_status
-from probes.clients._pool import EndpointPool
 from probes.clients._stream_types import (
     EndReason,
     OpenStream,
