@@ -4,7 +4,7 @@
     ├── HttpProber             HTTP/1.1 on the probe's own protocol + httptools (`_h1`),
     │                          HTTP/2 on the probe's own protocol and framing (`_h2lean`)
     ├── GrpcProber             gRPC unary, raw bytes, or the standard health Check, as
-    │                          HTTP/2 POSTs on the same client (`_grpc_lean`)
+    │                          HTTP/2 POSTs on the same client (`_grpc`)
     └── RelayProber            through a relay pod (`/relay/<destination>`): the
                                destination's outcome, attempts and answering pod; an
                                HttpProber on `_h1` (or `_h2lean`) that reads the answer

@@ -1,5 +1,5 @@
 """The gRPC unary reference: `GrpcProber` with its calls on grpc.aio (grpc core). Not in the
-product (BENCHMARKS.md, D15): the library client the probe's own (`_grpc_lean` over
+product (BENCHMARKS.md, D15): the library client the probe's own (`_grpc` over
 `_h2lean`) is proven against and measured beside. Held streams stay on grpc.aio in the
 product (`probes/clients/_streams.py`), on the same channel options (`_channel`).
 
