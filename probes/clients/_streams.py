@@ -26,7 +26,7 @@ Why the pieces are shaped this way:
   `client_rotated`, not a reset.
 * Channels: one per (path, endpoint), shared by its K streams (a client multiplexes them on
   one connection, so a connection loss ends them together, as it would for real callers);
-  `_channel`'s options plus HTTP/2 keepalive every 5 min (gRPC servers answer more
+  `_connection`'s channel options plus HTTP/2 keepalive every 5 min (gRPC servers answer more
   frequent pings with a too_many_pings GOAWAY), so a black-holed pod ends its streams.
 """
 

@@ -1,7 +1,7 @@
 """The gRPC unary reference: `GrpcProber` with its calls on grpc.aio (grpc core). Not in the
 product (BENCHMARKS.md, D15): the library client the probe's own (`_grpc` over
 `_h2lean`) is proven against and measured beside. Held streams stay on grpc.aio in the
-product (`probes/clients/_streams.py`), on the same channel options (`_channel`).
+product (`probes/clients/_streams.py`), on the same channel options (`_connection`).
 
 One channel per endpoint, bytes in and bytes out (no serializers, so no generated code for
 the callee). grpc core's own re-sends are off (`grpc.enable_retries=0`), so an RPC the
