@@ -1,12 +1,13 @@
 """The scheduler: every path on every matching endpoint, at an open-loop rate.
 
-Each (path, endpoint) has its own schedule (`probes.run._schedule`, which says how they share
-one timer), as in Cloudprober's scheduler; each call runs in
-its own task under `asyncio.timeout`, so a hung callee never delays the next send (open
-loop, as wrk2 and Fortio do). Sends follow fixed intended times `start + k / rate`; latency
-is measured from the intended time, so a stalled probe or callee cannot hide its latency
-(coordinated omission), and the schedule lag (actual − intended send time) is reported on
-its own so the probe's own starvation is told apart from the callee's slowness.
+Each (path, endpoint) has its own schedule, as in Cloudprober's scheduler (`_schedule`: how
+the schedules share one timer); each call runs in its own task under `asyncio.timeout`, so a
+hung callee never delays the next send (open loop, as wrk2 and Fortio do). Sends follow fixed
+intended times `start + k / rate`; latency is measured from the intended time, so a stalled
+probe or callee cannot hide its latency (coordinated omission), and the schedule lag (actual
+− intended send time) is reported on its own so the probe's own starvation is told apart
+from the callee's slowness. Long-lived stream paths keep one task per (path, endpoint)
+(`StreamHolder.hold`), cancelled when the endpoint leaves.
 
 Safety bounds: `max_in_flight` calls at once across the probe (a call that would exceed it
 is dropped and counted, not queued), a global rate ceiling (asyncio-throttle) that protects
