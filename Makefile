@@ -25,8 +25,9 @@ demo: $(STAMP)
 	$(BIN)/skewprobe demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check probes targets tests benchmarks
+	$(BIN)/ruff check probes targets tests benchmarks scripts
 	$(BIN)/mypy
+	$(BIN)/mypy scripts/import_graph.py
 
 test: $(STAMP) lint
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS)

@@ -57,7 +57,7 @@ import grpc.aio
 from grpc_health.v1 import health_pb2
 
 from probes.clients import Prober, RelayProber
-from probes.clients._channel import channel_options
+from probes.clients._connection import channel_options
 from probes.spec import GrpcSpec, HttpSpec, PathSpec, RelaySpec
 from probes.types import Endpoint, Outcome
 from tests.reference import GRPC_CLIENTS, HTTP2_CLIENTS

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _harness as h
 import _heaptrack
 
-from probes.clients._channel import channel_options
+from probes.clients._connection import channel_options
 from probes.spec import GrpcSpec
 
 # The probe's own channel options, then variants that might shrink a channel's buffers.

@@ -291,7 +291,7 @@ class _GcPauseCollector(Collector):
     the probe (every send due meanwhile goes out late; the schedule lag says how late, this
     says why).
 
-    Fed from a `gc.callbacks` hook (`probes.measure.gc_pauses`), which may run inside any
+    Fed from a `gc.callbacks` hook (`probes.measure.collector`), which may run inside any
     allocation, including one made while a prometheus_client metric holds its lock: so the
     counts are plain numbers (no lock, no allocation but a float), built into a family only
     when scraped.

@@ -11,6 +11,10 @@ Stopping is a drain, as Envoy drains on a restart: health turns NOT_SERVING (and
 propagate), then the listeners close, in-flight requests get up to `drain_s` to finish, and
 whatever is still open (held streams, slow requests) is cut.
 
+The command line below; `run_command` and `exit_with` are what the targets' commands (this
+one and `python -m targets.fleet`) share: a SkewprobeError said in one line with its exit
+code, never a traceback, and ^C ending quietly.
+
     python -m targets.server --http 127.0.0.1:18080 --grpc 127.0.0.1:19090 \\
         --version 1.20.3 --profiles targets/examples/profiles.yaml --pod checkout-0 \\
         --namespace shop --relay targets/examples/relay-allowlist.yaml
@@ -20,22 +24,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import socket
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
+from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from probes._timeparse import parse_duration
-from probes.errors import BadInput
-from targets._cli import exit_with, run_command
+from probes.errors import BadInput, SkewprobeError
 from targets._grpc import SERVICE, TargetService
-from targets._http import HttpApp
-from targets._listener import HttpListener
+from targets._http import HttpApp, HttpListener
 from targets.profile import VersionProfile, load_profiles
 from targets.proto import target_pb2_grpc
 from targets.relay import EndpointView, PodIdentity, Relay
@@ -303,6 +308,24 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_command("targets.server", _serve(_args(argv)))
+
+
+def run_command(name: str, command: Coroutine[Any, Any, None]) -> int:
+    """Run `command`; 0 when it ends, or a SkewprobeError's exit code after one line on
+    stderr naming the command (never a traceback for bad input or a busy port)."""
+    try:
+        asyncio.run(command)
+    except SkewprobeError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+def exit_with(main: Callable[[], int]) -> NoReturn:
+    """`sys.exit(main())`, with ^C ending quietly (the command's own shutdown has run)."""
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
+    sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 import sys
 
-from probes.cli._main import main
+from probes.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

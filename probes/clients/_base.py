@@ -1,4 +1,5 @@
-"""The prober seam: one call on one endpoint, classified; plus what every prober shares.
+"""The prober seam: one call on one endpoint, classified; plus what every prober shares,
+among it whether a request that failed on the wire may be sent again (`Replay`).
 
 The engine owns scheduling and the overall deadline: it wraps every `call()` in
 `asyncio.timeout(path.timeout_s)` and records a timeout itself when that fires. Probers set
@@ -10,6 +11,7 @@ that never completes is reported by the library as `connect_timeout` (and a gRPC
 from __future__ import annotations
 
 import asyncio
+import enum
 import ssl
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
@@ -83,3 +85,18 @@ async def connect_protocol(
         raise timed_out(f"cannot connect to {where} within {budget_s:g}s") from exc
     except OSError as exc:  # ssl.SSLError and socket.gaierror are OSErrors too
         raise failed(f"cannot connect to {where}: {exc}") from exc
+
+
+class Replay(enum.Enum):
+    """Why a failed request may be sent again on a fresh connection."""
+
+    # The server provably did not process it: a stream above a GOAWAY's last-stream-id
+    # (RFC 9113 §6.8) or refused with REFUSED_STREAM (§8.7). Safe for any method.
+    UNPROCESSED = "unprocessed"
+    # The connection went away under it without an answer after a graceful close, so the
+    # server may have processed it: only idempotent methods may be re-sent
+    # (RFC 9110 §9.2.2, RFC 9112 §9.3.1).
+    LOST = "lost"
+
+
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})

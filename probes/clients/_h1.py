@@ -36,8 +36,7 @@ from dataclasses import dataclass
 
 import httptools
 
-from probes.clients._base import connect_protocol
-from probes.clients._wire import Replay
+from probes.clients._base import Replay, connect_protocol
 
 
 class H1Error(Exception):

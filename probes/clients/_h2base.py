@@ -2,7 +2,7 @@
 request's header list and the codes' names (`_h2lean` holds the client, `_h2own` the
 connection, `_h2frames` the codec; each imports this, none another's internals).
 
-Errors, mapped to outcome classes by `_classify` (gRPC's names by `_grpc_lean`); `replay`
+Errors, mapped to outcome classes by `_classify` (gRPC's names by `_grpc`); `replay`
 says whether and why the request may be re-sent (None: it may not):
 
     H2Error                 `replay`: (Replay, reason) or None
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import h2.errors
 
-from probes.clients._wire import Replay
+from probes.clients._base import Replay
 
 __all__ = [
     "PROTOCOL_CODES",

@@ -41,6 +41,7 @@ import asyncio
 
 import hpack
 
+from probes.clients._base import Replay
 from probes.clients._h2base import (
     REFUSED_STREAM,
     WINDOW,
@@ -85,7 +86,6 @@ from probes.clients._h2frames import (
     encode_block,
     frame,
 )
-from probes.clients._wire import Replay
 
 __all__ = ["OwnConnection"]
 

@@ -18,11 +18,16 @@ from collections.abc import Callable
 import httpx
 
 from probes.clients import _h1, _h2base, _h2lean
-from probes.clients._base import USER_AGENT, host_port, inner_budget_s, keepalive_s
+from probes.clients._base import (
+    IDEMPOTENT_METHODS,
+    USER_AGENT,
+    Replay,
+    host_port,
+    inner_budget_s,
+    keepalive_s,
+)
 from probes.clients._classify import classify_exception, classify_status, parse_count
-from probes.clients._pool import EndpointPool, Lease
-from probes.clients._tls import plaintext_context, ssl_context
-from probes.clients._wire import IDEMPOTENT_METHODS, Replay
+from probes.clients._connection import EndpointPool, Lease, plaintext_context, ssl_context
 from probes.errors import BadInput
 from probes.spec import HttpSpec, PathSpec
 from probes.types import CallOutcome, Endpoint, Outcome

@@ -26,7 +26,7 @@ Why the pieces are shaped this way:
   `client_rotated`, not a reset.
 * Channels: one per (path, endpoint), shared by its K streams (a client multiplexes them on
   one connection, so a connection loss ends them together, as it would for real callers);
-  `_channel`'s options plus HTTP/2 keepalive every 5 min (gRPC servers answer more
+  `_connection`'s channel options plus HTTP/2 keepalive every 5 min (gRPC servers answer more
   frequent pings with a too_many_pings GOAWAY), so a black-holed pod ends its streams.
 """
 
@@ -45,9 +45,8 @@ import grpc.aio
 from grpc_health.v1 import health_pb2
 
 from probes.clients._base import host_port
-from probes.clients._channel import channel_options
+from probes.clients._connection import EndpointPool, channel_options, grpc_credentials
 from probes.clients._grpc import _serving_status
-from probes.clients._pool import EndpointPool
 from probes.clients._stream_types import (
     EndReason,
     OpenStream,
@@ -55,7 +54,6 @@ from probes.clients._stream_types import (
     StreamSink,
     classify_stream_end,
 )
-from probes.clients._tls import grpc_credentials
 from probes.errors import BadInput
 from probes.measure.histogram import MIDPOINT, index_of
 from probes.spec import GrpcSpec, PathSpec, StreamSpec

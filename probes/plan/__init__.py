@@ -28,8 +28,6 @@ from __future__ import annotations
 from typing import Any
 
 from probes._timeparse import rfc3339
-from probes.plan._drain import DRAIN_DEFAULTS, drain_timers
-from probes.plan._lifetime import LEVERS, lifetime_steps
 from probes.plan._model import (
     DEFAULT_FIRST_NAMESPACES,
     DEFAULT_MAX_POD_AGE_S,
@@ -42,11 +40,16 @@ from probes.plan._model import (
     WorkloadHistory,
     WorkloadTraffic,
 )
-from probes.plan._pinning import pinning
-from probes.plan._progress import progress
-from probes.plan._steps import plan_steps, version_counts
-from probes.plan._tiers import restart_tiers, workload_history
-from probes.plan._time import plan_time, recycle_rates
+from probes.plan._steps import pinning, plan_steps, version_counts
+from probes.plan._tiers import (
+    DRAIN_DEFAULTS,
+    LEVERS,
+    drain_timers,
+    lifetime_steps,
+    restart_tiers,
+    workload_history,
+)
+from probes.plan._time import plan_time, progress, recycle_rates
 
 __all__ = [
     "DEFAULT_FIRST_NAMESPACES",

@@ -1,5 +1,10 @@
-"""Restart tiers: reference target first, then a namespace label, then what the probe
-measured; and each workload's recycles from the recorded inventory history."""
+"""Restart tiers and what each needs before its restart.
+
+The tiers: reference target first, then a namespace label, then what the probe measured; and
+each workload's recycles from the recorded inventory history. Per tier, connection lifetime
+first (which stream tiers lack a lifetime cap, and what each lever does to an endless
+stream), then the drain timers from the measured p99, against the defaults in force.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,22 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from probes.discovery.meshes import NONE
-from probes.plan._model import PlanInput, PlanSettings, WorkloadHistory, WorkloadTraffic
+from probes.plan._model import DAY, PlanInput, PlanSettings, WorkloadHistory, WorkloadTraffic
 from probes.store.records import InventorySnapshot
 
-__all__ = ["restart_tiers", "workload_history"]
+__all__ = [
+    "DRAIN_DEFAULTS",
+    "LEVERS",
+    "WEEK",
+    "drain_timers",
+    "lifetime_steps",
+    "restart_tiers",
+    "workload_history",
+]
 
 
 def workload_history(
@@ -119,3 +133,145 @@ def restart_tiers(inp: PlanInput, settings: PlanSettings, rates: Mapping[tuple[s
             },
         })
     return out
+
+
+WEEK: Final = 7 * DAY
+# What each lever does to a stream that never ends on its own.
+LEVERS: Final = (
+    "Envoy max_connection_duration drains the connection with GOAWAY but does not end the"
+    " streams active on it (envoyproxy/envoy#10274): an endless stream outlives it",
+    "Envoy max_stream_duration ends each stream at the limit",
+    "gRPC MAX_CONNECTION_AGE with MAX_CONNECTION_AGE_GRACE: GOAWAY at the age, active"
+    " streams cut when the grace ends",
+    "the client's own rotation (re-opening streams older than a limit) ends them without"
+    " a reset",
+)
+
+
+def lifetime_steps(inp: PlanInput, tiers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per tier holding streams: each stream path's cap, and without a proven cap the step
+    to take weeks before the tier, with the streams a restart now would reset together."""
+    out = []
+    for tier in tiers:
+        paths = sorted({p for key in tier["_stream_keys"]
+                        for p in (inp.traffic or {})[key].streams})
+        for path in paths:
+            found = None if inp.lifetimes is None else inp.lifetimes.get(path)
+            entry: dict[str, Any] = {"tier": tier["tier"], "tier_name": tier["name"],
+                                     "path": path}
+            if not found:
+                entry.update(capped=None, why=(
+                    "no lifetime check recorded for this path"
+                    f" ({inp.lifetimes_source or 'no store'}): not known to be capped"))
+            else:
+                capped = all(f.get("capped") for f in found)
+                caps = [f["cap_s"] for f in found if f.get("cap_s")]
+                held = max(float(f.get("oldest_s") or 0.0) for f in found)
+                entry.update(
+                    capped=capped, cap_s=max(caps) if capped and caps else None,
+                    why="; ".join(f"{f.get('cohort', '?')}: {f.get('why', '')}" for f in found),
+                    open_streams=sum(int(f.get("open_streams") or 0) for f in found),
+                    aged=sum(int(f.get("aged") or 0) for f in found),
+                    oldest_s=held,
+                )
+            if not entry["capped"]:
+                oldest: float | None = entry.get("oldest_s")
+                weeks = max(1, -(-int(oldest or 0) // int(WEEK))) if oldest else None
+                entry["step"] = (
+                    f"roll out a maximum connection duration {weeks} week"
+                    f"{'s' if weeks != 1 else ''} before tier {tier['tier']}" if weeks else
+                    f"roll out a maximum connection duration before tier {tier['tier']}, at"
+                    " least as long before it as its longest-lived connection"
+                )
+                if weeks and oldest:
+                    entry["lead"] = (
+                        f"a cap applies to connections opened after it is in force; the oldest"
+                        f" stream the probe holds on {path} is {oldest / 3600:.1f} h old:"
+                        f" {weeks} week{'s' if weeks != 1 else ''} covers it")
+                if "open_streams" in entry:
+                    entry["storm"] = (
+                        f"restarting tier {tier['tier']} now resets the {entry['open_streams']}"
+                        f" streams the probe holds on {path} together ({entry['aged']} older"
+                        " than an hour); the mesh's own callers hold more")
+            out.append(entry)
+    return out
+
+
+# The defaults a pod gets without settings, and where they are written: Istio's four
+# termination settings and their defaults are listed in istio/istio#34855; Envoy's hot-restart
+# flags in its command-line options (--drain-time-s, --parent-shutdown-time-s).
+DRAIN_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
+    "istio_termination_drain_duration_s": 5,
+    "kubernetes_termination_grace_period_s": 30,
+    "envoy_drain_time_s": 600,
+    "envoy_parent_shutdown_time_s": 900,
+    "source": "Istio terminationDrainDuration 5 s and the pod's terminationGracePeriodSeconds"
+              " 30 s (istio/istio#34855); Envoy --drain-time-s 600 s and"
+              " --parent-shutdown-time-s 900 s, edge defaults (its docs suggest about 60 and"
+              " 90 s between services)",
+})
+_DRAIN_FACTOR: Final = 3  # the request in flight, the retry it may cause, and a margin
+_GRACE_MARGIN_S: Final = 5  # after the drain: the app's own stop before SIGKILL
+
+
+def drain_timers(inp: PlanInput, tiers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per tier: the drain its slowest measured path needs, with the arithmetic."""
+    out = []
+    for tier in tiers:
+        paths = sorted({p for key in tier["_keys"] for t in [(inp.traffic or {}).get(key)]
+                        if t is not None for p in (*t.reads, *t.writes)})
+        entry: dict[str, Any] = {"tier": tier["tier"], "name": tier["name"]}
+        measured = {p: (inp.latency or {})[p] for p in paths if p in (inp.latency or {})}
+        if not measured:
+            entry["drain_s"] = None
+            entry["why"] = ("no measured request durations for this tier's paths"
+                            f" ({inp.latency_source or 'no store'})")
+            out.append(entry)
+            continue
+        path, (p99, calls) = max(measured.items(), key=lambda kv: kv[1][0])
+        raw = _DRAIN_FACTOR * p99
+        drain = max(DRAIN_DEFAULTS["istio_termination_drain_duration_s"], -(-raw // 1))
+        grace = max(int(drain) + _GRACE_MARGIN_S,
+                    DRAIN_DEFAULTS["kubernetes_termination_grace_period_s"])
+        entry.update(
+            drain_s=int(drain), termination_grace_period_s=grace, slowest_path=path,
+            p99_ms=round(p99 * 1000, 1), calls=calls,
+            arithmetic=(
+                f"terminationDrainDuration = max(5 s, ⌈{_DRAIN_FACTOR} × p99 of {path}"
+                f" {p99 * 1000:.0f} ms⌉) = {int(drain)} s (the request in flight, the retry"
+                f" it may cause, a margin); terminationGracePeriodSeconds = max(30 s,"
+                f" {int(drain)} + {_GRACE_MARGIN_S} s) = {grace} s"
+            ),
+            against_defaults=(
+                f"Istio's default drain (5 s) {'covers' if drain <= 5 else 'is SHORTER than'}"
+                f" it; Envoy's 600 s edge drain would hold each pod {600 - int(drain)} s"
+                " longer than the measured requests need"
+            ),
+        )
+        entry["in_force"] = _in_force(inp, tier["_keys"], int(drain), grace)
+        if tier["_stream_keys"]:
+            entry["streams"] = ("held streams do not finish within any drain: they end when"
+                                " it does unless a lifetime cap ended them first (see"
+                                " connection lifetime)")
+        out.append(entry)
+    return out
+
+
+def _in_force(inp: PlanInput, keys: Sequence[tuple[str, str]], drain: int, grace: int
+              ) -> dict[str, Any] | None:
+    """The tier's pods' own settings against the recommendation (None: not known, as in a
+    store, which keeps counts, not pod specs)."""
+    pods = [g for g in inp.pods if (g.namespace, g.workload) in set(keys) and g.names]
+    if not pods:
+        return None
+    graces = [g.grace_s if g.grace_s is not None else 30.0 for g in pods]
+    drains = [g.drain_s if g.drain_s is not None else 5.0 for g in pods]
+    short_grace = sorted({f"{g.namespace}/{g.workload}" for g, v in zip(pods, graces, strict=True)
+                          if v < grace})
+    short_drain = sorted({f"{g.namespace}/{g.workload}" for g, v in zip(pods, drains, strict=True)
+                          if v < drain})
+    return {
+        "pods": len(pods),
+        "grace_s": [min(graces), max(graces)], "drain_s": [min(drains), max(drains)],
+        "grace_too_short": short_grace, "drain_too_short": short_drain,
+    }

@@ -1,23 +1,13 @@
 """The scheduler: every path on every matching endpoint, at an open-loop rate.
 
-Each (path, endpoint) has its own schedule, as in Cloudprober's scheduler; each call runs in
-its own task under `asyncio.timeout`, so a hung callee never delays the next send (open
-loop, as wrk2 and Fortio do). Sends follow fixed intended times `start + k / rate`; latency
-is measured from the intended time, so a stalled probe or callee cannot hide its latency
-(coordinated omission), and the schedule lag (actual − intended send time) is reported on
-its own so the probe's own starvation is told apart from the callee's slowness.
-
-The schedules share one timer: a heap of (next send, schedule) and one timer armed for the
-earliest. On Linux it is a timerfd (`probes.run._precise_timer`), as `call_at` wakes up to 1 ms
-late (asyncio rounds its waits up to whole ms) and that lateness would be in every latency;
-sends close together (or many per second) still share `call_at`'s coarser wakes, which cost
-less CPU, and elsewhere it is `call_at` throughout. A task per schedule sleeping between
-sends would cost, per send, a Future, a timer handle and a task step, and keep thousands of
-such objects alive for a period each: at 2,400 endpoints that was both CPU and the bulk of
-what every garbage collection had to walk (pauses of tens of milliseconds in the schedule
-lag). A removed endpoint's schedule is marked dead and dropped when it comes up. Long-lived
-stream paths keep one task per (path, endpoint) (`StreamHolder.hold`), cancelled when the
-endpoint leaves.
+Each (path, endpoint) has its own schedule, as in Cloudprober's scheduler (`_schedule`: how
+the schedules share one timer); each call runs in its own task under `asyncio.timeout`, so a
+hung callee never delays the next send (open loop, as wrk2 and Fortio do). Sends follow fixed
+intended times `start + k / rate`; latency is measured from the intended time, so a stalled
+probe or callee cannot hide its latency (coordinated omission), and the schedule lag (actual
+− intended send time) is reported on its own so the probe's own starvation is told apart
+from the callee's slowness. Long-lived stream paths keep one task per (path, endpoint)
+(`StreamHolder.hold`), cancelled when the endpoint leaves.
 
 Safety bounds: `max_in_flight` calls at once across the probe (a call that would exceed it
 is dropped and counted, not queued), a global rate ceiling (asyncio-throttle) that protects
@@ -34,14 +24,21 @@ import itertools
 import logging
 import os
 import time
-import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from asyncio_throttle import Throttler
 
-from probes.run._precise_timer import Backend, PreciseTimer
+from probes.run._precise_timer import Backend
+from probes.run._schedule import (
+    COARSE_ABOVE_RATE_PER_S,
+    Schedule,
+    Timetable,
+    balance,
+    intended_rates,
+    phase,
+)
+from probes.run.seams import EndpointObserver, Prober, ResultSink, StreamHolder
 from probes.spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
 from probes.types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
 
@@ -56,55 +53,6 @@ __all__ = [
 
 log = logging.getLogger("skewprobe.engine")
 
-# Sends close together wait on `call_at`, not the timerfd: a send due within COARSE_WITHIN_S
-# of the timer's last firing, and every send while the schedules add up to more than
-# COARSE_ABOVE_RATE_PER_S. A precise wake for each such send costs a wake of the process
-# (CPU per call +30 % at 2,400 sends/s, about +5 % at 250/s; BENCHMARKS.md D9), while
-# `call_at`'s millisecond rounding lets one wake, or a wake the loop makes for answers
-# anyway, send several. Their lateness (up to 1 ms) stays in their latency, as any send's.
-COARSE_WITHIN_S = 0.001
-COARSE_ABOVE_RATE_PER_S = 250.0
-
-
-class Prober(Protocol):
-    """Runs one call of one path on one endpoint (see `probes.clients`)."""
-
-    async def call(self, endpoint: Endpoint, request_id: str) -> CallOutcome: ...
-
-    def forget(self, endpoint: Endpoint) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-
-@runtime_checkable
-class EndpointObserver(Protocol):
-    """A prober that is shown every discovery snapshot (the relay prober judges stale
-    routing against it)."""
-
-    def observe(self, endpoints: Sequence[Endpoint]) -> None: ...
-
-
-class ResultSink(Protocol):
-    """Takes finished calls (the aggregator and the metrics surface)."""
-
-    def record(self, result: CallResult, endpoint: Endpoint) -> None: ...
-
-    def dropped(self, path: str, reason: str, count: int = 1) -> None: ...
-
-
-class StreamHolder(Protocol):
-    """Holds a path's long-lived streams on one endpoint until cancelled
-    (`probes.clients.StreamProber`).
-
-    Cancelling `hold()` (the endpoint left discovery, or the engine stops) only stops
-    re-opening: a restarting pod leaves the endpoint list before it drains, so the holder
-    keeps the open streams until they end on their own (bounded by its linger time) and the
-    drain's resets are still counted. The holder's own `aclose()` ends them at shutdown.
-    """
-
-    async def hold(self, path: PathSpec, endpoint: Endpoint, cohort: str) -> None: ...
-
-
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
     max_in_flight: int = 1000
@@ -113,37 +61,6 @@ class EngineLimits:
     # The most a small cohort's endpoints are sped up so that, per path, each cohort gets
     # about as many calls per second as the largest (1: every endpoint at the path's rate).
     cohort_balance_max: float = DEFAULT_COHORT_BALANCE_MAX
-
-
-def _phase(key: str, period: float) -> float:
-    # A stable spread of first sends over one period, so N endpoints don't fire together.
-    return (zlib.crc32(key.encode()) / 2**32) * period
-
-
-class _Schedule:
-    """One (path, endpoint): send k is due at `start + k * period` (loop time)."""
-
-    __slots__ = ("cohort", "endpoint", "factor", "k", "live", "path", "period", "start")
-
-    def __init__(self, path: PathSpec, endpoint: Endpoint, cohort: str, start: float) -> None:
-        self.path = path
-        self.endpoint = endpoint
-        self.cohort = cohort
-        self.factor = 1.0
-        self.period = 1.0 / path.rate_per_s
-        self.start = start
-        self.k = 0
-        self.live = True
-
-    @property
-    def due(self) -> float:
-        return self.start + self.k * self.period
-
-    def speed(self, factor: float) -> None:
-        """Send at `factor` × the path's rate from the pending send on (it keeps its time)."""
-        self.start, self.k = self.due, 0
-        self.factor = factor
-        self.period = 1.0 / (self.path.rate_per_s * factor)
 
 
 class Engine:
@@ -169,18 +86,11 @@ class Engine:
         self.streams = streams
         self._wall = wall
         self._throttler = Throttler(rate_limit=max(1, int(limits.max_rate_per_s)), period=1.0)
-        self._schedules: dict[tuple[str, str], _Schedule] = {}
+        self._schedules: dict[tuple[str, str], Schedule] = {}
         self._holders: dict[tuple[str, str], asyncio.Task[None]] = {}
-        # (due, tie-breaker, schedule): the next send of every live schedule (and of dead
-        # ones until they come up); one timer armed for the earliest.
-        self._heap: list[tuple[float, int, _Schedule]] = []
-        self._seq = itertools.count()
-        # None: the most precise this platform offers (`probes.run._precise_timer`).
-        self._timer_backend = timer_backend
-        self._timer: PreciseTimer | None = None
-        self._timer_at = float("inf")
-        self._fired_at = float("-inf")
-        self._coarse_rate = False
+        # The next send of every schedule and one timer armed for the earliest.
+        # Backend None: the most precise this platform offers (`probes.run._precise_timer`).
+        self._timetable = Timetable(self._fire, timer_backend)
         self._calls: set[asyncio.Task[None]] = set()
         self._endpoints: dict[str, Endpoint] = {}
         self._snapshot_seen = asyncio.Event()
@@ -206,7 +116,8 @@ class Engine:
     @property
     def timer_backend(self) -> Backend | None:
         """The schedule timer's backend (None until the first schedule is armed)."""
-        return self._timer.backend if self._timer is not None else None
+        timer = self._timetable.timer
+        return timer.backend if timer is not None else None
 
     @property
     def loops(self) -> int:
@@ -264,44 +175,23 @@ class Engine:
                     self._holders[(path.name, key)] = task
                     continue
                 period = 1.0 / path.rate_per_s
-                schedule = _Schedule(
+                schedule = Schedule(
                     path, endpoint, self.cohort_of(endpoint),
-                    now + _phase(f"{path.name}|{endpoint.key}", period),
+                    now + phase(f"{path.name}|{endpoint.key}", period),
                 )
                 self._schedules[(path.name, key)] = schedule
-                heapq.heappush(self._heap, (schedule.start, next(self._seq), schedule))
+                self._timetable.add(schedule)
         for prober in self.probers.values():
             if isinstance(prober, EndpointObserver):
                 prober.observe(snapshot)
-        self._balance()
+        balance(self._schedules.values(), self.limits.cohort_balance_max)
         rate = sum(1.0 / s.period for s in self._schedules.values())
-        self._coarse_rate = rate > COARSE_ABOVE_RATE_PER_S
-        self._arm(loop)
-
-    def _balance(self) -> None:
-        """Per path, speed up the endpoints of the smaller cohorts so that each cohort gets
-        about as many calls per second as the largest, up to `cohort_balance_max` × the
-        path's rate per endpoint: early in a rollout the canary is one pod of many, and the
-        smaller cohort limits every two-sample test."""
-        counts: dict[tuple[str, str], int] = {}
-        largest: dict[str, int] = {}
-        for s in self._schedules.values():
-            key = (s.path.name, s.cohort)
-            counts[key] = counts.get(key, 0) + 1
-            largest[s.path.name] = max(largest.get(s.path.name, 0), counts[key])
-        ceiling = max(1.0, self.limits.cohort_balance_max)
-        for s in self._schedules.values():
-            factor = min(ceiling, largest[s.path.name] / counts[(s.path.name, s.cohort)])
-            if factor != s.factor:
-                s.speed(factor)
+        self._timetable.coarse_rate = rate > COARSE_ABOVE_RATE_PER_S
+        self._timetable.arm(loop)
 
     def intended_rates(self) -> dict[tuple[str, str], float]:
         """Calls per second the schedule intends, per (path, cohort)."""
-        rates: dict[tuple[str, str], float] = {}
-        for s in self._schedules.values():
-            key = (s.path.name, s.cohort)
-            rates[key] = rates.get(key, 0.0) + 1.0 / s.period
-        return rates
+        return intended_rates(self._schedules.values())
 
     def held_streams(self) -> dict[str, int]:
         """Streams the holders keep open, per path (`per_endpoint` on each endpoint)."""
@@ -314,13 +204,10 @@ class Engine:
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Stop the schedule; give in-flight calls `grace_s` to finish, then cancel them."""
-        if self._timer is not None:
-            self._timer.close()
-            self._timer, self._timer_at = None, float("inf")
+        self._timetable.close()
         for schedule in self._schedules.values():
             schedule.live = False
         self._schedules.clear()
-        self._heap.clear()
         holders = list(self._holders.values())
         self._holders.clear()
         for task in holders:
@@ -335,27 +222,13 @@ class Engine:
 
     # -- the schedule ----------------------------------------------------------------------
 
-    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Make the timer fire at the earliest due send (re-armed only if that moved)."""
-        if not self._heap:
-            return
-        due = self._heap[0][0]
-        if due >= self._timer_at:
-            return
-        timer = self._timer
-        if timer is None or timer.loop is not loop:
-            if timer is not None:
-                timer.close()
-            timer = self._timer = PreciseTimer(loop, self._fire, backend=self._timer_backend)
-        timer.arm(due, coarse=self._coarse_rate or due - self._fired_at < COARSE_WITHIN_S)
-        self._timer_at = due
-
     def _fire(self) -> None:
         """Send every call that is due; skip those too far behind; re-arm."""
         loop = asyncio.get_running_loop()
-        self._timer_at = float("inf")  # the timer is spent; `_arm` sets it again
-        heap = self._heap
-        now = self._fired_at = loop.time()
+        timetable = self._timetable
+        timetable.timer_at = float("inf")  # the timer is spent; `arm` sets it again
+        heap = timetable.heap
+        now = timetable.fired_at = loop.time()
         catch_up = self.limits.max_catch_up_s
         max_in_flight = self.limits.max_in_flight
         while heap and heap[0][0] <= now:
@@ -369,17 +242,17 @@ class Engine:
                 skipped = int((behind - catch_up) / schedule.period) + 1
                 self.sink.dropped(schedule.path.name, "behind_schedule", skipped)
                 schedule.k += skipped
-                heapq.heappush(heap, (schedule.due, next(self._seq), schedule))
+                timetable.add(schedule)
                 continue
             schedule.k += 1
-            heapq.heappush(heap, (schedule.due, next(self._seq), schedule))
+            timetable.add(schedule)
             if len(self._calls) >= max_in_flight:
                 self.sink.dropped(schedule.path.name, "max_in_flight")
                 continue
             task = loop.create_task(self._call(schedule.path, schedule.endpoint, intended))
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
-        self._arm(loop)
+        timetable.arm(loop)
 
     async def _call(self, path: PathSpec, endpoint: Endpoint, intended: float) -> None:
         loop = asyncio.get_running_loop()

@@ -11,7 +11,9 @@ live beside it (`probes.run` lists them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import signal
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,17 +34,11 @@ from probes.measure.overload import OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import DURATION_BUCKETS, PROMETHEUS_DURATION_BUCKETS, ProbeMetrics
 from probes.run._api_server import bind_api, serve_api
-from probes.run._cost_line import cost_logged
-from probes.run._events import RunEvents
-from probes.run._gc_tuning import CollectorTuning, settled_in_flight
-from probes.run._health import judge_health
 from probes.run._inventory_task import EndpointInventory, InventoryKeeper
-from probes.run._malloc import return_large_frees
-from probes.run._progress import ProgressReporter
-from probes.run._recorder import Recorder
-from probes.run._signals import stop_on_signals
-from probes.run._verdict_gauges import VerdictGauges
-from probes.run._verdict_route import VerdictRoute
+from probes.run._memory import CollectorTuning, return_large_frees, settled_in_flight
+from probes.run._recording import Recorder, RunEvents
+from probes.run._status import ProgressReporter, cost_logged, judge_health
+from probes.run._verdict_publish import VerdictGauges, VerdictRoute
 from probes.run._window_writer import WindowWriter
 from probes.run.engine import Engine, EngineLimits, Prober
 from probes.spec import ApiTlsSpec, Config
@@ -65,6 +61,22 @@ def discovery_for(config: Config) -> DiscoverySource:
     return StaticSource(config.static_targets)
 
 
+def stop_on_signals(stopping: asyncio.Event) -> Callable[[], None]:
+    """SIGTERM and SIGINT set `stopping`; returns what takes the handlers off again."""
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(sig, stopping.set)
+            installed.append(sig)
+
+    def restore() -> None:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+    return restore
+
+
 @dataclass
 class RunOptions:
     store_path: str
@@ -76,7 +88,7 @@ class RunOptions:
     on_window: Callable[[Sequence[Any]], None] | None = None
     # (i, n): probe only the endpoints of shard i of n (`--shard i/n`).
     shard: tuple[int, int] | None = None
-    # A progress line this often (`probes.run._progress`); "all endpoints down" after half that.
+    # A progress line this often (`probes.run._status`); "all endpoints down" after half that.
     progress_every_s: float = 60.0
 
 

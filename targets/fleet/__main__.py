@@ -16,11 +16,11 @@ from collections.abc import Sequence
 
 from probes._timeparse import parse_duration
 from probes.errors import BadInput
-from targets._cli import exit_with, run_command
 from targets.fleet import ORDERS, Fleet, SidecarFactory
 from targets.meshview import EmulatedMesh
 from targets.profile import ProfileSet, load_profiles
 from targets.relay_config import load_relay
+from targets.server import exit_with, run_command
 
 __all__ = ["main", "run"]
 

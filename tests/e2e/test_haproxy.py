@@ -32,6 +32,7 @@ from targets.proto import target_pb2, target_pb2_grpc
 from targets.server import hostport
 from tests.servers.fleet_cli import read_until, reap, start_fleet, terminate
 from tests.servers.haproxy_procs import haproxy_pids, kill_leftovers, needs_haproxy
+from tests.servers.lateness import LoopLateness
 
 pytestmark = needs_haproxy
 
@@ -198,29 +199,42 @@ async def test_soft_stop_finishes_requests_in_flight_and_cuts_held_streams_at_ha
     sidecars: HaproxySidecars,
 ) -> None:
     async with pod(sidecars, "B", drain_s=1.0) as b, httpx.AsyncClient() as client:
+        assert b.process is not None
         grpc_address = hostport(b.host, b.grpc_port or 0)
         opened = [asyncio.Event() for _ in range(4)]
+        asked = time.monotonic()
         streams = [asyncio.create_task(hold(grpc_address, 100, limit_s=6.0, opened=event))
                    for event in opened]
         await asyncio.wait_for(asyncio.gather(*(event.wait() for event in opened)), 5)
+        # Each first message crossed from grpc's own thread to this loop, as a cut does.
+        open_s = time.monotonic() - asked
         assert b.app.open_streams == 4
         slow = asyncio.create_task(
             client.get(f"http://{hostport(b.host, b.http_port)}/api/slow?ms=400"))
         await asyncio.wait_for(b.app.wait_inflight(1), 5)
-        t0 = time.monotonic()
-        stopping = asyncio.create_task(b.stop(1.0))  # SIGUSR1; hard-stop-after 1s
-        ended = await asyncio.gather(*streams)
-        cut_at = time.monotonic() - t0
-        assert (await slow).status_code == 200  # in flight, finished inside the drain
-        with pytest.raises(OSError):  # the listener is gone: a restarting pod refuses
-            await asyncio.open_connection(b.host, b.http_port)
-        await stopping
-        took = time.monotonic() - t0
+        exited: list[float] = []
+        async with LoopLateness() as late:
+            t0 = time.monotonic()
+            b.process.exited.add_done_callback(lambda _: exited.append(time.monotonic() - t0))
+            stopping = asyncio.create_task(b.stop(1.0))  # SIGUSR1; hard-stop-after 1s
+            ended = await asyncio.gather(*streams)
+            cut_at = time.monotonic() - t0
+            assert (await slow).status_code == 200  # in flight, finished inside the drain
+            with pytest.raises(OSError):  # the listener is gone: a restarting pod refuses
+                await asyncio.open_connection(b.host, b.http_port)
+            await stopping
     assert all(how not in ("held", "OK") for how, _, _ in ended), ended
     assert {how for how, _, _ in ended} <= {"UNKNOWN", "UNAVAILABLE", "INTERNAL"}, ended
-    assert 0.8 <= cut_at <= 2.5, cut_at
-    assert took <= 1.0 + 3.5 and b.process is not None and b.process.returncode is not None
+    # HAProxy exited by itself after its hard stop: an escalation (SIGTERM, SIGKILL once the
+    # exit margin passed) would be a negative status.
+    assert b.process.returncode is not None and b.process.returncode >= 0, b.process.returncode
     assert "hard-stop" in b.log_path.read_text()
+    # Not before hard-stop-after (the soft stop keeps held streams), and no later than the
+    # exit HAProxy makes right after it (which closes whatever is left): seen here late by at
+    # most this loop's lateness and grpc's hand-over to it (bounded by the streams' opening).
+    (exit_at,) = exited
+    assert b.hard_stop_after_s - 0.2 <= cut_at <= exit_at + late.max_s + open_s, (
+        cut_at, exit_at, late.max_s, open_s)
 
 
 IDLE_S = 0.6  # the "server-600ms" and "tunnel-600ms-*" versions' timeouts

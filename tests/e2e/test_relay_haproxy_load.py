@@ -27,7 +27,7 @@ per request, at the same success rate as the 1.20.3 callers' 1.0.
 The probe is a real `ProbeRunner` in this test's event loop, alone on it (every server is
 its own process). What this process holds besides the probe (pytest's objects and the
 test's) is frozen before the runner starts, so that the probe's one full collection (its
-own freeze, `probes.run._gc_tuning`) walks what a `skewprobe run` process would hold, not
+own freeze, `probes.run._memory`) walks what a `skewprobe run` process would hold, not
 pytest's heap too (unfrozen: a 60-100 ms pause 4.5 s in, 7 of the first 460 sends more than
 10 ms late, and the overload rule fired for that window).
 
@@ -269,7 +269,7 @@ async def test_eighty_relay_calls_a_second_through_retrying_haproxy_beside_a_cpu
             # This process holds pytest's objects and the test's (117k objects: a full
             # collection took 60-70 ms here) that a `skewprobe run` process does not. The
             # probe makes one full collection of its own once its schedule runs (the
-            # freeze, probes/run/_gc_tuning.py), a pause every due send waits out: frozen now,
+            # freeze, probes/run/_memory.py), a pause every due send waits out: frozen now,
             # they are left out of it, as they are not the probe's.
             gc.collect()
             gc.freeze()

@@ -1,7 +1,7 @@
 """The conformance suite: every HTTP/2 test of the client modules runs on the probe's own
 HTTP/2 client (`_h2lean`) and on the library reference, httpcore's
 (`tests/reference/httpcore_h2.py`), and every gRPC unary test on the probe's own
-(`_grpc_lean` over `_h2lean`) and on grpc core's (grpc.aio, `tests/reference/grpcio_unary.py`),
+(`_grpc` over `_h2lean`) and on grpc core's (grpc.aio, `tests/reference/grpcio_unary.py`),
 as uvicorn runs one suite on both its HTTP parsers. A test takes `h2_client` (HTTP/2 only),
 `version` (HTTP/1.1, then HTTP/2 on each client) or `grpc_client`, and builds its probers
 with the fixture's `build`; where the clients differ on purpose (or only in a detail's

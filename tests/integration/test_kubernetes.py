@@ -21,6 +21,7 @@ from probes.spec import KubernetesSpec, VersionSource
 from probes.types import Endpoint
 from tests.servers import kube_pods as kp
 from tests.servers.kube_api import FakeKubeApi
+from tests.servers.lateness import LoopLateness
 from tests.servers.tls import make_cert
 
 FAST = WatchTiming(
@@ -65,10 +66,15 @@ async def test_list_then_watch_follows_deletes_and_new_ready_pods(
     try:
         assert await _next(snapshots) == ["shop/checkout-x-1", "shop/checkout-x-2"]
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        api.delete("shop", "checkout-x-1", graceful=True)  # deletionTimestamp set: draining
-        assert await _next(snapshots) == ["shop/checkout-x-2"]
-        assert loop.time() - started < 1.0  # promptly: one watch event, no window wait
+        async with LoopLateness() as late:
+            started = loop.time()
+            api.delete("shop", "checkout-x-1", graceful=True)  # deletionTimestamp: draining
+            assert await _next(snapshots) == ["shop/checkout-x-2"]
+            took = loop.time() - started
+        # Promptly: one watch event on this loop (the fake API's too); no relist (asserted
+        # below). The second only tells that from a wait for a window or the watch's timeout
+        # (60 s); this loop's lateness, measured over the same span, comes on top.
+        assert took < 1.0 + late.max_s, (took, late.max_s)
         counted = {p.name for p in source.state().pods if p.counted}
         assert counted == {"checkout-x-2", "checkout-x-3"}  # not ready still counts
         api.finish_delete("shop", "checkout-x-1")

@@ -70,12 +70,12 @@ async def test_engine_closes_its_timerfd_on_stop(backend: Backend) -> None:
     engine = Engine([PathSpec(name="p", rate_per_s=20.0, timeout_s=0.5)],
                     {"p": StampProber(time.monotonic)}, ListSink(), timer_backend=backend)
     engine.apply([_ep("a")])
-    timer = engine._timer
+    timer = engine._timetable.timer
     assert timer is not None
     fd = timer._fd
     os.fstat(fd)  # open
     await engine.stop()
-    assert engine._timer is None and engine.timer_backend is None
+    assert engine._timetable.timer is None and engine.timer_backend is None
     assert not loop.remove_reader(fd)  # no longer watched
     with pytest.raises(OSError):
         os.fstat(fd)

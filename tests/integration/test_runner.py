@@ -76,7 +76,7 @@ async def test_a_verdict_that_cannot_be_computed_leaves_the_gauges_inconclusive(
     paths = [p["path"] for p in runner.last_verdict["paths"]] + ["_overall"]
     assert gauge("_overall", "fail") == 1.0
     unreachable = PrometheusSettings(url=f"http://127.0.0.1:{free_port()}", timeout_s=2)
-    # The verdicts' config (`probes.run._verdict_route`): judged from Prometheus from now on.
+    # The verdicts' config (`probes.run._verdict_publish`): judged from Prometheus from now on.
     runner.verdicts.config = dataclasses.replace(runner.config, source="prometheus",
                                                  prometheus=unreachable)
     await runner.gauges.publish()

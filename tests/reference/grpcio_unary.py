@@ -1,7 +1,7 @@
 """The gRPC unary reference: `GrpcProber` with its calls on grpc.aio (grpc core). Not in the
-product (BENCHMARKS.md, D15): the library client the probe's own (`_grpc_lean` over
+product (BENCHMARKS.md, D15): the library client the probe's own (`_grpc` over
 `_h2lean`) is proven against and measured beside. Held streams stay on grpc.aio in the
-product (`probes/clients/_streams.py`), on the same channel options (`_channel`).
+product (`probes/clients/_streams.py`), on the same channel options (`_connection`).
 
 One channel per endpoint, bytes in and bytes out (no serializers, so no generated code for
 the callee). grpc core's own re-sends are off (`grpc.enable_retries=0`), so an RPC the
@@ -19,10 +19,9 @@ import grpc
 import grpc.aio
 
 from probes.clients._base import host_port
-from probes.clients._channel import channel_options
 from probes.clients._classify import classify_exception, classify_grpc_code
+from probes.clients._connection import channel_options, grpc_credentials
 from probes.clients._grpc import GrpcProber, Unprocessed, _serving_status
-from probes.clients._tls import grpc_credentials
 from probes.spec import PathSpec
 from probes.types import CallOutcome, Endpoint, Outcome
 

@@ -47,10 +47,9 @@ import h2.events
 import httpcore
 import httpx
 
-from probes.clients._base import inner_budget_s
+from probes.clients._base import Replay, inner_budget_s
 from probes.clients._classify import classify_exception, exception_chain
 from probes.clients._http import BODY_LIMIT, HttpProber, _Attempt, _join, _Lease, _Resend
-from probes.clients._wire import Replay
 from probes.errors import BadInput
 from probes.spec import PathSpec
 from probes.types import CallOutcome, Endpoint, Outcome

@@ -1,11 +1,11 @@
-"""`_grpc_lean.timeout_header`: the deadline the server is told never falls before the
+"""`_grpc.timeout_header`: the deadline the server is told never falls before the
 call's own (rounded up to the millisecond, as grpc core and grpc-go round it)."""
 
 from __future__ import annotations
 
 import pytest
 
-from probes.clients._grpc_lean import timeout_header
+from probes.clients._grpc import timeout_header
 
 
 @pytest.mark.parametrize(

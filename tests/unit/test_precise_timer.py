@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from probes.run._precise_timer import Backend, PreciseTimer, available_backends
-from probes.run.engine import COARSE_ABOVE_RATE_PER_S, Engine
+from probes.run._schedule import COARSE_ABOVE_RATE_PER_S
+from probes.run.engine import Engine
 from probes.spec import PathSpec
 from probes.types import CallOutcome, CallResult, Endpoint, Outcome
 from tests.unit.virtual_time import virtual_loop
@@ -234,9 +235,9 @@ async def check_engine_rearms_only_for_an_earlier_send(backend: Backend) -> None
     for i in range(12):
         endpoints.append(_ep(f"e{i}"))
         engine.apply(endpoints)
-        timer = engine._timer
+        timer = engine._timetable.timer
         assert timer is not None and timer.deadline is not None
-        assert timer.deadline == min(due for due, _, _ in engine._heap)
+        assert timer.deadline == min(due for due, _, _ in engine._timetable.heap)
         armed.append(timer.deadline)
     assert armed == sorted(armed, reverse=True)
     assert len(set(armed)) > 1, "some endpoint must have come first"

@@ -1,4 +1,4 @@
-"""What `run` logs (`probes.run._progress`), driven by hand: the clock and the recorder's
+"""What `run` logs (`probes.run._status`), driven by hand: the clock and the recorder's
 counts are the test's, so every check is at a time it chose."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from probes.run._progress import ProgressReporter, verdict_words
+from probes.run._status import ProgressReporter, verdict_words
 
 
 @dataclass

@@ -1,11 +1,18 @@
-"""What `skewprobe run` says while it runs and when it ends (logger `skewprobe.progress`).
+"""What `skewprobe run` says about itself: the cost line at start, the progress lines, the
+summary at the end, and `/healthz`.
 
-At INFO (the CLI's default for `run`; `--quiet` raises it to WARNING): a line every
-`every_s` (a minute) with the calls and errors per cohort since the last line, how many
-endpoints answered, the verdict's state and the windows written; and a summary when the run
-ends (calls, windows, the store, the verdict, the command for the report). At WARNING,
-whatever the level: a run whose endpoints all stopped answering (or none was discovered)
-says so once, within `down_after_s` (30 s at the default), and again when they answer.
+The cost line (`cost_logged`, logger `skewprobe.cost`, shown at the default level by
+`probes.cli`) is logged once at start: what the paths will cost (`probes.measure.cost`),
+with a warning if it is more than one probe can use. `judge_health` is `/healthz`: whether
+the probe is doing its job, in one line.
+
+The progress lines (logger `skewprobe.progress`): at INFO (the CLI's default for `run`;
+`--quiet` raises it to WARNING) a line every `every_s` (a minute) with the calls and errors
+per cohort since the last line, how many endpoints answered, the verdict's state and the
+windows written; and a summary when the run ends (calls, windows, the store, the verdict,
+the command for the report). At WARNING, whatever the level: a run whose endpoints all
+stopped answering (or none was discovered) says so once, within `down_after_s` (30 s at the
+default), and again when they answer.
 """
 
 from __future__ import annotations
@@ -14,14 +21,19 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from probes._timeparse import rfc3339
-from probes.types import Outcome
+from probes.discovery import DiscoverySource
+from probes.measure.cost import cpu_limit_cores, estimate
+from probes.run.engine import Engine
+from probes.spec import PathSpec
+from probes.types import Endpoint, Outcome
 
-__all__ = ["NO_ANSWER", "ProgressReporter", "RunState"]
+__all__ = ["NO_ANSWER", "ProgressReporter", "RunState", "cost_logged", "judge_health"]
+
 
 log = logging.getLogger("skewprobe.progress")
 
@@ -182,3 +194,42 @@ class ProgressReporter:
         log.info("the report: skewprobe report --store %s --from %s --out skewprobe-report;"
                  " the verdict: skewprobe verdict --store %s", store, rfc3339(self.started),
                  store)
+
+
+def judge_health(store_error: str | None, kubernetes: DiscoverySource | None,
+                 endpoints: int) -> tuple[bool, str]:
+    """(healthy, why): unhealthy while the store refuses writes or, with Kubernetes
+    discovery (`kubernetes`, its source), while the API is down."""
+    if store_error:
+        return False, f"store: {store_error}"
+    if kubernetes is not None:
+        # False while the API is down (the last known pods are still probed): meant for
+        # readiness, not liveness, or an API outage becomes a restart loop.
+        ok, line = kubernetes.health()  # type: ignore[attr-defined]
+        if not ok:
+            return False, line
+    if not endpoints:
+        return True, "no endpoints discovered yet"
+    return True, f"probing {endpoints} endpoints"
+
+
+cost_log = logging.getLogger("skewprobe.cost")
+
+
+async def cost_logged(
+    snapshots: AsyncIterator[Sequence[Endpoint]], paths: Sequence[PathSpec], engine: Engine
+) -> AsyncIterator[Sequence[Endpoint]]:
+    """The snapshots, unchanged; once the engine has scheduled the first endpoints (it asks
+    for the next snapshot right after applying one), what they will cost is logged once."""
+    logged = False
+    async for snapshot in snapshots:
+        yield snapshot
+        if not logged and engine.endpoints:
+            logged = True
+            rates: dict[str, float] = {}
+            for (path, _), rate in engine.intended_rates().items():
+                rates[path] = rates.get(path, 0.0) + rate
+            cost = estimate(paths, rates, engine.held_streams(), cgroup_cores=cpu_limit_cores())
+            cost_log.info("%s", cost.line())
+            if (warning := cost.warning()) is not None:
+                cost_log.warning("%s", warning)

@@ -1,7 +1,10 @@
-"""Where `skewprobe run`'s verdicts are judged: the API's and the gauges' in a worker
-process of their own (`probes.verdict.worker`, with its own verdict cache: only new windows
-are read), requests for the same verdict sharing one computation; the final one, for the
-summary, on the store as the run left it."""
+"""`skewprobe run`'s verdicts and where they go: the API's and the skewprobe_verdict gauges'.
+
+`VerdictRoute` judges them in a worker process of their own (`probes.verdict.worker`, with
+its own verdict cache: only new windows are read), requests for the same verdict sharing one
+computation; the final one, for the summary, on the store as the run left it.
+`VerdictGauges` publishes one to the gauges once per window.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -18,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from probes.api import VerdictQuery
 from probes.errors import SkewprobeError
 from probes.measure.overload import OverloadWatch
+from probes.metrics import OVERALL, ProbeMetrics
 from probes.spec import Config
 from probes.verdict.pairs import store_verdict
 from probes.verdict.service import FROM_STORE, JudgingSettings, verdict_time
@@ -30,7 +34,8 @@ from probes.verdict.worker import (
     verdict_key,
 )
 
-__all__ = ["VerdictRoute"]
+__all__ = ["VerdictGauges", "VerdictRoute"]
+
 
 log = logging.getLogger("skewprobe.run")
 
@@ -98,3 +103,32 @@ class VerdictRoute:
         except SkewprobeError as exc:
             log.warning("verdict not computed: %s", exc)
             return None
+
+
+class VerdictGauges:
+    """`publish()` once per window; `last` is the verdict last published."""
+
+    def __init__(self, metrics: ProbeMetrics,
+                 judge: Callable[[VerdictQuery], Awaitable[Mapping[str, Any]]]) -> None:
+        self.metrics = metrics
+        self.judge = judge
+        self.last: Mapping[str, Any] | None = None
+
+    async def publish(self) -> None:
+        """Set the gauges from the verdict now. One that cannot be computed leaves every
+        gauge inconclusive, never the last pass: the MetricTemplate gates on the gauge, and a
+        sharded probe judging from a Prometheus it cannot reach would otherwise keep
+        exporting an old pass."""
+        try:
+            result = await self.judge(VerdictQuery())
+        except SkewprobeError as exc:
+            log.warning("verdict not computed: %s", exc)
+            if self.last is not None:
+                for path in [*self.last.get("paths", []), *self.last.get("pairs", [])]:
+                    self.metrics.set_verdict(path["path"], "inconclusive")
+                self.metrics.set_verdict(OVERALL, "inconclusive")
+            return
+        self.last = result
+        for path in [*result.get("paths", []), *result.get("pairs", [])]:
+            self.metrics.set_verdict(path["path"], path["verdict"])
+        self.metrics.set_verdict(OVERALL, result["verdict"])
