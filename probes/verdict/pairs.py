@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from probes._timeparse import parse_time
-from probes.spec import Config
+from probes.spec import JudgingSettings
 from probes.stats.bounded import mean_cs
 from probes.stats.cohorts import version_key
 from probes.store import Store
@@ -36,7 +36,6 @@ from probes.types import Outcome, pair_cohort, split_pair
 from probes.verdict.cache import VerdictCache
 from probes.verdict.service import (
     FROM_STORE,
-    JudgingSettings,
     SourceJudge,
     _Overload,
     compute_verdict,
@@ -141,7 +140,7 @@ def relay_paths(store_path: str) -> list[str]:
 
 
 def pair_matrix(
-    store_path: str, settings: JudgingSettings | Config, *, path: str, now: float,
+    store_path: str, settings: JudgingSettings, *, path: str, now: float,
     since: str | None = None, every_window: bool = False,
     overload: str | _Overload | None = FROM_STORE,
 ) -> PairMatrix:
@@ -152,8 +151,6 @@ def pair_matrix(
     (for tests about pairs, not about a loaded machine's overload rule, as
     `verdict_from_source` is used elsewhere). `overload`
     as `compute_verdict` takes it (a running probe knows its own)."""
-    if isinstance(settings, Config):
-        settings = JudgingSettings.from_config(settings)
     since_t = parse_time(since, now=now) if since else None
     store = Store.open(store_path, readonly=True)
     try:
@@ -235,13 +232,11 @@ def _judge_stale(calls: Mapping[str, tuple[int, int]], settings: JudgingSettings
                  for c, (n, k) in calls.items())
 
 
-def stale_by_caller(store_path: str, settings: JudgingSettings | Config, *, since: float,
+def stale_by_caller(store_path: str, settings: JudgingSettings, *, since: float,
                     until: float) -> tuple[CallerStale, ...]:
     """Stale routing per caller version over every relay path of a store, from the windows
     that started at `since` or later and had ended by `until` (what `skewprobe inventory`
     shows next to the skew bound), judged as the pair matrix judges it."""
-    if isinstance(settings, Config):
-        settings = JudgingSettings.from_config(settings)
     store = Store.open(store_path, readonly=True)
     try:
         pairs = [c for c in store.cohorts() if split_pair(c) is not None]
@@ -370,7 +365,7 @@ def _split_asked(path: str | Sequence[str] | None, relays: Sequence[str],
 
 
 def store_verdict(
-    store_path: str, settings: JudgingSettings | Config, *,
+    store_path: str, settings: JudgingSettings, *,
     path: str | Sequence[str] | None = None, baseline: str | None = None,
     canary: str | None = None, since: str | None = None, now: float,
     overload: str | _Overload | None = FROM_STORE, cache: VerdictCache | None = None,
@@ -396,7 +391,7 @@ def store_verdict(
 
 
 def prometheus_verdict(
-    prometheus: PrometheusSettings, settings: JudgingSettings | Config, *,
+    prometheus: PrometheusSettings, settings: JudgingSettings, *,
     path: str | Sequence[str] | None = None, baseline: str | None = None,
     canary: str | None = None, since: str | None = None, now: float,
 ) -> PairedVerdict:
@@ -406,8 +401,6 @@ def prometheus_verdict(
     every pair as in every direct path."""
     from probes.store.prometheus import PrometheusSource
 
-    if isinstance(settings, Config):
-        settings = JudgingSettings.from_config(settings)
     with PrometheusSource(prometheus, step_s=settings.window_s, clock=lambda: now) as source:
         judge = prometheus_judge(source)
         at = source.now()  # the instant it answers for, as `judge` judges

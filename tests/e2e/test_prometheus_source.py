@@ -44,12 +44,13 @@ from probes.discovery.shard import shard_of
 from probes.errors import EXIT_UNAVAILABLE, BadInput, SourceUnavailable
 from probes.measure.histogram import LOWER, UPPER
 from probes.metrics import PROMETHEUS_DURATION_BUCKETS
+from probes.spec import JudgingSettings
 from probes.store import Store
 from probes.store._prom_table import Samples, bucket_counts, increases, level_changes
 from probes.store.prometheus import PrometheusSettings, PrometheusSource, _one_of
 from probes.types import PathWindow
 from probes.verdict import judge
-from probes.verdict.service import JudgingSettings, compute_prometheus_verdict, with_doubts
+from probes.verdict.service import compute_prometheus_verdict, with_doubts
 from tests.servers.helm import HELM, NAMESPACE, PROBE, RELEASE, probe_config, render, shard_argv
 from tests.servers.ports import free_port
 from tests.servers.probe_run import example_fleet
