@@ -16,7 +16,11 @@ __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_ATTEMPTS_MAX",
     "DEFAULT_COHORT_BALANCE_MAX",
+    "DEFAULT_LISTEN",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MAX_RATE_PER_S",
     "DEFAULT_MIN_SAMPLES",
+    "DEFAULT_STORE_PATH",
     "DEFAULT_WARMUP_S",
     "DEFAULT_WINDOW_S",
     "ApiSpec",
@@ -291,6 +295,11 @@ DEFAULT_WARMUP_S = 120.0
 # attempts-per-request test.
 DEFAULT_ATTEMPTS_MAX = 5
 DEFAULT_COHORT_BALANCE_MAX = 10.0
+# The probe's own: the engine's limits, where it writes and where its API listens.
+DEFAULT_MAX_IN_FLIGHT = 1000
+DEFAULT_MAX_RATE_PER_S = 20000.0
+DEFAULT_STORE_PATH = "skewprobe.db"
+DEFAULT_LISTEN = "127.0.0.1:9464"
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,11 +345,11 @@ class Config:
     file_targets: FileTargetsSpec | None = None
     kubernetes: KubernetesSpec | None = None
     judging: JudgingSettings = JudgingSettings()
-    max_in_flight: int = 1000
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     cohort_balance_max: float = DEFAULT_COHORT_BALANCE_MAX
-    max_rate_per_s: float = 20000.0
-    store: str = "skewprobe.db"
-    listen: str = "127.0.0.1:9464"
+    max_rate_per_s: float = DEFAULT_MAX_RATE_PER_S
+    store: str = DEFAULT_STORE_PATH
+    listen: str = DEFAULT_LISTEN
     inventory_every_s: float = 60.0
     plan: PlanSpec = PlanSpec()
     # `source: prometheus`: where `/verdict` reads every probe's series.

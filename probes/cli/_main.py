@@ -24,6 +24,7 @@ from probes.errors import (
     BadInput,
     SkewprobeError,
 )
+from probes.spec import DEFAULT_LISTEN
 
 if TYPE_CHECKING:
     from probes.verdict.pairs import PairedVerdict
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="probe the configured targets and serve the API")
     run.add_argument("--config", required=True, help="YAML config file")
     run.add_argument("--store", help="SQLite store (default: the config's store.path)")
-    run.add_argument("--listen", help="API address (default 127.0.0.1:9464); 'none' disables it")
+    run.add_argument("--listen", help=f"API address (default {DEFAULT_LISTEN}); 'none' disables it")
     run.add_argument("--duration", type=_duration, help="stop after this long (e.g. 60s)")
     run.add_argument("--quiet", action="store_true",
                      help="no cost line, progress lines or summary; warnings and errors only")

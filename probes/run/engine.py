@@ -42,7 +42,12 @@ from typing import Protocol, runtime_checkable
 from asyncio_throttle import Throttler
 
 from probes.run._precise_timer import Backend, PreciseTimer
-from probes.spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
+from probes.spec import (
+    DEFAULT_COHORT_BALANCE_MAX,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_RATE_PER_S,
+    PathSpec,
+)
 from probes.types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
 
 __all__ = [
@@ -107,8 +112,8 @@ class StreamHolder(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
-    max_in_flight: int = 1000
-    max_rate_per_s: float = 20000.0
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    max_rate_per_s: float = DEFAULT_MAX_RATE_PER_S
     max_catch_up_s: float = 0.25
     # The most a small cohort's endpoints are sped up so that, per path, each cohort gets
     # about as many calls per second as the largest (1: every endpoint at the path's rate).

@@ -45,7 +45,7 @@ from probes.run._verdict_gauges import VerdictGauges
 from probes.run._verdict_route import VerdictRoute
 from probes.run._window_writer import WindowWriter
 from probes.run.engine import Engine, EngineLimits, Prober
-from probes.spec import ApiTlsSpec, Config
+from probes.spec import DEFAULT_LISTEN, ApiTlsSpec, Config
 from probes.store import Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
@@ -67,7 +67,7 @@ def discovery_for(config: Config) -> DiscoverySource:
 @dataclass
 class RunOptions:
     store_path: str
-    listen: str | None = "127.0.0.1:9464"
+    listen: str | None = DEFAULT_LISTEN
     duration_s: float | None = None
     # The API's bearer token (a secret: kept out of the repr) and TLS (`probes.api_access`).
     token: str | None = field(default=None, repr=False)

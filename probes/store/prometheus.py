@@ -58,7 +58,7 @@ import httpx
 import numpy as np
 
 from probes.errors import BadInput, SourceUnavailable
-from probes.spec import PrometheusSettings
+from probes.spec import DEFAULT_WINDOW_S, PrometheusSettings
 from probes.store._prom_table import (
     I64,
     LatencySpan,
@@ -161,7 +161,7 @@ class PrometheusSource:
         self,
         settings: PrometheusSettings,
         *,
-        step_s: float = 10.0,
+        step_s: float = DEFAULT_WINDOW_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         try:
