@@ -18,7 +18,7 @@ import numpy as np
 from probes._timeparse import parse_time, rfc3339
 from probes.errors import BadInput
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
-from probes.spec import JudgingSettings, PrometheusSettings, Tolerances
+from probes.spec import JudgingSettings, Tolerances
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.pods import PodGrid, read_pod_grids
 from probes.store import Store
@@ -35,7 +35,6 @@ __all__ = [
     "FROM_STORE",
     "SourceJudge",
     "WindowSource",
-    "compute_prometheus_verdict",
     "compute_verdict",
     "format_table",
     "late_spans",
@@ -264,29 +263,6 @@ def stored_overload(store: Store, now: float) -> str | None:
         return None
     reason = events[-1].detail.get("reason")
     return str(reason) if reason else None
-
-
-def compute_prometheus_verdict(
-    prometheus: PrometheusSettings,
-    settings: JudgingSettings,
-    *,
-    path: str | Sequence[str] | None = None,
-    baseline: str | None = None,
-    canary: str | None = None,
-    since: str | None = None,
-    now: float,
-) -> Mapping[str, Any]:
-    """Judge from Prometheus over every probe it scrapes (`probes.store.prometheus`).
-
-    Raises SourceUnavailable (exit 4, HTTP 503) when Prometheus does not answer, BadInput
-    (exit 2) for a bad query. A probe that stopped answering scrapes turns a pass into
-    inconclusive; an overloaded probe makes every path inconclusive, as for one probe.
-    """
-    from probes.store.prometheus import PrometheusSource
-
-    with PrometheusSource(prometheus, step_s=settings.window_s, clock=lambda: now) as source:
-        return prometheus_judge(source)(
-            settings, path=path, baseline=baseline, canary=canary, since=since)
 
 
 SourceJudge = Callable[..., Mapping[str, Any]]
