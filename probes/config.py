@@ -352,8 +352,8 @@ def _maybe(raw: Mapping[str, Any], key: str, convert: Callable[[Any], Any]) -> A
 
 
 def _given(**values: Any) -> dict[str, Any]:
-    """The keyword arguments that were given: None means absent, so the dataclass's default
-    applies (no field read here defaults to anything but None when the key is absent)."""
+    """The keyword arguments that were given, so the dataclass's default applies to the rest.
+    None stands for a key left out: the schema lets none of these keys be written as null."""
     return {k: v for k, v in values.items() if v is not None}
 
 
