@@ -2,15 +2,48 @@
 
 `skewprobe validate --schema` prints it; `probes.config` validates against it with jsonschema
 and then applies the checks a schema cannot express (duplicate names, ports that exist).
+Its `default`s are read from the dataclasses of `probes.spec` (what a key left out becomes),
+written as the YAML would write them, never typed again here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+
+from probes import spec
 
 DURATION = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)$"
 DAYS = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h|d)$"
 RATE = r"^[0-9]+(\.[0-9]+)?/(s|m|min|h)$"
+
+
+def _default(cls: type, name: str) -> Any:
+    """The default of `cls`'s field `name`, as JSON (a tuple as a list)."""
+    (field,) = [f for f in dataclasses.fields(cls) if f.name == name]
+    value = field.default
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _seconds(seconds: float, units: tuple[tuple[str, float], ...]) -> str:
+    """Seconds as the config writes a duration: in the largest unit that divides them."""
+    for unit, size in units:
+        if seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
+_CLOCK = (("h", 3600.0), ("m", 60.0), ("s", 1.0))
+_CALENDAR = (("d", 86400.0), *_CLOCK)
+
+
+def _duration_of(cls: type, name: str, units: tuple[tuple[str, float], ...] = _CLOCK) -> str:
+    return _seconds(float(_default(cls, name)), units)
+
+
+def _with(schema: dict[str, Any], default: Any) -> dict[str, Any]:
+    return {**schema, "default": default}
+
 
 _str_map: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
 
@@ -89,10 +122,12 @@ _http: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "method": {"enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]},
-        "path": {"type": "string", "pattern": "^/"},
-        "version": {"enum": ["1.1", "2"], "description": "HTTP/1.1, or HTTP/2 (h2c on http)"},
-        "scheme": {"enum": ["http", "https"]},
+        "method": {"enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+                   "default": _default(spec.HttpSpec, "method")},
+        "path": {"type": "string", "pattern": "^/", "default": _default(spec.HttpSpec, "path")},
+        "version": {"enum": ["1.1", "2"], "description": "HTTP/1.1, or HTTP/2 (h2c on http)",
+                    "default": _default(spec.HttpSpec, "version")},
+        "scheme": {"enum": ["http", "https"], "default": _default(spec.HttpSpec, "scheme")},
         "headers": _str_map,
         "body": {"type": "string"},
         "tls": _tls,
@@ -120,7 +155,8 @@ _stream: dict[str, Any] = {
     "properties": {
         "method": {"type": "string", "pattern": r"^/[^/]+/[^/]+$"},
         "request": {"type": "string"},
-        "per_endpoint": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "per_endpoint": {"type": "integer", "minimum": 1, "maximum": 1000,
+                         "default": _default(spec.StreamSpec, "per_endpoint")},
         "metadata": _str_map,
         "health": {"type": "string"},
         "max_lifetime": _duration,
@@ -146,7 +182,8 @@ _relay: dict[str, Any] = {
             " removed one is stale_endpoint",
         },
         "version": {"enum": ["1.1", "2"],
-                    "description": "HTTP version the relay pods are asked in (h2c for 2)"},
+                    "description": "HTTP version the relay pods are asked in (h2c for 2)",
+                    "default": _default(spec.RelaySpec, "version")},
     },
 }
 
@@ -220,8 +257,10 @@ _kubernetes: dict[str, Any] = {
             "description": "minor versions the data plane may be behind / ahead of the"
             " control plane (default 1 / 0)",
             "properties": {
-                "behind": {"type": "integer", "minimum": 0},
-                "ahead": {"type": "integer", "minimum": 0},
+                "behind": {"type": "integer", "minimum": 0,
+                           "default": _default(spec.SkewPolicy, "behind")},
+                "ahead": {"type": "integer", "minimum": 0,
+                          "default": _default(spec.SkewPolicy, "ahead")},
             },
         },
         "kubeconfig": {"type": "string", "minLength": 1},
@@ -253,8 +292,9 @@ _path: dict[str, Any] = {
             "type": "string",
             "pattern": RATE,
             "description": "calls per endpoint: 5/s, 30/min, 1/h",
+            "default": f"{_default(spec.PathSpec, 'rate_per_s'):g}/s",
         },
-        "timeout": _duration,
+        "timeout": _with(_duration, _duration_of(spec.PathSpec, "timeout_s")),
         "expect": {
             "type": "object",
             "additionalProperties": False,
@@ -263,13 +303,16 @@ _path: dict[str, Any] = {
                     "type": "array",
                     "minItems": 1,
                     "items": {"type": "integer", "minimum": 100, "maximum": 599},
+                    "default": _default(spec.ExpectSpec, "status"),
                 },
-                "grpc_codes": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                "grpc_codes": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                               "default": _default(spec.ExpectSpec, "grpc_codes")},
             },
         },
         "port": _port,
         "selector": _str_map,
-        "attempts_header": {"type": "string", "minLength": 1},
+        "attempts_header": {"type": "string", "minLength": 1,
+                            "default": _default(spec.PathSpec, "attempts_header")},
         "cohort_header": {"type": "string", "minLength": 1},
     },
     "oneOf": [
@@ -306,20 +349,25 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "first_namespaces": {
                     "type": "array", "items": {"type": "string", "minLength": 1},
+                    "default": _default(spec.PlanSpec, "first_namespaces"),
                     "description": "the first restart tier (default: [platform-test], where"
                     " the reference target is installed)",
                 },
                 "tier_label": {
                     "type": "string", "minLength": 1,
+                    "default": _default(spec.PlanSpec, "tier_label"),
                     "description": "namespace label or annotation ordering the tiers"
                     " (default skewprobe.io/restart-tier)",
                 },
                 "max_pod_age": {"type": "string", "pattern": DAYS,
-                                "description": "older pods are the long tail (default 30d)"},
+                                "description": "older pods are the long tail",
+                                "default": _duration_of(spec.PlanSpec, "max_pod_age_s", _CALENDAR)},
                 "tier_every": {"type": "string", "pattern": DAYS,
-                               "description": "one tier restarted per (default 1d)"},
+                               "description": "one tier restarted per",
+                               "default": _duration_of(spec.PlanSpec, "tier_every_s", _CALENDAR)},
                 "soak": {"type": "string", "pattern": DAYS,
-                         "description": "wait after each fleet restart (default 1d)"},
+                         "description": "wait after each fleet restart",
+                         "default": _duration_of(spec.PlanSpec, "soak_s", _CALENDAR)},
             },
         },
         "inventory": {
@@ -329,6 +377,7 @@ SCHEMA: dict[str, Any] = {
                 "snapshot_every": {
                     **_duration,
                     "description": "how often the pod inventory is written to the store",
+                    "default": _duration_of(spec.Config, "inventory_every_s"),
                 },
             },
         },
@@ -336,30 +385,33 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "by": {"type": "string", "minLength": 1},
+                "by": {"type": "string", "minLength": 1,
+                       "default": _default(spec.CohortSpec, "by")},
                 "baseline": {"type": "string"},
                 "canary": {"type": "string"},
             },
         },
         "paths": {"type": "array", "minItems": 1, "items": _path},
-        "window": _duration,
+        "window": _with(_duration, _duration_of(spec.JudgingSettings, "window_s")),
         "verdict": {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
-                "min_samples": {"type": "integer", "minimum": 1},
-                "warmup": _duration,
+                "alpha": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5,
+                          "default": _default(spec.JudgingSettings, "alpha")},
+                "min_samples": {"type": "integer", "minimum": 1,
+                                "default": _default(spec.JudgingSettings, "min_samples")},
+                "warmup": _with(_duration, _duration_of(spec.JudgingSettings, "warmup_s")),
                 "tolerances": {
                     "type": "object",
                     "additionalProperties": False,
                     "properties": {
-                        "success_rate_drop_pp": {"type": "number", "minimum": 0},
-                        "latency_p99_ratio": {"type": "number", "minimum": 1},
-                        "latency_p99_margin_ms": {"type": "number", "minimum": 0},
-                        "attempts_ratio": {"type": "number", "minimum": 1},
-                        "stream_resets_ratio": {"type": "number", "minimum": 1},
-                        "stream_resets_margin_per_hour": {"type": "number", "minimum": 0},
+                        name: {"type": "number", "minimum": minimum,
+                               "default": _default(spec.Tolerances, name)}
+                        for name, minimum in (
+                            ("success_rate_drop_pp", 0), ("latency_p99_ratio", 1),
+                            ("latency_p99_margin_ms", 0), ("attempts_ratio", 1),
+                            ("stream_resets_ratio", 1), ("stream_resets_margin_per_hour", 0))
                     },
                 },
             },
@@ -368,29 +420,38 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "max_in_flight": {"type": "integer", "minimum": 1},
-                "max_rate": {"type": "string", "pattern": RATE},
-                "cohort_balance_max": {"type": "number", "minimum": 1},
+                "max_in_flight": {"type": "integer", "minimum": 1,
+                                  "default": _default(spec.Config, "max_in_flight")},
+                "max_rate": {"type": "string", "pattern": RATE,
+                             "default": f"{_default(spec.Config, 'max_rate_per_s'):g}/s"},
+                "cohort_balance_max": {"type": "number", "minimum": 1,
+                                       "default": _default(spec.Config,
+                                                           "cohort_balance_max")},
             },
         },
         "store": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {"path": {"type": "string", "minLength": 1}},
+            "properties": {"path": {"type": "string", "minLength": 1,
+                                    "default": _default(spec.Config, "store")}},
         },
-        "listen": {"type": "string", "pattern": r"^[^\s]+:[0-9]{1,5}$"},
+        "listen": {"type": "string", "pattern": r"^[^\s]+:[0-9]{1,5}$",
+                   "default": _default(spec.Config, "listen")},
         "api": _api,
-        "source": {"enum": ["store", "prometheus"]},
+        "source": {"enum": ["store", "prometheus"], "default": _default(spec.Config, "source")},
         "prometheus": {
             "type": "object",
             "additionalProperties": False,
             "required": ["url"],
             "properties": {
                 "url": {"type": "string", "pattern": "^https?://"},
-                "selector": {"type": "string"},
+                "selector": {"type": "string",
+                             "default": _default(spec.PrometheusSettings, "selector")},
                 "step": {"type": "string", "pattern": DURATION},
-                "timeout": {"type": "string", "pattern": DURATION},
-                "lookback": {"type": "string", "pattern": DURATION},
+                "timeout": {"type": "string", "pattern": DURATION,
+                            "default": _duration_of(spec.PrometheusSettings, "timeout_s")},
+                "lookback": {"type": "string", "pattern": DURATION,
+                             "default": _duration_of(spec.PrometheusSettings, "lookback_s")},
                 "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             },
         },

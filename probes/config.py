@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import re
 import reprlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,6 @@ from probes._timeparse import parse_days, parse_duration
 from probes._yaml_limits import BoundedSafeLoader, YamlLimitError, read_bounded
 from probes.errors import ConfigError
 from probes.spec import (
-    DEFAULT_ALPHA,
-    DEFAULT_COHORT_BALANCE_MAX,
-    DEFAULT_MIN_SAMPLES,
-    DEFAULT_WARMUP_S,
-    DEFAULT_WINDOW_S,
     ApiSpec,
     ApiTlsSpec,
     CohortSpec,
@@ -38,9 +33,11 @@ from probes.spec import (
     FileTargetsSpec,
     GrpcSpec,
     HttpSpec,
+    JudgingSettings,
     KubernetesSpec,
     PathSpec,
     PlanSpec,
+    PrometheusSettings,
     RelaySpec,
     SkewPolicy,
     StreamSpec,
@@ -308,58 +305,56 @@ def _build(data: Mapping[str, Any], root: yaml.Node, file: str) -> Config:
 
     verdict = data.get("verdict") or {}
     probe = data.get("probe") or {}
-    cohort = data.get("cohort") or {}
     inventory = data.get("inventory") or {}
-    plan = _plan(data.get("plan") or {}, b)
-    prometheus = None
-    if "prometheus" in data:
-        from probes.store.prometheus import PrometheusSettings
-
-        prom = data["prometheus"]
-
-        def seconds(key: str) -> float | None:
-            return b.duration(prom[key], ["prometheus", key]) if key in prom else None
-
-        prometheus = PrometheusSettings(
+    prom = data.get("prometheus")
+    # Only the keys given are passed: every default is the dataclass's own (`probes.spec`).
+    settings = _given(
+        tolerances=Tolerances(**(verdict.get("tolerances") or {})),
+        cohort=CohortSpec(**(data.get("cohort") or {})),
+        alpha=_maybe(verdict, "alpha", float),
+        min_samples=_maybe(verdict, "min_samples", int),
+        warmup_s=_maybe(verdict, "warmup",
+                        lambda v: b.duration(v, ["verdict", "warmup"], zero=True)),
+        window_s=_maybe(data, "window", lambda v: b.duration(v, ["window"])),
+    )
+    return Config(**_given(
+        source=data.get("source"),
+        prometheus=None if prom is None else PrometheusSettings(**_given(
             url=prom["url"],
-            selector=prom.get("selector", ""),
-            step_s=seconds("step"),
-            timeout_s=seconds("timeout") or 10.0,
-            lookback_s=seconds("lookback") or 7 * 86400.0,
-            headers=prom.get("headers") or {},
-        )
-    return Config(
-        source=data.get("source", "store"),
-        prometheus=prometheus,
+            selector=prom.get("selector"),
+            step_s=_maybe(prom, "step", lambda v: b.duration(v, ["prometheus", "step"])),
+            timeout_s=_maybe(prom, "timeout", lambda v: b.duration(v, ["prometheus", "timeout"])),
+            lookback_s=_maybe(prom, "lookback",
+                              lambda v: b.duration(v, ["prometheus", "lookback"])),
+            headers=prom.get("headers"),
+        )),
         paths=tuple(paths),
         static_targets=static,
         file_targets=file_targets,
         kubernetes=kubernetes,
-        cohort=CohortSpec(**cohort),
-        tolerances=Tolerances(**(verdict.get("tolerances") or {})),
-        alpha=float(verdict.get("alpha", DEFAULT_ALPHA)),
-        min_samples=int(verdict.get("min_samples", DEFAULT_MIN_SAMPLES)),
-        warmup_s=(b.duration(verdict["warmup"], ["verdict", "warmup"], zero=True)
-                  if "warmup" in verdict
-                  else DEFAULT_WARMUP_S),
-        window_s=(b.duration(data["window"], ["window"]) if "window" in data
-                  else DEFAULT_WINDOW_S),
-        max_in_flight=int(probe.get("max_in_flight", 1000)),
-        cohort_balance_max=float(probe.get("cohort_balance_max",
-                                           DEFAULT_COHORT_BALANCE_MAX)),
-        max_rate_per_s=(
-            b.rate(probe["max_rate"], ["probe", "max_rate"]) if "max_rate" in probe else 20000.0
-        ),
-        store=(data.get("store") or {}).get("path", "skewprobe.db"),
-        listen=data.get("listen", "127.0.0.1:9464"),
+        judging=JudgingSettings(**settings),
+        max_in_flight=_maybe(probe, "max_in_flight", int),
+        cohort_balance_max=_maybe(probe, "cohort_balance_max", float),
+        max_rate_per_s=_maybe(probe, "max_rate", lambda v: b.rate(v, ["probe", "max_rate"])),
+        store=(data.get("store") or {}).get("path"),
+        listen=data.get("listen"),
         api=_api(data.get("api") or {}),
-        plan=plan,
-        inventory_every_s=(
-            b.duration(inventory["snapshot_every"], ["inventory", "snapshot_every"])
-            if "snapshot_every" in inventory
-            else 60.0
-        ),
-    )
+        plan=_plan(data.get("plan") or {}, b),
+        inventory_every_s=_maybe(
+            inventory, "snapshot_every",
+            lambda v: b.duration(v, ["inventory", "snapshot_every"])),
+    ))
+
+
+def _maybe(raw: Mapping[str, Any], key: str, convert: Callable[[Any], Any]) -> Any:
+    """`raw[key]` converted, or None when the key is absent (then `_given` drops it)."""
+    return convert(raw[key]) if key in raw else None
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The keyword arguments that were given, so the dataclass's default applies to the rest.
+    None stands for a key left out: the schema lets none of these keys be written as null."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _plan(raw: Mapping[str, Any], b: _Builder) -> PlanSpec:
@@ -478,63 +473,60 @@ def _path(raw: Mapping[str, Any], where: list[str | int], b: _Builder) -> PathSp
     http = grpc = stream = None
     if "http" in raw:
         h = raw["http"]
-        body = h.get("body")
-        http = HttpSpec(
-            method=h.get("method", "GET"),
-            path=h.get("path", "/"),
-            version=h.get("version", "1.1"),
-            scheme=h.get("scheme", "http"),
-            headers=h.get("headers") or {},
-            body=body.encode() if body is not None else None,
+        http = HttpSpec(**_given(
+            method=h.get("method"),
+            path=h.get("path"),
+            version=h.get("version"),
+            scheme=h.get("scheme"),
+            headers=h.get("headers"),
+            body=_maybe(h, "body", str.encode),
             tls=b.tls(h.get("tls"), [*where, "http", "tls"]),
-        )
+        ))
     if "grpc" in raw:
         g = raw["grpc"]
-        grpc = GrpcSpec(
-            method=g.get("method", "/grpc.health.v1.Health/Check"),
-            request=b.b64(g.get("request", ""), [*where, "grpc", "request"]),
-            metadata=g.get("metadata") or {},
+        grpc = GrpcSpec(**_given(
+            method=g.get("method"),
+            request=_maybe(g, "request",
+                           lambda x: b.b64(x, [*where, "grpc", "request"])),
+            metadata=g.get("metadata"),
             health_service=_health_service(g),
             tls=b.tls(g.get("tls"), [*where, "grpc", "tls"]),
-        )
+        ))
     if "stream" in raw:
         s = raw["stream"]
-        stream = StreamSpec(
-            method=s.get("method", "/grpc.health.v1.Health/Watch"),
-            request=b.b64(s.get("request", ""), [*where, "stream", "request"]),
-            per_endpoint=int(s.get("per_endpoint", 1)),
-            metadata=s.get("metadata") or {},
+        stream = StreamSpec(**_given(
+            method=s.get("method"),
+            request=_maybe(s, "request",
+                           lambda x: b.b64(x, [*where, "stream", "request"])),
+            per_endpoint=_maybe(s, "per_endpoint", int),
+            metadata=s.get("metadata"),
             health_service=_health_service(s),
-            max_lifetime_s=(
-                b.duration(s["max_lifetime"], [*where, "stream", "max_lifetime"])
-                if "max_lifetime" in s
-                else None
-            ),
+            max_lifetime_s=_maybe(s, "max_lifetime",
+                                  lambda v: b.duration(v, [*where, "stream", "max_lifetime"])),
             tls=b.tls(s.get("tls"), [*where, "stream", "tls"]),
-        )
-    relay = (RelaySpec(destination=raw["relay"]["destination"],
-                       callees=raw["relay"].get("callees") or {},
-                       version=raw["relay"].get("version", "1.1"))
+        ))
+    relay = (RelaySpec(**_given(destination=raw["relay"]["destination"],
+                                callees=raw["relay"].get("callees"),
+                                version=raw["relay"].get("version")))
              if "relay" in raw else None)
     expect = raw.get("expect") or {}
-    timeout = b.duration(raw.get("timeout", "1s"), [*where, "timeout"])
-    rate = b.rate(raw.get("rate", "1/s"), [*where, "rate"])
-    if stream is None and timeout * rate > 10_000:
-        raise b.fail("rate × timeout allows over 10,000 calls in flight per endpoint", where)
-    return PathSpec(
+    path = PathSpec(**_given(
         name=raw["name"],
-        rate_per_s=rate,
-        timeout_s=timeout,
+        rate_per_s=_maybe(raw, "rate", lambda v: b.rate(v, [*where, "rate"])),
+        timeout_s=_maybe(raw, "timeout", lambda v: b.duration(v, [*where, "timeout"])),
         http=http,
         grpc=grpc,
         stream=stream,
         relay=relay,
-        expect=ExpectSpec(
-            status=tuple(expect.get("status", (200,))),
-            grpc_codes=tuple(c.upper() for c in expect.get("grpc_codes", ("OK",))),
-        ),
+        expect=ExpectSpec(**_given(
+            status=_maybe(expect, "status", tuple),
+            grpc_codes=_maybe(expect, "grpc_codes", lambda v: tuple(c.upper() for c in v)),
+        )),
         port=raw.get("port"),
-        selector=raw.get("selector") or {},
-        attempts_header=raw.get("attempts_header", "x-envoy-attempt-count").lower(),
-        cohort_header=raw["cohort_header"].lower() if "cohort_header" in raw else None,
-    )
+        selector=raw.get("selector"),
+        attempts_header=_maybe(raw, "attempts_header", str.lower),
+        cohort_header=_maybe(raw, "cohort_header", str.lower),
+    ))
+    if stream is None and path.timeout_s * path.rate_per_s > 10_000:
+        raise b.fail("rate × timeout allows over 10,000 calls in flight per endpoint", where)
+    return path

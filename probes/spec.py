@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from probes.types import Endpoint
 
@@ -17,7 +16,11 @@ __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_ATTEMPTS_MAX",
     "DEFAULT_COHORT_BALANCE_MAX",
+    "DEFAULT_LISTEN",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MAX_RATE_PER_S",
     "DEFAULT_MIN_SAMPLES",
+    "DEFAULT_STORE_PATH",
     "DEFAULT_WARMUP_S",
     "DEFAULT_WINDOW_S",
     "ApiSpec",
@@ -28,9 +31,11 @@ __all__ = [
     "FileTargetsSpec",
     "GrpcSpec",
     "HttpSpec",
+    "JudgingSettings",
     "KubernetesSpec",
     "PathSpec",
     "PlanSpec",
+    "PrometheusSettings",
     "RelaySpec",
     "SkewPolicy",
     "StreamSpec",
@@ -38,10 +43,6 @@ __all__ = [
     "Tolerances",
     "VersionSource",
 ]
-
-if TYPE_CHECKING:
-    from probes.store.prometheus import PrometheusSettings
-
 
 def _ro(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(mapping or {}))
@@ -141,8 +142,8 @@ class PathSpec:
     """A path: what to call, how often per endpoint, under which timeout, on which targets."""
 
     name: str
-    rate_per_s: float
-    timeout_s: float
+    rate_per_s: float = 1.0
+    timeout_s: float = 1.0
     http: HttpSpec | None = None
     grpc: GrpcSpec | None = None
     stream: StreamSpec | None = None
@@ -284,8 +285,8 @@ class ApiSpec:
     tls: ApiTlsSpec | None = None
 
 
-# The verdict's defaults, each written once: the config, the live verdict, the report and
-# the Prometheus source all take them from here.
+# The verdict's defaults, each written once: `JudgingSettings` below, the JSON Schema's
+# `default`s (`probes._schema`) and every reader of a config take them from here.
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_SAMPLES = 100
 DEFAULT_WINDOW_S = 10.0
@@ -294,30 +295,63 @@ DEFAULT_WARMUP_S = 120.0
 # attempts-per-request test.
 DEFAULT_ATTEMPTS_MAX = 5
 DEFAULT_COHORT_BALANCE_MAX = 10.0
+# The probe's own: the engine's limits, where it writes and where its API listens.
+DEFAULT_MAX_IN_FLIGHT = 1000
+DEFAULT_MAX_RATE_PER_S = 20000.0
+DEFAULT_STORE_PATH = "skewprobe.db"
+DEFAULT_LISTEN = "127.0.0.1:9464"
+
+
+@dataclass(frozen=True, slots=True)
+class JudgingSettings:
+    """Everything a verdict judges with, and nothing else (a verdict needs no targets): the
+    config's `verdict:` keys, its `window` and `cohort`. The live verdict, the gate, the
+    report and the settings `run` records in the store all read this one bundle."""
+
+    tolerances: Tolerances = Tolerances()
+    alpha: float = DEFAULT_ALPHA
+    min_samples: int = DEFAULT_MIN_SAMPLES
+    window_s: float = DEFAULT_WINDOW_S
+    cohort: CohortSpec = CohortSpec()
+    # A pod's first seconds after it starts (restarted pods run cold): kept out of the
+    # cohort comparison, shown apart in the report.
+    warmup_s: float = DEFAULT_WARMUP_S
+    attempts_max: int = DEFAULT_ATTEMPTS_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSettings:
+    """Where the probes' series are: the `prometheus:` keys of the config.
+
+    `selector` is extra label matchers for every query (`job="skewprobe"`, braces optional);
+    `step_s` is the window length (None: the config's `window`), at least the scrape
+    interval; `lookback_s` is how far back the start of a rollout is looked for.
+    `headers` go with every request (e.g. `X-Scope-OrgID` for Mimir, `Authorization`).
+    """
+
+    url: str
+    selector: str = ""
+    step_s: float | None = None
+    timeout_s: float = 10.0
+    lookback_s: float = 7 * 86400.0
+    headers: Mapping[str, str] = field(default_factory=lambda: _ro(None))
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    source: str
-    paths: tuple[PathSpec, ...]
+    source: str = "store"
+    paths: tuple[PathSpec, ...] = ()
     static_targets: tuple[Endpoint, ...] = ()
     file_targets: FileTargetsSpec | None = None
     kubernetes: KubernetesSpec | None = None
-    cohort: CohortSpec = CohortSpec()
-    tolerances: Tolerances = Tolerances()
-    alpha: float = DEFAULT_ALPHA
-    window_s: float = DEFAULT_WINDOW_S
-    min_samples: int = DEFAULT_MIN_SAMPLES
-    # A pod's first seconds after it starts (restarted pods run cold): kept out of the
-    # cohort comparison, shown apart in the report.
-    warmup_s: float = DEFAULT_WARMUP_S
-    max_in_flight: int = 1000
+    judging: JudgingSettings = JudgingSettings()
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     cohort_balance_max: float = DEFAULT_COHORT_BALANCE_MAX
-    max_rate_per_s: float = 20000.0
-    store: str = "skewprobe.db"
-    listen: str = "127.0.0.1:9464"
+    max_rate_per_s: float = DEFAULT_MAX_RATE_PER_S
+    store: str = DEFAULT_STORE_PATH
+    listen: str = DEFAULT_LISTEN
     inventory_every_s: float = 60.0
     plan: PlanSpec = PlanSpec()
-    # `source: prometheus`: where `/verdict` reads every probe's series (PrometheusSettings).
+    # `source: prometheus`: where `/verdict` reads every probe's series.
     prometheus: PrometheusSettings | None = None
     api: ApiSpec = ApiSpec()

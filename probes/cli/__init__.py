@@ -18,7 +18,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from probes.cli._stdout import emit, quiet_stdout
 from probes.errors import (
@@ -29,6 +29,7 @@ from probes.errors import (
     BadInput,
     SkewprobeError,
 )
+from probes.spec import DEFAULT_LISTEN
 
 if TYPE_CHECKING:
     from probes.verdict.pairs import PairedVerdict
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="probe the configured targets and serve the API")
     run.add_argument("--config", required=True, help="YAML config file")
     run.add_argument("--store", help="SQLite store (default: the config's store.path)")
-    run.add_argument("--listen", help="API address (default 127.0.0.1:9464); 'none' disables it")
+    run.add_argument("--listen", help=f"API address (default {DEFAULT_LISTEN}); 'none' disables it")
     run.add_argument("--duration", type=_duration, help="stop after this long (e.g. 60s)")
     run.add_argument("--quiet", action="store_true",
                      help="no cost line, progress lines or summary; warnings and errors only")
@@ -245,8 +246,10 @@ def _run(args: argparse.Namespace) -> int:
 def _verdict(args: argparse.Namespace) -> int:
     import time
 
-    from probes.verdict.service import load_judging_config, verdict_time
-    from probes.verdict.settings import Resolved, resolve
+    from probes.spec import PrometheusSettings
+    from probes.verdict.entry import Query, StoreSource, verdict
+    from probes.verdict.service import verdict_time
+    from probes.verdict.settings import Resolved, load_judging_config, resolve
 
     now = verdict_time(args.at, now=time.time())
     if args.prometheus:
@@ -257,15 +260,12 @@ def _verdict(args: argparse.Namespace) -> int:
         resolved = resolve(args.config, args.store, now)
         if resolved.origin == "store":
             print(f"skewprobe: {resolved.note()}", file=sys.stderr)
-    config = resolved.settings
-    query = dict(path=args.path, baseline=args.baseline, canary=args.canary, since=args.since,
-                 now=now)
+    query = Query(now=now, path=args.path, baseline=args.baseline, canary=args.canary,
+                  since=args.since)
     if args.prometheus:
         import dataclasses
 
         from probes.config import load_config
-        from probes.store.prometheus import PrometheusSettings
-        from probes.verdict.pairs import prometheus_verdict
 
         # The config's prometheus: keys (selector, step, headers ...), with this URL.
         full = load_config(args.config) if args.config else None
@@ -273,17 +273,10 @@ def _verdict(args: argparse.Namespace) -> int:
         prom = dataclasses.replace(base or PrometheusSettings(url=""), url=args.prometheus)
         if args.selector is not None:
             prom = dataclasses.replace(prom, selector=args.selector)
-        return _emit_verdict(args, prometheus_verdict(prom, config, **query), resolved)
-    return _store_verdict(args, config, query, resolved)
-
-
-def _store_verdict(args: argparse.Namespace, config: Any, query: dict[str, Any],
-                   resolved: Resolved) -> int:
-    """The verdict from a store: direct paths as before; each relay path as its caller ×
-    callee matrix (`probes.verdict.pairs`), whose failing pair fails the whole verdict."""
-    from probes.verdict.pairs import store_verdict
-
-    return _emit_verdict(args, store_verdict(args.store, config, **query), resolved)
+    source = prom if args.prometheus else StoreSource(args.store)
+    # From a store, each relay path is its caller × callee matrix (`probes.verdict.pairs`),
+    # whose failing pair fails the whole verdict.
+    return _emit_verdict(args, verdict(query, resolved.settings, source), resolved)
 
 
 def _emit_verdict(args: argparse.Namespace, judged: PairedVerdict, resolved: Resolved) -> int:

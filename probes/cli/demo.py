@@ -39,7 +39,7 @@ from probes.spec import Config
 from probes.store import BOOKKEEPING_EVENTS, Event, Store
 from probes.store.lock import WriterLock
 from probes.types import split_pair
-from probes.verdict.pairs import store_verdict
+from probes.verdict.entry import Query, StoreSource, verdict
 from probes.verdict.service import format_table
 
 __all__ = [
@@ -263,7 +263,8 @@ def _finish(store_path: str, config: Config, lifetimes: list[str], out: str,
         print(f"event {stamp} {event.kind} {event.path} cohort {event.cohort}: "
               f"{dict(event.detail)}")
     # The probe has stopped: judge the windows it wrote, leaving out any it wrote overloaded.
-    judged = store_verdict(store_path, config, now=time.time(), overload=None)
+    judged = verdict(Query(now=time.time()), config.judging,
+                     StoreSource(store_path, overload=None))
     result = judged.to_json()
     print()
     print(f"verdict, {result['canary']} (canary) against {result['baseline']} (baseline)"
@@ -276,7 +277,7 @@ def _finish(store_path: str, config: Config, lifetimes: list[str], out: str,
         span.close()
     if first_last is not None:
         files = write_report(store_path, out, since=first_last[0], until=first_last[1],
-                             settings=config)
+                             settings=config.judging)
         print()
         print(f"report: {files.html}  (and report.md, report.json beside it)")
     print(f"store: {store_path}  (skewprobe verdict --store {store_path} --json)")

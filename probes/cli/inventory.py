@@ -141,7 +141,7 @@ def _stale_routing(args: argparse.Namespace, at: float) -> dict[str, Any] | None
     `at` (None: the store has no relay windows then)."""
     from probes._timeparse import rfc3339
     from probes.verdict.pairs import stale_by_caller
-    from probes.verdict.service import load_judging_config
+    from probes.verdict.settings import load_judging_config
 
     since = at - STALE_LOOKBACK_S
     seen = stale_by_caller(args.store, load_judging_config(args.config), since=since, until=at)

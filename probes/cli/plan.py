@@ -386,14 +386,16 @@ def _verdict(store: str | None, config: Config | None, at: float) -> Mapping[str
     once the store holds two cohorts; None before the first restart or without a store."""
     if store is None:
         return None
+    from probes.spec import JudgingSettings
     from probes.store import Store
-    from probes.verdict.service import JudgingSettings, compute_verdict
+    from probes.verdict.service import compute_verdict
 
     with Store.open(store, readonly=True) as opened:
         cohorts = [c for c in opened.cohorts() if c not in ("none", "unknown")]
     if len(cohorts) < 2:
         return None
-    return compute_verdict(store, config if config is not None else JudgingSettings(), now=at)
+    return compute_verdict(store, config.judging if config is not None else JudgingSettings(),
+                           now=at)
 
 
 def check_step(plan: Mapping[str, Any], number: int, *,

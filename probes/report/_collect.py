@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER
 from probes.report._grid import TimeGrid, choose_grid
+from probes.spec import DEFAULT_WINDOW_S
 from probes.stats.quantile import Layout, quantile_estimate
 from probes.stats.sequential import Totals
 from probes.stats.series import columns, without_latency
@@ -41,7 +42,6 @@ LAYOUT = Layout.from_edges(LOWER, UPPER)
 # Dense pooled histograms per slice: path x cohort x bucket groups of BUCKET_COUNT float64
 # each; 1,500 groups are ~23 MB.
 _GROUP_BUDGET = 1500
-_DEFAULT_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -99,7 +99,7 @@ def window_length(store: Store, since: float, until: float,
         probe = store.read_table(since=lo, until=min(until, lo + 900.0), paths=paths)
         if len(probe):
             return float(np.median(probe.length))
-    return _DEFAULT_WINDOW_S
+    return DEFAULT_WINDOW_S
 
 
 class _Pass:

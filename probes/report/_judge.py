@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.report._collect import LAYOUT, SCALARS, Collected
-from probes.report._settings import Settings
+from probes.spec import JudgingSettings
 from probes.stats.pods import PodTrack, pod_track, read_pod_grids
 from probes.stats.quantile import quantile_estimate
 from probes.stats.sequential import FAIL, PodLooks, Totals, Tracks, evaluate, first_index
@@ -101,7 +101,7 @@ class _Span:
 
 class _Replay:
     def __init__(self, store: Store, data: Collected, baseline: str, canary: str,
-                 settings: Settings, paths_judged: int) -> None:
+                 settings: JudgingSettings, paths_judged: int) -> None:
         self.store = store
         self.data = data
         self.b = data.cohort_index(baseline)
@@ -301,7 +301,7 @@ def _subtract(t: Totals, part: Totals, row: int) -> None:
 
 
 def judge_paths(store: Store, data: Collected, baseline: str, canary: str,
-                settings: Settings, skip: Collection[str] = ()) -> list[PathJudgement]:
+                settings: JudgingSettings, skip: Collection[str] = ()) -> list[PathJudgement]:
     """The replay for every path in `data` that has data but those in `skip` (relay paths,
     judged as pair matrices), α shared among the paths replayed (module docstring)."""
     with_data = [p for p in range(len(data.paths))

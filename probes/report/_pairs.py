@@ -10,17 +10,18 @@ The pair verdict is not replayed look by look: a relay path has no first diverge
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from probes.report._collect import Collected
-from probes.report._settings import Settings
 from probes.report.summary import CohortFigures
+from probes.spec import JudgingSettings
 from probes.types import pair_cohort, split_pair
-from probes.verdict.pairs import CallerStale, PairMatrix, pair_matrix
-from probes.verdict.service import JudgingSettings
+from probes.verdict.entry import Query, StoreSource, verdict
+from probes.verdict.pairs import CallerStale, PairMatrix
 
 __all__ = ["PairView", "PairsSection", "pair_sections", "relay_paths_in"]
 
@@ -72,16 +73,19 @@ def relay_paths_in(data: Collected, paths: Sequence[int]) -> set[str]:
 
 
 def pair_sections(store_path: str, data: Collected, names: Collection[str],
-                  settings: Settings, figures: Mapping[str, Sequence[CohortFigures]],
+                  settings: JudgingSettings, figures: Mapping[str, Sequence[CohortFigures]],
                   ) -> dict[str, PairsSection]:
     """Per relay path in `names`, its matrix judged at the end of the range (`data.until`)
     with the report's settings, each cell with the pair's figures pooled over the range."""
-    judging = JudgingSettings(tolerances=settings.tolerances, alpha=settings.alpha,
-                              min_samples=settings.min_samples, window_s=data.window_s,
-                              warmup_s=settings.warmup_s)
+    if not names:
+        return {}  # asking for no path would judge every direct path
+    judging = dataclasses.replace(settings, window_s=data.window_s)
+    # One ask for every relay path: a matrix each, no direct path.
+    answer = verdict(Query(now=data.until, path=sorted(names)), judging,
+                     StoreSource(store_path))
     out = {}
-    for name in sorted(names):
-        matrix = pair_matrix(store_path, judging, path=name, now=data.until)
+    for matrix in answer.matrices:
+        name = matrix.path
         pooled = {f.cohort: f for f in figures.get(name, ())}
         cells = []
         for judged in matrix.cells:

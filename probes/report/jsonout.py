@@ -162,9 +162,9 @@ def report_json(report: Report, charts: Mapping[str, Sequence[Chart]]) -> dict[s
                        "first_divergence": _divergence(b.first)} for b in cmp_.sections],
             "worst_endpoints": [_worst(w) for w in cmp_.worst],
         },
-        "settings": {"from": cfg.origin, "alpha": cfg.alpha, "min_samples": cfg.min_samples,
-                     "attempts_max": cfg.attempts_max, "warmup_s": cfg.warmup_s,
-                     "tolerances": asdict(cfg.tolerances)},
+        "settings": {"from": report.settings_from, "alpha": cfg.alpha,
+                     "min_samples": cfg.min_samples, "attempts_max": cfg.attempts_max,
+                     "warmup_s": cfg.warmup_s, "tolerances": asdict(cfg.tolerances)},
         "paths": paths,
         "worst_endpoints": [_worst(w) for w in cur.worst],
         "events": [

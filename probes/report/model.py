@@ -10,6 +10,7 @@ holds the range asked for and, with `--compare-to`, an earlier one, paired path 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -28,8 +29,8 @@ from probes.report._endpoints import PathErrors, WorstEndpoint, probed_per_bucke
 from probes.report._judge import PathJudgement, judge_paths
 from probes.report._pairs import PairsSection, pair_sections, relay_paths_in
 from probes.report._rollout import INVENTORY, PROBED, Rollout, from_endpoints, from_inventory
-from probes.report._settings import Settings
 from probes.report.summary import CohortFigures
+from probes.spec import JudgingSettings
 from probes.stats.cohorts import pick_cohorts, version_key
 from probes.stats.metrics import concentration_finding
 from probes.stats.pods import read_pod_grids
@@ -204,7 +205,8 @@ class Period:
 class Report:
     store: str
     generated_at: float
-    settings: Settings
+    settings: JudgingSettings
+    settings_from: str  # where they came from: "config", "store" or "defaults"
     current: Period
     compared: Period | None
 
@@ -289,7 +291,7 @@ def _check_paths(store: Store, paths: Sequence[str] | None) -> list[str] | None:
 
 
 def build_period(store: Store, since: float, until: float, *, paths: Sequence[str] | None,
-                 settings: Settings, baseline: str | None = None, canary: str | None = None,
+                 settings: JudgingSettings, baseline: str | None = None, canary: str | None = None,
                  label: str = "this period") -> Period:
     """Everything the report shows for [since, until). BadInput when the range has no data."""
     wanted = _check_paths(store, paths)
@@ -391,7 +393,7 @@ def build_period(store: Store, since: float, until: float, *, paths: Sequence[st
 
 
 def _late_sends(store: Store, since: float, until: float, paths: list[str] | None,
-                settings: Settings) -> dict[str, Any]:
+                settings: JudgingSettings) -> dict[str, Any]:
     """`collect`'s window length and the spans whose latency the live verdict leaves out of
     p99 (the probe's sends were late then), so that the replay leaves out the same."""
     from probes.report._collect import window_length
@@ -404,17 +406,17 @@ def _late_sends(store: Store, since: float, until: float, paths: list[str] | Non
 
 
 def _per_pod(store: Store, data: Collected, baseline: str | None, canary: str | None,
-             settings: Settings, paths: list[str]) -> dict[str, Mapping[str, Any]]:
+             settings: JudgingSettings, paths: list[str]) -> dict[str, Mapping[str, Any]]:
     """Per path, the success rate as the live verdict judges it at the end of the range
     (`probes.verdict.service`, the same code a gate asks): the pod as the unit, each pod's
     warm-up apart. Only where the store holds per-pod counts (else the metric has no `pods`)."""
-    from probes.verdict.service import JudgingSettings, verdict_from_source
+    from probes.verdict.entry import Query, verdict
 
-    judging = JudgingSettings(tolerances=settings.tolerances, alpha=settings.alpha,
-                              min_samples=settings.min_samples, window_s=data.window_s,
-                              warmup_s=settings.warmup_s)
-    result = verdict_from_source(store, judging, path=paths, baseline=baseline, canary=canary,
-                                 since=repr(data.since), now=data.until)
+    query = Query(now=data.until, path=paths, baseline=baseline, canary=canary,
+                  since=repr(data.since))
+    # The open store as the source: every window judged as it is (no late sends left out).
+    result = verdict(query, dataclasses.replace(settings, window_s=data.window_s),
+                     store).to_json()
     out: dict[str, Mapping[str, Any]] = {}
     for p in result.get("paths", []):
         metric = p.get("metrics", {}).get("success_rate")

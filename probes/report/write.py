@@ -14,17 +14,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from probes._timeparse import rfc3339
 from probes.errors import BadInput
-from probes.report._settings import Settings
+from probes.spec import JudgingSettings
 
-if TYPE_CHECKING:
-    from probes.spec import Config
-    from probes.verdict.service import JudgingSettings
-
-__all__ = ["ReportFiles", "Settings", "write_report"]
+__all__ = ["ReportFiles", "write_report"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +67,7 @@ def write_report(
     until: float,
     paths: Sequence[str] | None = None,
     compare: tuple[float, float] | None = None,
-    settings: Settings | JudgingSettings | Config | None = None,
+    settings: JudgingSettings | None = None,
     baseline: str | None = None,
     canary: str | None = None,
     now: float | None = None,
@@ -80,8 +75,9 @@ def write_report(
 ) -> ReportFiles:
     """Build the report for [since, until) and write the three files into `out_dir`.
 
-    `settings`: the verdict's parameters (a run's `Config` will do; default: built-in), and
-    `origin` where they came from, as the report says ("config", "store", "defaults").
+    `settings`: the verdict's parameters (a run's `config.judging`; default: built-in), and
+    `origin` where they came from, as the report says ("config", "store", "defaults";
+    default: "config" for given settings).
     Raises BadInput (exit 2) or StoreError (exit 4).
     """
     # Here, not at the top: `skewprobe --help` and the other subcommands need no matplotlib.
@@ -95,11 +91,8 @@ def write_report(
 
     if since >= until:
         raise BadInput(f"--from {rfc3339(since)} must be before --to {rfc3339(until)}")
-    if not isinstance(settings, Settings):
-        settings = Settings() if settings is None else Settings(
-            tolerances=settings.tolerances, alpha=settings.alpha,
-            min_samples=settings.min_samples, warmup_s=settings.warmup_s,
-            origin=origin or "config")
+    settings_from = "defaults" if settings is None else origin or "config"
+    settings = JudgingSettings() if settings is None else settings
     out = Path(out_dir)
     _writable(out)
     store = Store.open(store_path, readonly=True)
@@ -112,8 +105,8 @@ def write_report(
                                     settings=settings, label="compared period")
     finally:
         store.close()
-    report = Report(store_path, time.time() if now is None else now, settings, current,
-                    compared)
+    report = Report(store_path, time.time() if now is None else now, settings, settings_from,
+                    current, compared)
     colours = palette(report.cohorts)
     charts = render(chart_jobs(report), colours)
     files = ReportFiles(out / "report.html", out / "report.md", out / "report.json",

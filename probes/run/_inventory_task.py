@@ -123,7 +123,7 @@ class EndpointInventory(_Inventory):
     def __init__(self, config: Config, metrics: ProbeMetrics,
                  endpoints: Callable[[], Iterable[Endpoint]]) -> None:
         super().__init__(config, metrics)
-        self.cohort_by = config.cohort.by
+        self.cohort_by = config.judging.cohort.by
         self.endpoints = endpoints
 
     def snapshot(self, *, force: bool) -> None:

@@ -23,8 +23,8 @@ from probes.errors import SkewprobeError
 from probes.measure.overload import OverloadWatch
 from probes.metrics import OVERALL, ProbeMetrics
 from probes.spec import Config
-from probes.verdict.pairs import store_verdict
-from probes.verdict.service import FROM_STORE, JudgingSettings, verdict_time
+from probes.verdict.entry import Query, StoreSource, verdict
+from probes.verdict.service import FROM_STORE, verdict_time
 from probes.verdict.worker import (
     SharedVerdicts,
     VerdictJob,
@@ -80,8 +80,8 @@ class VerdictRoute:
         asked_now = at is None and query.since is None
         prometheus = self.config.prometheus if self.config.source == "prometheus" else None
         job = VerdictJob(
-            self.store_path, JudgingSettings.from_config(self.config),
-            {**query_args, "now": now}, overload=overload, cached=at is None,
+            self.store_path, self.config.judging,
+            Query(now=now, **query_args), overload=overload, cached=at is None,
             prometheus=None if prometheus is None else prometheus_job_settings(prometheus))
         worker = self.worker
         if worker is None:  # not running (a test of the verdict alone): no cache to keep
@@ -89,7 +89,7 @@ class VerdictRoute:
         # The same query and overload state, no window written since, in the same window:
         # the same verdict.
         key = verdict_key(dataclasses.asdict(query), overload, self.windows_written(),
-                          math.floor(now / self.config.window_s))
+                          math.floor(now / self.config.judging.window_s))
         return await self.shared.get(key, lambda: worker.judge(job), keep=asked_now)
 
     def final(self, last: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -98,8 +98,8 @@ class VerdictRoute:
         if self.config.source == "prometheus":
             return last
         try:
-            return store_verdict(self.store_path, self.config, now=time.time(),
-                                 overload=self.overload.reason).to_json()
+            return verdict(Query(now=time.time()), self.config.judging,
+                           StoreSource(self.store_path, overload=self.overload.reason)).to_json()
         except SkewprobeError as exc:
             log.warning("verdict not computed: %s", exc)
             return None

@@ -39,7 +39,12 @@ from probes.run._schedule import (
     phase,
 )
 from probes.run.seams import EndpointObserver, Prober, ResultSink, StreamHolder
-from probes.spec import DEFAULT_COHORT_BALANCE_MAX, PathSpec
+from probes.spec import (
+    DEFAULT_COHORT_BALANCE_MAX,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_RATE_PER_S,
+    PathSpec,
+)
 from probes.types import CallOutcome, CallResult, Endpoint, Outcome, pair_cohort
 
 __all__ = [
@@ -55,8 +60,8 @@ log = logging.getLogger("skewprobe.engine")
 
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
-    max_in_flight: int = 1000
-    max_rate_per_s: float = 20000.0
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    max_rate_per_s: float = DEFAULT_MAX_RATE_PER_S
     max_catch_up_s: float = 0.25
     # The most a small cohort's endpoints are sped up so that, per path, each cohort gets
     # about as many calls per second as the largest (1: every endpoint at the path's rate).

@@ -41,11 +41,10 @@ from probes.run._status import ProgressReporter, cost_logged, judge_health
 from probes.run._verdict_publish import VerdictGauges, VerdictRoute
 from probes.run._window_writer import WindowWriter
 from probes.run.engine import Engine, EngineLimits, Prober
-from probes.spec import ApiTlsSpec, Config
+from probes.spec import DEFAULT_LISTEN, ApiTlsSpec, Config
 from probes.store import Store
 from probes.store.lock import WriterLock
 from probes.streams import StreamRecorder
-from probes.verdict.service import JudgingSettings
 from probes.verdict.settings import settings_event
 
 __all__ = ["ProbeRunner", "Recorder", "RunOptions", "discovery_for"]
@@ -80,7 +79,7 @@ def stop_on_signals(stopping: asyncio.Event) -> Callable[[], None]:
 @dataclass
 class RunOptions:
     store_path: str
-    listen: str | None = "127.0.0.1:9464"
+    listen: str | None = DEFAULT_LISTEN
     duration_s: float | None = None
     # The API's bearer token (a secret: kept out of the repr) and TLS (`probes.api_access`).
     token: str | None = field(default=None, repr=False)
@@ -103,7 +102,7 @@ class ProbeRunner:
         self.metrics = ProbeMetrics(self.registry, duration_buckets=(
             PROMETHEUS_DURATION_BUCKETS if config.source == "prometheus" else DURATION_BUCKETS))
         grace = max((p.timeout_s for p in config.paths), default=1.0) + 0.5
-        self.aggregator = WindowAggregator(length_s=config.window_s, grace_s=grace)
+        self.aggregator = WindowAggregator(length_s=config.judging.window_s, grace_s=grace)
         self.overload = OverloadWatch()
         self.recorder = Recorder(self.aggregator, self.metrics, self.overload)
         # One worker thread for the store's writes: glibc gives each thread its own malloc
@@ -136,7 +135,7 @@ class ProbeRunner:
                                      lambda: self.writer.windows_written)
         self.gauges = VerdictGauges(self.metrics, self.verdicts.judge)
         # Pods back on another proxy version: `restart` events for the report's time axis.
-        self.restarts = RestartTracker(config.cohort.by)
+        self.restarts = RestartTracker(config.judging.cohort.by)
         self.events = RunEvents(self.overload, self.metrics, self.restarts, self.streams)
         self.progress = ProgressReporter(self, every_s=options.progress_every_s,
                                          down_after_s=options.progress_every_s / 2,
@@ -162,7 +161,7 @@ class ProbeRunner:
                     raise
                 # How this run judges, so `skewprobe verdict --store` judges alike after it.
                 self.store.write_events([settings_event(
-                    JudgingSettings.from_config(self.config), time.time())])
+                    self.config.judging, time.time())])
                 self.snapshots.store = self.store
                 self.verdicts.start()
                 try:
@@ -186,7 +185,7 @@ class ProbeRunner:
             self.stream_prober = StreamProber(stream_paths, self.streams)
         c = self.config
         self.engine = engine = Engine(
-            c.paths, self.probers, self.recorder, cohort_by=c.cohort.by,
+            c.paths, self.probers, self.recorder, cohort_by=c.judging.cohort.by,
             limits=EngineLimits(max_in_flight=c.max_in_flight, max_rate_per_s=c.max_rate_per_s,
                                 cohort_balance_max=c.cohort_balance_max),
             streams=self.stream_prober)
@@ -247,7 +246,7 @@ class ProbeRunner:
     # -- windows ---------------------------------------------------------------------------
 
     async def _flusher(self) -> None:
-        length = self.config.window_s
+        length = self.config.judging.window_s
         grace = self.aggregator.grace_s
         while True:
             now = time.time()

@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -58,6 +58,7 @@ import httpx
 import numpy as np
 
 from probes.errors import BadInput, SourceUnavailable
+from probes.spec import DEFAULT_WINDOW_S, PrometheusSettings
 from probes.store._prom_table import (
     I64,
     LatencySpan,
@@ -97,24 +98,6 @@ _METRICS: Final = {
     "streams_ended": "skewprobe_stream_lifetime_seconds_count",
     "streams_open": "skewprobe_streams_open",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class PrometheusSettings:
-    """Where the probes' series are: the `prometheus:` keys of the config.
-
-    `selector` is extra label matchers for every query (`job="skewprobe"`, braces optional);
-    `step_s` is the window length (None: the config's `window`), at least the scrape
-    interval; `lookback_s` is how far back the start of a rollout is looked for.
-    `headers` go with every request (e.g. `X-Scope-OrgID` for Mimir, `Authorization`).
-    """
-
-    url: str
-    selector: str = ""
-    step_s: float | None = None
-    timeout_s: float = 10.0
-    lookback_s: float = 7 * 86400.0
-    headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +161,7 @@ class PrometheusSource:
         self,
         settings: PrometheusSettings,
         *,
-        step_s: float = 10.0,
+        step_s: float = DEFAULT_WINDOW_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         try:

@@ -41,6 +41,7 @@ import numpy.typing as npt
 from probes.errors import StoreCorrupt, StoreError
 from probes.measure.histogram import sparse_from_tuple
 from probes.measure.sparse import LATENCY, decode, decode_many, encode_latency_map, encode_map
+from probes.spec import DEFAULT_STORE_PATH
 from probes.store._schema import (
     ENDPOINT_V2_COLUMNS,
     SCHEMA_VERSION,
@@ -57,7 +58,7 @@ from probes.types import EndpointWindow, PathWindow
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks", "stratum_index"]
 
-DEFAULT_PATH = "skewprobe.db"
+DEFAULT_PATH = DEFAULT_STORE_PATH
 _CHUNK = 4096  # small fetches keep buffers in the allocator: 20 % faster than 64k rows
 # Endpoint rows whose latency records a cold verdict holds at once (`stream_endpoint_columns`):
 # ~9 records a row of 10 calls, 44 bytes each decoded, so about 50 MB a chunk.

@@ -27,29 +27,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from probes._timeparse import parse_time
-from probes.spec import Config
+from probes.spec import JudgingSettings
 from probes.stats.bounded import mean_cs
 from probes.stats.cohorts import version_key
 from probes.store import Store
 from probes.store.table import WindowColumns
 from probes.types import Outcome, pair_cohort, split_pair
-from probes.verdict.cache import VerdictCache
 from probes.verdict.service import (
     FROM_STORE,
-    JudgingSettings,
     SourceJudge,
     _Overload,
     compute_verdict,
-    prometheus_judge,
     verdict_from_source,
 )
 
 if TYPE_CHECKING:
-    from probes.store.prometheus import PrometheusSettings
+    pass
 
 __all__ = ["CallerStale", "PairCell", "PairMatrix", "PairedVerdict", "combine_states",
-           "format_matrix", "pair_matrix", "prometheus_verdict", "relay_paths",
-           "stale_by_caller", "store_verdict"]
+           "format_matrix", "judge_matrix", "pair_matrix", "relay_paths", "stale_by_caller"]
 
 FAIL, PASS, INCONCLUSIVE, BASELINE = "fail", "pass", "inconclusive", "baseline"
 _METRICS = (("success_rate", "success"), ("latency_p99_ms", "p99_ms"),
@@ -141,7 +137,7 @@ def relay_paths(store_path: str) -> list[str]:
 
 
 def pair_matrix(
-    store_path: str, settings: JudgingSettings | Config, *, path: str, now: float,
+    store_path: str, settings: JudgingSettings, *, path: str, now: float,
     since: str | None = None, every_window: bool = False,
     overload: str | _Overload | None = FROM_STORE,
 ) -> PairMatrix:
@@ -152,8 +148,6 @@ def pair_matrix(
     (for tests about pairs, not about a loaded machine's overload rule, as
     `verdict_from_source` is used elsewhere). `overload`
     as `compute_verdict` takes it (a running probe knows its own)."""
-    if isinstance(settings, Config):
-        settings = JudgingSettings.from_config(settings)
     since_t = parse_time(since, now=now) if since else None
     store = Store.open(store_path, readonly=True)
     try:
@@ -167,10 +161,10 @@ def pair_matrix(
                 return verdict_from_source(source, share, now=now, **query)
         return compute_verdict(store_path, share, overload=overload, now=now, **query)
 
-    return _matrix(table, settings, judge, path=path, since=since, now=now)
+    return judge_matrix(table, settings, judge, path=path, since=since, now=now)
 
 
-def _matrix(table: WindowColumns, settings: JudgingSettings, judge: SourceJudge, *,
+def judge_matrix(table: WindowColumns, settings: JudgingSettings, judge: SourceJudge, *,
             path: str, since: str | None, now: float) -> PairMatrix:
     """The matrix of `path` from its rows in `table` (any source's): each pair other than
     the old-old one judged against it by `judge`, with α split over them; stale routing
@@ -235,13 +229,11 @@ def _judge_stale(calls: Mapping[str, tuple[int, int]], settings: JudgingSettings
                  for c, (n, k) in calls.items())
 
 
-def stale_by_caller(store_path: str, settings: JudgingSettings | Config, *, since: float,
+def stale_by_caller(store_path: str, settings: JudgingSettings, *, since: float,
                     until: float) -> tuple[CallerStale, ...]:
     """Stale routing per caller version over every relay path of a store, from the windows
     that started at `since` or later and had ended by `until` (what `skewprobe inventory`
     shows next to the skew bound), judged as the pair matrix judges it."""
-    if isinstance(settings, Config):
-        settings = JudgingSettings.from_config(settings)
     store = Store.open(store_path, readonly=True)
     try:
         pairs = [c for c in store.cohorts() if split_pair(c) is not None]
@@ -355,71 +347,3 @@ class PairedVerdict:
         parts = [table(self.direct)] if self.direct else []
         parts += [format_matrix(m) for m in self.matrices]
         return "\n\n".join(parts)
-
-
-def _split_asked(path: str | Sequence[str] | None, relays: Sequence[str],
-                 every_path: Callable[[], list[str]]) -> tuple[list[str], list[str] | None]:
-    """(the paths asked, the direct paths to judge among them): None when every path is,
-    as with no relay paths; all the source's paths but the relay ones when none was asked."""
-    asked = [path] if isinstance(path, str) else list(path or [])
-    if asked:
-        return asked, [p for p in asked if p not in relays]
-    if relays:
-        return asked, [p for p in every_path() if p not in relays]
-    return asked, None
-
-
-def store_verdict(
-    store_path: str, settings: JudgingSettings | Config, *,
-    path: str | Sequence[str] | None = None, baseline: str | None = None,
-    canary: str | None = None, since: str | None = None, now: float,
-    overload: str | _Overload | None = FROM_STORE, cache: VerdictCache | None = None,
-) -> PairedVerdict:
-    """What `skewprobe verdict --store`, `GET /verdict` and `POST /gate` judge: the direct
-    paths as `compute_verdict` does (through the running probe's `cache`, if given), each
-    relay path as its matrix (`pair_matrix`)."""
-    def every_path() -> list[str]:
-        with Store.open(store_path, readonly=True) as store:
-            return store.paths()
-
-    relays = relay_paths(store_path)
-    asked, direct = _split_asked(path, relays, every_path)
-    matrices = tuple(pair_matrix(store_path, settings, path=p, now=now, since=since,
-                                 overload=overload)
-                     for p in relays if not asked or p in asked)
-    result = None
-    if direct is None or direct:
-        result = compute_verdict(store_path, settings, path=direct, baseline=baseline,
-                                 canary=canary, since=since, now=now, overload=overload,
-                                 cache=cache)
-    return PairedVerdict(result, matrices)
-
-
-def prometheus_verdict(
-    prometheus: PrometheusSettings, settings: JudgingSettings | Config, *,
-    path: str | Sequence[str] | None = None, baseline: str | None = None,
-    canary: str | None = None, since: str | None = None, now: float,
-) -> PairedVerdict:
-    """What `skewprobe verdict --prometheus` and a probe with `source: prometheus` judge:
-    as `store_verdict`, from every probe's series in Prometheus. A relay path is one whose
-    series carry pair cohorts; the probes' health (overload, a probe not scraped) counts in
-    every pair as in every direct path."""
-    from probes.store.prometheus import PrometheusSource
-
-    if isinstance(settings, Config):
-        settings = JudgingSettings.from_config(settings)
-    with PrometheusSource(prometheus, step_s=settings.window_s, clock=lambda: now) as source:
-        judge = prometheus_judge(source)
-        at = source.now()  # the instant it answers for, as `judge` judges
-        relays = source.pair_paths()
-        asked, direct = _split_asked(path, relays, source.paths)
-        since_t = parse_time(since, now=at) if since else None
-        matrices = tuple(
-            _matrix(source.read_table(since=since_t, until=at, paths=[p]), settings, judge,
-                    path=p, since=since, now=at)
-            for p in relays if not asked or p in asked)
-        result = None
-        if direct is None or direct:
-            result = judge(settings, path=direct, baseline=baseline, canary=canary,
-                           since=since)
-    return PairedVerdict(result, matrices)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,15 +18,7 @@ import numpy as np
 from probes._timeparse import parse_time, rfc3339
 from probes.errors import BadInput
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
-from probes.spec import (
-    DEFAULT_ALPHA,
-    DEFAULT_MIN_SAMPLES,
-    DEFAULT_WARMUP_S,
-    DEFAULT_WINDOW_S,
-    CohortSpec,
-    Config,
-    Tolerances,
-)
+from probes.spec import JudgingSettings, Tolerances
 from probes.stats.cohorts import pick_cohorts
 from probes.stats.pods import PodGrid, read_pod_grids
 from probes.store import Store
@@ -37,19 +28,16 @@ from probes.verdict import judge
 from probes.verdict.cache import pooled_windows
 
 if TYPE_CHECKING:
-    from probes.store.prometheus import PrometheusSettings, PrometheusSource
+    from probes.store.prometheus import PrometheusSource
     from probes.verdict.cache import VerdictCache
 
 __all__ = [
     "FROM_STORE",
-    "JudgingSettings",
     "SourceJudge",
     "WindowSource",
-    "compute_prometheus_verdict",
     "compute_verdict",
     "format_table",
     "late_spans",
-    "load_judging_config",
     "overload_spans",
     "prometheus_judge",
     "stored_overload",
@@ -57,37 +45,6 @@ __all__ = [
     "verdict_time",
     "with_doubts",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class JudgingSettings:
-    """The parts of a config that a verdict needs (a verdict needs no targets)."""
-
-    tolerances: Tolerances = Tolerances()
-    alpha: float = DEFAULT_ALPHA
-    min_samples: int = DEFAULT_MIN_SAMPLES
-    window_s: float = DEFAULT_WINDOW_S
-    cohort: CohortSpec = CohortSpec()
-    warmup_s: float = DEFAULT_WARMUP_S
-
-    @classmethod
-    def from_config(cls, config: Config) -> JudgingSettings:
-        return cls(
-            tolerances=config.tolerances,
-            alpha=config.alpha,
-            min_samples=config.min_samples,
-            window_s=config.window_s,
-            cohort=config.cohort,
-            warmup_s=config.warmup_s,
-        )
-
-
-def load_judging_config(path: str | None) -> JudgingSettings:
-    if path is None:
-        return JudgingSettings()
-    from probes.config import load_config
-
-    return JudgingSettings.from_config(load_config(path))
 
 
 class WindowSource(Protocol):
@@ -127,7 +84,7 @@ def verdict_time(at: str | None, *, now: float) -> float:
 
 def compute_verdict(
     store_path: str,
-    settings: JudgingSettings | Config,
+    settings: JudgingSettings,
     *,
     path: str | Sequence[str] | None = None,
     baseline: str | None = None,
@@ -152,8 +109,6 @@ def compute_verdict(
     for both cohorts, and said so in the p99 reason; every other metric is judged from
     every window (a skipped call was never made, so it is neither success nor failure).
     """
-    if isinstance(settings, Config):
-        settings = JudgingSettings.from_config(settings)
     query = dict(path=path, baseline=baseline, canary=canary, since=since)
     if cache is not None and since is None:
         with cache.open() as store:
@@ -313,31 +268,6 @@ def stored_overload(store: Store, now: float) -> str | None:
     return str(reason) if reason else None
 
 
-def compute_prometheus_verdict(
-    prometheus: PrometheusSettings,
-    settings: JudgingSettings | Config,
-    *,
-    path: str | Sequence[str] | None = None,
-    baseline: str | None = None,
-    canary: str | None = None,
-    since: str | None = None,
-    now: float,
-) -> Mapping[str, Any]:
-    """Judge from Prometheus over every probe it scrapes (`probes.store.prometheus`).
-
-    Raises SourceUnavailable (exit 4, HTTP 503) when Prometheus does not answer, BadInput
-    (exit 2) for a bad query. A probe that stopped answering scrapes turns a pass into
-    inconclusive; an overloaded probe makes every path inconclusive, as for one probe.
-    """
-    from probes.store.prometheus import PrometheusSource
-
-    if isinstance(settings, Config):
-        settings = JudgingSettings.from_config(settings)
-    with PrometheusSource(prometheus, step_s=settings.window_s, clock=lambda: now) as source:
-        return prometheus_judge(source)(
-            settings, path=path, baseline=baseline, canary=canary, since=since)
-
-
 SourceJudge = Callable[..., Mapping[str, Any]]
 
 
@@ -362,7 +292,7 @@ def prometheus_judge(source: PrometheusSource) -> SourceJudge:
 
 def verdict_from_source(
     source: WindowSource,
-    settings: JudgingSettings | Config,
+    settings: JudgingSettings,
     *,
     path: str | Sequence[str] | None = None,
     baseline: str | None = None,
@@ -381,8 +311,6 @@ def verdict_from_source(
     `starts_from`: where a path still in warm-up reads its pods' starts, to say when its
     first warm window ends (default `source`; the store under a cache, so as not to read
     through the cache a span it does not keep)."""
-    if isinstance(settings, Config):
-        settings = JudgingSettings.from_config(settings)
     paths = [path] if isinstance(path, str) else (list(path) if path else None)
     since_t = parse_time(since, now=now) if since else None
     if since_t is not None and since_t > max(now, asked or now):
@@ -419,6 +347,7 @@ def verdict_from_source(
         tolerances=settings.tolerances,
         alpha=settings.alpha,
         min_samples=settings.min_samples,
+        attempts_max=settings.attempts_max,
         window_s=window_s,
         now=now,
         baseline=baseline,

@@ -19,15 +19,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from probes._timeparse import rfc3339
+from probes.config import load_config
 from probes.errors import StoreCorrupt
-from probes.spec import CohortSpec, Tolerances
+from probes.spec import CohortSpec, JudgingSettings, Tolerances
 from probes.store import SETTINGS_EVENT, Event, Store
-from probes.verdict.service import JudgingSettings, load_judging_config
 
-__all__ = ["SETTINGS_EVENT", "SETTINGS_VERSION", "Resolved", "resolve", "settings_event",
-           "settings_json", "stored_settings"]
+__all__ = ["SETTINGS_EVENT", "SETTINGS_VERSION", "Resolved", "load_judging_config", "resolve",
+           "settings_event", "settings_json", "stored_settings"]
 
 SETTINGS_VERSION = 1
+
+
+def load_judging_config(path: str | None) -> JudgingSettings:
+    """The judging settings of the config file at `path` (None: the built-in defaults)."""
+    return JudgingSettings() if path is None else load_config(path).judging
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -35,9 +35,9 @@ from prometheus_client import CollectorRegistry, Counter
 from probes.errors import SourceUnavailable
 
 if TYPE_CHECKING:
-    from probes.store.prometheus import PrometheusSettings
+    from probes.spec import JudgingSettings, PrometheusSettings
     from probes.verdict.cache import VerdictCache
-    from probes.verdict.service import JudgingSettings
+    from probes.verdict.entry import Query
 
 __all__ = [
     "SharedVerdicts",
@@ -65,7 +65,7 @@ class VerdictJob:
 
     store_path: str
     settings: JudgingSettings
-    query: Mapping[str, Any]  # the verdict functions' keywords: path, ..., since, now
+    query: Query
     overload: Any = None  # the probe's overload reason, or FROM_STORE (`probes.verdict.service`)
     cached: bool = False  # through the worker's verdict cache (asked "now")
     prometheus: PrometheusSettings | None = None
@@ -86,13 +86,12 @@ def _start(store_path: str, niceness: int) -> None:
 
 def judge_job(job: VerdictJob, cache: VerdictCache | None = None) -> dict[str, Any]:
     """The verdict JSON of `job` (in the worker: through its cache when `job.cached`)."""
-    from probes.verdict.pairs import prometheus_verdict, store_verdict
+    from probes.verdict.entry import StoreSource, verdict
 
-    if job.prometheus is not None:
-        return prometheus_verdict(job.prometheus, job.settings, **job.query).to_json()
     cache = cache if cache is not None else _cache
-    return store_verdict(job.store_path, job.settings, overload=job.overload,
-                         cache=cache if job.cached else None, **job.query).to_json()
+    source = job.prometheus or StoreSource(job.store_path, overload=job.overload,
+                                           cache=cache if job.cached else None)
+    return verdict(job.query, job.settings, source).to_json()
 
 
 def _pooled_rows(cache: VerdictCache | None = None) -> int | None:

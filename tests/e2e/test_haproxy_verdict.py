@@ -50,8 +50,9 @@ from typing import Any
 import pytest
 
 from probes.config import parse_config
+from probes.spec import JudgingSettings
 from probes.store import Store
-from probes.verdict.service import JudgingSettings, verdict_from_source
+from probes.verdict.service import verdict_from_source
 from targets.haproxy import default_versions_file
 from targets.haproxy_config import load_haproxy_versions
 from tests.servers.fleet_cli import fleet_process, read_until
@@ -105,7 +106,7 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
     store = str(tmp_path / "probe.db")
     written = Windows()
     runner = probe_runner(config, store, on_window=written.on_window)
-    judging = JudgingSettings.from_config(parse_config(config))
+    judging = parse_config(config).judging
     verdict: dict[str, Any] = {}
     # The fleet (its apps; each pod's HAProxy is a process anyway) runs in a process of its
     # own, so this test's event loop carries only the probe, as `skewprobe run`'s does: the

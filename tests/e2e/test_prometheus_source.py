@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -44,12 +44,14 @@ from probes.discovery.shard import shard_of
 from probes.errors import EXIT_UNAVAILABLE, BadInput, SourceUnavailable
 from probes.measure.histogram import LOWER, UPPER
 from probes.metrics import PROMETHEUS_DURATION_BUCKETS
+from probes.spec import JudgingSettings
 from probes.store import Store
 from probes.store._prom_table import Samples, bucket_counts, increases, level_changes
 from probes.store.prometheus import PrometheusSettings, PrometheusSource, _one_of
 from probes.types import PathWindow
 from probes.verdict import judge
-from probes.verdict.service import JudgingSettings, compute_prometheus_verdict, with_doubts
+from probes.verdict.entry import Query, verdict
+from probes.verdict.service import with_doubts
 from tests.servers.helm import HELM, NAMESPACE, PROBE, RELEASE, probe_config, render, shard_argv
 from tests.servers.ports import free_port
 from tests.servers.probe_run import example_fleet
@@ -61,6 +63,12 @@ W = 1.0  # window = query step = scrape interval
 SCRAPE_TIMEOUT_S = 0.9
 
 # -- counter arithmetic (no server) --------------------------------------------------------
+
+
+def _from_prometheus(prometheus: PrometheusSettings, judging: JudgingSettings,
+                     **query: Any) -> Mapping[str, Any]:
+    """The verdict JSON from Prometheus, through the one entry the CLI and a gate use."""
+    return verdict(Query(**query), judging, prometheus).to_json()
 
 
 def _samples(labels: Sequence[dict[str, str]], rows: Sequence[Sequence[float]]) -> Samples:
@@ -391,7 +399,7 @@ async def test_three_sharded_probes_from_the_chart_through_prometheus_agree_with
         judging = JudgingSettings(min_samples=100, window_s=W)
         health = await asyncio.to_thread(source.health, b)
         # Asked at b + W, Prometheus answers for b (a step before: every scrape stored).
-        result = await asyncio.to_thread(compute_prometheus_verdict, settings, judging,
+        result = await asyncio.to_thread(_from_prometheus, settings, judging,
                                          now=b + W)
         origin = min(w.start for w in merged if w.cohort == "1.21.0")
         from_stores_default = judge(
@@ -404,11 +412,11 @@ async def test_three_sharded_probes_from_the_chart_through_prometheus_agree_with
             assert _verdicts(result) == _verdicts(from_stores_default), result
         assert abs(_parse(result["window"]["from"]) - origin) <= 2 * W
         only = await asyncio.to_thread(
-            compute_prometheus_verdict, settings, judging, path="checkout", now=b)
+            _from_prometheus, settings, judging, path="checkout", now=b)
         assert [p["path"] for p in only["paths"]] == ["checkout"]
         with pytest.raises(BadInput, match="no data for path"):
             await asyncio.to_thread(
-                compute_prometheus_verdict, settings, judging, path="nope", now=b)
+                _from_prometheus, settings, judging, path="nope", now=b)
         # After the probes stopped, Prometheus says so, and nothing could pass.
         later = await asyncio.to_thread(source.health)
         assert later.down == tuple(sorted(listens)) and later.doubts()
@@ -421,12 +429,12 @@ async def test_three_sharded_probes_from_the_chart_through_prometheus_agree_with
         # Prometheus stopped: SourceUnavailable (exit 4), HTTP 503, never a pass.
         prom.stop()
         with pytest.raises(SourceUnavailable) as err:
-            await asyncio.to_thread(compute_prometheus_verdict, settings, judging, now=b)
+            await asyncio.to_thread(_from_prometheus, settings, judging, now=b)
         assert err.value.exit_code == EXIT_UNAVAILABLE
 
         async def verdict_fn(query: VerdictQuery) -> Any:
             return await asyncio.to_thread(
-                compute_prometheus_verdict, settings, judging, path=query.path, now=time.time())
+                _from_prometheus, settings, judging, path=query.path, now=time.time())
 
         from prometheus_client import CollectorRegistry
 

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 
 from probes.api import VerdictQuery
+from probes.spec import JudgingSettings
 from probes.types import pair_cohort
 from probes.verdict.pairs import pair_matrix
-from probes.verdict.service import JudgingSettings
 from tests.servers.ports import free_port
 from tests.servers.probe_run import Windows, probe_runner, running, windows_for
 from tests.servers.prometheus import PrometheusServer, needs_prometheus

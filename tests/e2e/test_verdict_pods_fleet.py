@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from probes.config import parse_rate
+from probes.spec import JudgingSettings
 from probes.store import Store
 from probes.verdict import judge
-from probes.verdict.service import JudgingSettings, verdict_from_source
+from probes.verdict.service import verdict_from_source
 from targets.fleet import Fleet
 from targets.profile import parse_profiles
 from tests.servers.probe_run import (

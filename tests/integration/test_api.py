@@ -22,8 +22,9 @@ from probes.cli import main as skewprobe_main
 from probes.config import parse_config
 from probes.errors import BadInput, StoreError
 from probes.run.runner import ProbeRunner, RunOptions
+from probes.spec import JudgingSettings
 from probes.store import Store
-from probes.verdict.service import JudgingSettings, compute_verdict
+from probes.verdict.service import compute_verdict
 from tests.servers.asgi import serve_app
 from tests.servers.ports import free_port
 from tests.servers.probe_run import discard_config

@@ -45,7 +45,7 @@ def test_good_config_builds_typed_specs() -> None:
     assert health.grpc is not None and health.grpc.health_service == ""
     (target,) = config.static_targets
     assert target.port_for("grpc") == 19090 and target.labels["proxy_version"] == "1.20.3"
-    assert config.window_s == 10.0 and config.alpha == 0.01
+    assert config.judging.window_s == 10.0 and config.judging.alpha == 0.01
 
 
 def _error(text: str) -> ConfigError:
@@ -80,7 +80,7 @@ def test_zero_rate_and_bad_duration() -> None:
 
 
 def test_a_zero_warm_up_turns_it_off_and_other_zero_durations_are_refused() -> None:
-    assert parse_config(GOOD + "verdict: {warmup: 0s}\n").warmup_s == 0.0
+    assert parse_config(GOOD + "verdict: {warmup: 0s}\n").judging.warmup_s == 0.0
     assert _error(GOOD + "verdict: {warmup: -1s}\n").key == "verdict.warmup"
     assert _error(GOOD.replace("timeout: 1s", "timeout: 0s")).key == "paths[0].timeout"
 

@@ -41,10 +41,10 @@ from schemathesis.specs.openapi.checks import (
 from probes.api import ROUTES, ApiApp, VerdictQuery, openapi_json, openapi_spec
 from probes.cli import main
 from probes.inventory import report_from_rows
-from probes.spec import SkewPolicy
+from probes.spec import JudgingSettings, SkewPolicy
 from probes.store import Store
 from probes.store.records import InventoryRow
-from probes.verdict.service import JudgingSettings, compute_verdict
+from probes.verdict.service import compute_verdict
 from tests.unit.test_verdict import NEW, OLD, _cohort_windows
 
 TOKEN = "fuzz-token"

@@ -1,5 +1,5 @@
 """A running probe's `GET /verdict` and `POST /gate` carry the relay path's pair matrix, the
-same `skewprobe verdict --store` shows (`probes.verdict.pairs.store_verdict` for both), and a
+same `skewprobe verdict --store` shows (`probes.verdict.entry.verdict` for both), and a
 failing pair fails the gate.
 
 The store holds 20 minutes of a relay path (tests/servers/report_store.py) ending just

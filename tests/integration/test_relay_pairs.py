@@ -25,10 +25,10 @@ import pytest
 
 from probes.config import parse_config
 from probes.discovery.meshes import UNKNOWN
+from probes.spec import JudgingSettings
 from probes.store import Store
 from probes.types import pair_cohort
 from probes.verdict.pairs import PairMatrix, pair_matrix
-from probes.verdict.service import JudgingSettings
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
 from tests.servers.probe_run import Windows, probe_runner, running, windows_for
 from tests.servers.relay_estate import MIN_SAMPLES, NEW, OLD, PAIR_PER_S, PATH, config, estate
@@ -129,7 +129,7 @@ async def test_retrying_caller_fails_on_attempts_against_old_old_at_equal_succes
                                    text=True, timeout=120, check=False)
     # The command judges as a gate does, leaving out windows written while this (shared,
     # perhaps loaded) machine overloaded the probe: it must say what the same rule says.
-    expected = pair_matrix(store, JudgingSettings.from_config(parse_config(config(relays))),
+    expected = pair_matrix(store, parse_config(config(relays)).judging,
                            path=PATH, now=float(at))
     exit_code = {"pass": 0, "fail": 1, "inconclusive": 3}[expected.verdict]
     assert done.returncode == exit_code, done.stderr

@@ -19,10 +19,10 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from probes.spec import JudgingSettings
 from probes.store import Store
 from probes.types import Outcome, pair_cohort, split_pair
 from probes.verdict.pairs import pair_matrix
-from probes.verdict.service import JudgingSettings
 from targets.fleet import write_atomically
 from targets.meshview import EmulatedMesh
 from targets.profile import VersionProfile

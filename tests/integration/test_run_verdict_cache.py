@@ -21,9 +21,10 @@ import numpy as np
 
 from probes.measure.histogram import BUCKET_COUNT
 from probes.run.runner import ProbeRunner
+from probes.spec import JudgingSettings
 from probes.store import Store
 from probes.types import EndpointWindow, PathWindow
-from probes.verdict.service import JudgingSettings, verdict_from_source
+from probes.verdict.service import verdict_from_source
 from tests.servers.ports import free_port
 from tests.servers.probe_run import Windows, example_fleet, probe_runner, running
 

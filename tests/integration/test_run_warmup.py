@@ -16,7 +16,7 @@ from typing import Any
 from probes._timeparse import parse_time
 from probes.api import VerdictQuery
 from probes.store import Store
-from probes.verdict.service import JudgingSettings, compute_verdict
+from probes.verdict.service import compute_verdict
 from targets.fleet import Fleet
 from tests.servers.probe_run import Windows, example_fleet, probe_runner, running
 
@@ -89,7 +89,7 @@ async def test_present_pods_are_judged_at_once_and_a_restart_seen_warms_up(
                 # the running probe did: compared when no window arrived in between.
                 before = runner.windows_written
                 late = dict(await runner.verdict_json(VerdictQuery()))
-                stored = compute_verdict(str(db), JudgingSettings.from_config(runner.config),
+                stored = compute_verdict(str(db), runner.config.judging,
                                          now=time.time())
                 if runner.windows_written == before:
                     assert stored["paths"] == late["paths"]

@@ -20,9 +20,8 @@ from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT, OverloadWatch
 from probes.measure.window import WindowAggregator
 from probes.metrics import ProbeMetrics
 from probes.run.runner import ProbeRunner, Recorder, RunOptions
-from probes.spec import Tolerances
+from probes.spec import PrometheusSettings, Tolerances
 from probes.store import Event, Store
-from probes.store.prometheus import PrometheusSettings
 from probes.types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.verdict.service import compute_verdict, late_spans, overload_spans, stored_overload
 from tests.servers.hostile import HostileServer
@@ -165,7 +164,7 @@ async def test_overload_is_written_to_the_store_for_store_only_verdicts(tmp_path
     with Store.open(store, readonly=True) as s:
         newest = s.newest_window_end()
     assert newest is not None
-    result = compute_verdict(str(store), config, now=max(newest, stored_at(store)) + 1)
+    result = compute_verdict(str(store), config.judging, now=max(newest, stored_at(store)) + 1)
     assert result["verdict"] == "inconclusive"  # one cohort, and no call ever answered
     assert result["reasons"][0].startswith(stored)
 
@@ -183,16 +182,16 @@ def test_an_overload_is_said_while_it_lasts_and_judges_all_along(tmp_path: Path)
     config = parse_config(CONFIG)
     with Store.open(store) as s:
         s.write_events([Event(OVERLOAD_EVENT, now - 60, detail={"reason": "probe overloaded: x"})])
-    starved = compute_verdict(str(store), config, now=now)
+    starved = compute_verdict(str(store), config.judging, now=now)
     assert starved["verdict"] == "fail"
     assert starved["reasons"][0].startswith("probe overloaded: x")
     with Store.open(store) as s:
         s.write_events([Event(OVERLOAD_EVENT, now - 30, detail={"reason": None})])
-    cleared = compute_verdict(str(store), config, now=now)
+    cleared = compute_verdict(str(store), config.judging, now=now)
     assert cleared["verdict"] == "fail"
     assert not any(r.startswith("probe overloaded") for r in cleared["reasons"])
     # The live probe's own state wins over the store's: it is newer.
-    assert compute_verdict(str(store), config, now=now, overload="probe overloaded: y")[
+    assert compute_verdict(str(store), config.judging, now=now, overload="probe overloaded: y")[
         "reasons"][0].startswith("probe overloaded: y")
 
 
@@ -235,11 +234,11 @@ def test_a_probe_that_stopped_overloaded_is_no_longer_said_to_be(tmp_path: Path)
         s.write_events([Event(OVERLOAD_EVENT, newest - 5,
                               detail={"reason": "probe overloaded: x"})])
     # Asked while the probe still writes: overloaded now, and said so; judged all the same.
-    now = compute_verdict(str(store), config, now=newest + 1)
+    now = compute_verdict(str(store), config.judging, now=newest + 1)
     assert now["verdict"] == "fail"
     assert now["reasons"][0].startswith("probe overloaded: x")
     # Asked once it has stopped: stale, and no longer said to be overloaded.
-    later = compute_verdict(str(store), config, now=newest + 1 + 30)
+    later = compute_verdict(str(store), config.judging, now=newest + 1 + 30)
     assert any("data is stale" in r for r in later["reasons"]), later["reasons"]
     assert not any(r.startswith("probe overloaded") for r in later["reasons"])
 
@@ -267,14 +266,14 @@ def test_errors_while_the_probe_was_overloaded_still_count(tmp_path: Path) -> No
             Event(OVERLOAD_EVENT, stall[1] + 30, detail={"reason": None}),
         ])
     config = parse_config(CONFIG)
-    judged = compute_verdict(str(store), config, now=now)
+    judged = compute_verdict(str(store), config.judging, now=now)
     assert judged["verdict"] == "fail", judged["reasons"]
     success = judged["paths"][0]["metrics"]["success_rate"]
     assert success["counts"]["canary"]["errors"] == 600
     # The same as the store without the overload events (the sends were not late: lag 0).
     with Store.open(tmp_path / "unmarked.db") as s, Store.open(store, readonly=True) as src:
         s.write(src.read_windows(), src.read_endpoint_windows())
-    unmarked = compute_verdict(str(tmp_path / "unmarked.db"), config, now=now)
+    unmarked = compute_verdict(str(tmp_path / "unmarked.db"), config.judging, now=now)
     assert unmarked["paths"] == judged["paths"]
 
 
@@ -316,7 +315,7 @@ async def test_a_probe_overloaded_all_along_still_fails_a_regression_on_its_call
         late = late_spans(s, overload_spans(s, newest + 0.5, 1.0), Tolerances())
     assert states and all(states), states  # overloaded from its first windows to its last
     # The store alone judges the same way, and says what p99 left out, if anything.
-    stored = compute_verdict(str(db), parse_config(config), now=newest + 0.5)
+    stored = compute_verdict(str(db), parse_config(config).judging, now=newest + 0.5)
     assert stored["verdict"] == "fail", stored["reasons"]
     p99 = stored["paths"][0]["metrics"]["latency_p99_ms"]["reason"]
     assert ("left out of p99: the probe's sends were up to" in p99) == bool(late), p99

@@ -14,9 +14,8 @@ import pytest
 
 from probes._timeparse import rfc3339
 from probes.errors import StoreCorrupt
-from probes.spec import CohortSpec, Tolerances
+from probes.spec import CohortSpec, JudgingSettings, Tolerances
 from probes.store import Event, Store
-from probes.verdict.service import JudgingSettings
 from probes.verdict.settings import SETTINGS_EVENT, resolve, settings_event, stored_settings
 from tests.servers.report_store import T0, build
 

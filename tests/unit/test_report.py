@@ -19,10 +19,9 @@ from probes._timeparse import parse_time
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.report._collect import collect
 from probes.report._grid import MAX_LOOKS, MAX_POINTS, choose_grid
-from probes.report._settings import Settings
 from probes.report.model import _late_sends
 from probes.report.write import ReportFiles, write_report
-from probes.spec import DEFAULT_WARMUP_S
+from probes.spec import DEFAULT_WARMUP_S, JudgingSettings
 from probes.stats.pods import pod_grids
 from probes.stats.series import overlapping
 from probes.store import Event, Store
@@ -391,7 +390,7 @@ def test_merged_pod_strata_are_looked_at_when_their_last_window_ends(
 
 def test_the_config_sets_the_warm_up(store: Path, tmp_path: Path) -> None:
     """`verdict.warmup` reaches the report as it reaches the live verdict."""
-    from probes.verdict.service import load_judging_config
+    from probes.verdict.settings import load_judging_config
 
     (tmp_path / "endpoints.yaml").write_text("[]\n")
     cfg = tmp_path / "probe.yaml"
@@ -443,7 +442,7 @@ def test_the_replay_leaves_late_sends_out_of_latency_as_the_verdict_does(
         s.write_events([Event(OVERLOAD_EVENT, declared, detail={"reason": "late"}),
                         Event(OVERLOAD_EVENT, cleared, detail={"reason": None})])
     with Store.open(db, readonly=True) as s:
-        late = _late_sends(s, T0, T0 + 600, None, Settings())
+        late = _late_sends(s, T0, T0 + 600, None, JudgingSettings())
         # The span starts the rule's horizon before the event that declared it.
         assert late["exclude"] == [(declared - OVERLOAD_WINDOWS * late["window_s"], cleared)]
         kept, full = collect(s, T0, T0 + 600, None, **late), collect(s, T0, T0 + 600, None)
@@ -455,7 +454,7 @@ def test_the_replay_leaves_late_sends_out_of_latency_as_the_verdict_does(
     assert np.array_equal(full.pooled.requests, kept.pooled.requests)
     assert np.array_equal(full.pooled.errors, kept.pooled.errors)
     # With a margin that the lateness is a small share of, nothing is left out.
-    loose = Settings(tolerances=dataclasses.replace(Settings().tolerances,
+    loose = JudgingSettings(tolerances=dataclasses.replace(JudgingSettings().tolerances,
                                                     latency_p99_margin_ms=100.0))
     with Store.open(db, readonly=True) as s:
         assert _late_sends(s, T0, T0 + 600, None, loose)["exclude"] == []

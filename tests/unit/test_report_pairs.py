@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from probes.report.write import ReportFiles, write_report
+from probes.spec import JudgingSettings
 from probes.store import Store
 from probes.types import pair_cohort
 from probes.verdict.pairs import pair_matrix
-from probes.verdict.service import JudgingSettings
 from tests.servers.report_store import (
     RELAY_NEW,
     RELAY_OLD,

@@ -15,9 +15,10 @@ import pytest
 
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.measure.window import WindowAggregator
+from probes.spec import JudgingSettings
 from probes.store import Event, Store
 from probes.types import CallOutcome, CallResult, EndpointWindow, Outcome, PathWindow
-from probes.verdict.service import JudgingSettings, compute_verdict
+from probes.verdict.service import compute_verdict
 
 T0 = 1_790_000_000.0
 WINDOW_S = 10.0

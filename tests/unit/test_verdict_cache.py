@@ -17,11 +17,12 @@ import pytest
 from probes._timeparse import rfc3339
 from probes.measure.histogram import BUCKET_COUNT
 from probes.measure.overload import OVERLOAD_EVENT
+from probes.spec import JudgingSettings
 from probes.store import Event, Store
 from probes.types import EndpointWindow, PathWindow
 from probes.verdict import service as verdict_service
 from probes.verdict.cache import CachedSource, VerdictCache
-from probes.verdict.service import JudgingSettings, compute_verdict
+from probes.verdict.service import compute_verdict
 
 T0 = 1_790_000_000.0
 W = 10.0

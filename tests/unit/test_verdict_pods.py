@@ -19,9 +19,10 @@ import pytest
 from probes._timeparse import rfc3339
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.measure.overload import OVERLOAD_EVENT
+from probes.spec import JudgingSettings
 from probes.store import APPEARED_EVENT, PRESENT_EVENT, RESTART_EVENT, Event, Store
 from probes.types import EndpointWindow, PathWindow
-from probes.verdict.service import JudgingSettings, compute_verdict, verdict_from_source
+from probes.verdict.service import compute_verdict, verdict_from_source
 
 T0 = 1_790_000_000.0
 WINDOW_S = 10.0
