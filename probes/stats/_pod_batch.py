@@ -10,10 +10,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from probes.stats._num import F64, I64, Bool
+from probes.stats._num import F64, I64, Acc, Bool, first_max
 from probes.stats._pod_mixture import log_e_one_sided
 from probes.stats._pod_spread import capped, dl_tau2, outlier, pick, spread_term, tau2_at
-from probes.stats._pod_sums import Acc, first_max
 
 __all__ = ["ONE_POD_BASELINE", "PodTrack", "pod_batch", "pod_states"]
 

@@ -11,8 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.stats._num import F64, I64
-from probes.stats._pod_grid import MAX_GRID_CELLS, PodGrid
-from probes.stats.pod_cells import LatencyFold, add_per_pod, per_pod_of
+from probes.stats.pod_cells import MAX_GRID_CELLS, LatencyFold, PodGrid, add_per_pod, per_pod_of
 from probes.stats.pod_cells import by_path as entries_by_path
 
 __all__ = ["pod_grids", "read_pod_grids"]

@@ -8,9 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from probes.stats._num import F64, I64, Bool
+from probes.stats._num import F64, I64, Acc, Bool, first_max
 from probes.stats._pod_mixture import few_pods_factor
-from probes.stats._pod_sums import Acc, first_max
 
 __all__ = ["capped", "dl_tau2", "outlier", "pick", "spread_term", "tau2_at"]
 

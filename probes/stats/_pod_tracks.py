@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from probes.stats._num import F64, I64, Bool
+from probes.stats._num import F64, I64, Acc, Bool
 from probes.stats._pod_batch import PodTrack, pod_batch
 from probes.stats._pod_mixture import MIXING_SCALES
-from probes.stats._pod_sums import Acc
 
 __all__ = ["MEMO_MAX_PODS", "TrackMemo", "pod_track", "pod_tracks"]
 

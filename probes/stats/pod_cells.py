@@ -1,4 +1,5 @@
-"""Per-pod attempts and latency for the pods × windows grid (`probes.stats.pods.PodGrid`).
+"""The pods × windows grid (`PodGrid`), the pod-level verdict's input, and its per-pod
+attempts and latency.
 
 `pods.pod_grids` lays out each path's pods, windows and warm-up; this adds what the store's
 endpoint windows hold besides calls and errors (schema v2): each pod's upstream attempts per
@@ -17,15 +18,53 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.measure.histogram import BUCKET_COUNT
-from probes.stats._pod_grid import PodGrid
 from probes.stats.series import overlapping
 
-__all__ = ["LatencyFold", "PerPod", "add_per_pod", "by_path", "per_pod_of", "warm_latency"]
+__all__ = ["MAX_GRID_CELLS", "LatencyFold", "PerPod", "PodGrid", "add_per_pod", "by_path",
+           "per_pod_of", "warm_latency"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 Bool = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PodGrid:
+    """One path's calls and errors per pod and window: the input of the pod-level verdict.
+
+    A pod is an endpoint in one cohort (a pod restarted onto the new proxy is a new pod).
+    `calls` / `errors` are (pods, windows) over the windows `starts`, with each pod's
+    warm-up left out; `warmup_calls` / `warmup_errors` are what the warm-up held, per pod.
+    A column is one window, or adjacent ones merged to bound the grid's size: `starts` is
+    when each column's first window began, `last_starts` when its last one did.
+    Per-pod attempts and latency, where the source keeps them (`per_pod_metrics`: every
+    warm cell was written with them): `attempts_calls` / `attempts_sum` (pods, windows) as
+    `calls`, and `latency` (pods, buckets of `probes.measure.histogram`), the warm calls'
+    histogram over all the grid's windows; None where no row from `since` has any.
+    """
+
+    pods: tuple[str, ...]
+    cohorts: tuple[str, ...]
+    starts: F64
+    calls: F64
+    errors: F64
+    warmup_calls: F64
+    warmup_errors: F64
+    last_starts: F64
+    attempts_calls: F64 | None = None
+    attempts_sum: F64 | None = None
+    latency: F64 | None = None
+    per_pod_metrics: bool = False
+
+    def of(self, cohort: str) -> Bool:
+        return np.array([c == cohort for c in self.cohorts], dtype=bool)
+
+
+# A grid above this many cells is judged in coarser time strata (adjacent windows merged):
+# memory stays bounded for hundreds of pods over a day, and strata of a few windows still
+# cancel an outage shared by both cohorts.
+MAX_GRID_CELLS = 2_000_000
 
 
 @dataclass(frozen=True, slots=True, eq=False)

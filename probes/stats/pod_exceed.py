@@ -63,7 +63,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from probes.stats.pods import PodTrack, pod_tracks
+from probes.stats._pod_batch import PodTrack
+from probes.stats._pod_tracks import pod_tracks
 from probes.stats.quantile import Layout, quantile_cs
 
 __all__ = ["ExceedanceCuts", "Exceedances", "exceedance_cuts", "exceedance_track",

@@ -62,17 +62,16 @@ Decisions (`pod_states`, the one rule the live verdict and the report's replay b
 - the canary pod with the largest excess and its share of the canary's excess are reported
   (`worst`, `worst_share`): "concentrated on shop-0" is a finding in its own right.
 
-Where each part lives (this module names what the rest of the probe uses): `_pod_grid`
-the input grid, `_pod_read` grids laid out from the store's rows, `_pod_batch` the
-statistic per look and the decision rule, `_pod_spread` τ², the few-pods allowance, sick
-pods and the cap, `_pod_mixture` the e-value, `_pod_sums` sums over windows, `_pod_tracks`
-batches of grids and the memo.
+Where each part lives (this module names what the rest of the probe uses): `pod_cells`
+the input grid and its per-pod attempts and latency, `_pod_read` grids laid out from the
+store's rows, `_pod_batch` the statistic per look and the decision rule, `_pod_spread` τ²,
+the few-pods allowance, sick pods and the cap, `_pod_mixture` the e-value, `_num` sums over
+windows, `_pod_tracks` batches of grids and the memo.
 """
 
 from __future__ import annotations
 
 from probes.stats._pod_batch import ONE_POD_BASELINE, PodTrack, pod_states
-from probes.stats._pod_grid import MAX_GRID_CELLS, PodGrid
 from probes.stats._pod_mixture import (
     MIXING_SCALES,
     few_pods_factor,
@@ -82,6 +81,7 @@ from probes.stats._pod_mixture import (
 )
 from probes.stats._pod_read import pod_grids, read_pod_grids
 from probes.stats._pod_tracks import MEMO_MAX_PODS, TrackMemo, pod_track, pod_tracks
+from probes.stats.pod_cells import MAX_GRID_CELLS, PodGrid
 
 __all__ = [
     "MAX_GRID_CELLS",
