@@ -34,6 +34,7 @@ from probes.store import Store
 from probes.store.table import WindowColumns
 from probes.types import Outcome, pair_cohort, split_pair
 from probes.verdict.cache import VerdictCache
+from probes.verdict.rules import State, combine
 from probes.verdict.service import (
     FROM_STORE,
     JudgingSettings,
@@ -47,11 +48,13 @@ from probes.verdict.service import (
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSettings
 
-__all__ = ["CallerStale", "PairCell", "PairMatrix", "PairedVerdict", "combine_states",
-           "format_matrix", "pair_matrix", "prometheus_verdict", "relay_paths",
-           "stale_by_caller", "store_verdict"]
+__all__ = ["CallerStale", "PairCell", "PairMatrix", "PairedVerdict", "format_matrix",
+           "pair_matrix", "prometheus_verdict", "relay_paths", "stale_by_caller",
+           "store_verdict"]
 
-FAIL, PASS, INCONCLUSIVE, BASELINE = "fail", "pass", "inconclusive", "baseline"
+FAIL, PASS, INCONCLUSIVE = State.FAIL, State.PASS, State.INCONCLUSIVE
+# The old-old pair's cell: the baseline every other cell is judged against, not a state.
+BASELINE = "baseline"
 _METRICS = (("success_rate", "success"), ("latency_p99_ms", "p99_ms"),
             ("attempts_per_request", "attempts"))
 
@@ -82,7 +85,7 @@ class CallerStale:
     stale: int
     lower: float
     upper: float
-    verdict: str
+    verdict: State
 
     @property
     def share(self) -> float:
@@ -105,12 +108,9 @@ class PairMatrix:
     stale: tuple[CallerStale, ...] = ()
 
     @property
-    def verdict(self) -> str:
-        judged = [c.verdict for c in self.cells if c.verdict != BASELINE]
-        judged += [s.verdict for s in self.stale]
-        if FAIL in judged:
-            return FAIL
-        return PASS if judged and all(v == PASS for v in judged) else INCONCLUSIVE
+    def verdict(self) -> State:
+        return combine([*(c.verdict for c in self.cells if c.verdict != BASELINE),
+                        *(s.verdict for s in self.stale)])
 
     def cell(self, caller: str, callee: str) -> PairCell | None:
         return next((c for c in self.cells if (c.caller, c.callee) == (caller, callee)), None)
@@ -297,13 +297,6 @@ def format_matrix(matrix: PairMatrix) -> str:
     return "\n".join([*lines, f"pairs verdict: {matrix.verdict}"])
 
 
-def combine_states(states: Sequence[str]) -> str:
-    """fail if any fails, pass if all pass, else inconclusive (none: inconclusive)."""
-    if FAIL in states:
-        return FAIL
-    return PASS if states and all(s == PASS for s in states) else INCONCLUSIVE
-
-
 def _reasons(matrix: PairMatrix) -> list[str]:
     """Why a matrix did not pass, as lines of the verdict's `reasons`: every failing pair and
     caller version when it fails, else the first undecided pair."""
@@ -334,8 +327,8 @@ class PairedVerdict:
     matrices: tuple[PairMatrix, ...]
 
     @property
-    def verdict(self) -> str:
-        return combine_states([*([self.direct["verdict"]] if self.direct else []),
+    def verdict(self) -> State:
+        return combine([*([self.direct["verdict"]] if self.direct else []),
                                *(m.verdict for m in self.matrices)])
 
     def to_json(self) -> dict[str, Any]:

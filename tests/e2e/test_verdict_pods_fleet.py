@@ -20,7 +20,7 @@ import pytest
 
 from probes.config import parse_rate
 from probes.store import Store
-from probes.verdict import judge
+from probes.verdict.judge import judge
 from probes.verdict.service import JudgingSettings, verdict_from_source
 from targets.fleet import Fleet
 from targets.profile import parse_profiles

@@ -28,7 +28,7 @@ from probes.stats.sequential import (
 )
 from probes.stats.series import columns
 from probes.types import PathWindow
-from probes.verdict import judge
+from probes.verdict.judge import judge
 
 T0 = 1_700_000_000.0
 OLD, NEW = "1.20.3", "1.21.0"
