@@ -47,7 +47,7 @@ spans of late sends are known: a Prometheus source) make the path inconclusive
 with a reason. A path fails if any metric fails and passes only if every metric that applies
 passes; the verdict fails if any path fails and passes only if every path passes. These
 rules (states, gates, combine, each metric's test) are `probes.verdict.rules`, which the
-report's replay (`probes.stats.sequential`) applies at every look.
+report's replay (`probes.verdict.replay`) applies at every look.
 """
 
 from __future__ import annotations
