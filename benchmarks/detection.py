@@ -331,7 +331,7 @@ def binom_upper(k: int, n: int, conf: float = 0.95) -> float:
 
 def cost(paths: int, hours: float, window_s: float, seed: int) -> tuple[float, float, int]:
     """Time judge() on a WindowTable-shaped object of `paths` × `hours`; returns seconds."""
-    from probes.verdict import judge
+    from probes.verdict.judge import judge
 
     rng = np.random.default_rng(seed)
     t = int(hours * 3600 / window_s)

@@ -48,8 +48,8 @@ from report_speed import NEW, OLD, PODS, T0, build, store_file  # noqa: E402
 from probes._timeparse import rfc3339  # noqa: E402
 from probes.spec import JudgingSettings  # noqa: E402
 from probes.store import Store  # noqa: E402
-from probes.verdict import judge  # noqa: E402
 from probes.verdict.cache import VerdictCache  # noqa: E402
+from probes.verdict.judge import judge  # noqa: E402
 from probes.verdict.service import (  # noqa: E402
     _pod_grids,
     _PooledStore,

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from probes.report._rollout import INVENTORY
 from probes.report.model import METRIC_LABELS, PathSection, Period, Report
-from probes.stats.sequential import NOT_APPLICABLE
+from probes.verdict.rules import CODES, State
 
 __all__ = ["NARROW", "WIDE", "ChartJob", "chart_jobs", "metric_values", "metrics_for"]
 
@@ -120,10 +120,10 @@ def _runs(period: Period, section: PathSection) -> tuple[tuple[float, float, int
     grid = period.data.grid
     tracks = section.judgement.tracks
     at = np.minimum(grid.look_ends, period.until)
-    states = tracks.state if tracks is not None else np.zeros(at.size, dtype=np.int8)
+    states = tracks.state if tracks is not None else np.full(at.size, CODES[State.NOT_APPLICABLE])
     starts = np.concatenate([[period.since], at])
     ends = np.concatenate([at, [period.until]])
-    codes = np.concatenate([[NOT_APPLICABLE], states]).astype(np.int8)
+    codes = np.concatenate([[CODES[State.NOT_APPLICABLE]], states]).astype(np.int8)
     keep = ends > starts
     starts, ends, codes = starts[keep], ends[keep], codes[keep]
     # One bar per run of equal states: a bar per look would be hundreds of SVG paths.

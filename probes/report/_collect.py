@@ -7,7 +7,7 @@ slice. From each slice this keeps, per path x cohort:
 - per chart bucket: request, error, attempt and stream sums, and the p99 of the bucket's
   pooled histogram (counts added over the bucket's windows, never averaged percentiles);
 - per look: the same sums and the pooled histogram (kept sparse), from which
-  `probes.report._judge` builds the cumulative totals the sequential tests replay;
+  `probes.verdict.replay` builds the cumulative totals the sequential tests replay;
 - over the whole range: the pooled totals and outcome counts for the figures table;
 - which windows have data, to find each path's origin and staleness.
 
@@ -28,16 +28,13 @@ from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER
 from probes.report._grid import TimeGrid, choose_grid
 from probes.spec import DEFAULT_WINDOW_S
 from probes.stats.quantile import Layout, quantile_estimate
-from probes.stats.sequential import Totals
-from probes.stats.series import columns, without_latency
+from probes.stats.series import SCALARS, Totals, columns, without_latency
 from probes.store import Store, WindowTable
 
 __all__ = ["SCALARS", "Collected", "collect", "window_length"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
-SCALARS = ("requests", "errors", "attempts_sum", "attempts_count", "streams_opened",
-           "stream_seconds", "stream_resets")
 LAYOUT = Layout.from_edges(LOWER, UPPER)
 # Dense pooled histograms per slice: path x cohort x bucket groups of BUCKET_COUNT float64
 # each; 1,500 groups are ~23 MB.

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from probes._timeparse import rfc3339
-from probes.report._judge import POOLED
 from probes.report._pairs import PairsSection, PairView
 from probes.report.model import METRIC_LABELS, Divergence, PathSection, Period, WarmupBand
 from probes.report.summary import CohortFigures
+from probes.verdict.replay import POOLED
 
 __all__ = [
     "PAIR_CORNER", "UPGRADE_HEADERS", "divergence_sentence", "duration", "figure_cells",

@@ -9,7 +9,7 @@ one bucket and a bucket's end is a window boundary.
 The verdict is replayed at the end of every `k`-th bucket (a *look*), `k` chosen so a path
 has at most `MAX_LOOKS` looks: each look costs one p99 test on pooled histograms, the
 expensive one. First crossings are then pinned to the window inside the look
-(`probes.report._judge`).
+(`probes.verdict.replay`).
 """
 
 from __future__ import annotations

@@ -33,16 +33,16 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator
 
 from probes.report._chartdata import ChartJob
-from probes.stats.sequential import FAIL, INCONCLUSIVE, NOT_APPLICABLE, PASS
+from probes.verdict.rules import CODES, State
 
 __all__ = ["STATE_COLOURS", "Chart", "ChartMaker", "palette", "render"]
 
 # Okabe-Ito, without its green and red-orange, which mean pass and fail here.
 _PALETTE = ("#0072B2", "#E69F00", "#CC79A7", "#56B4E9", "#8C6D31", "#000000", "#999999")
-STATE_COLOURS = {PASS: "#1a9850", FAIL: "#d73027", INCONCLUSIVE: "#bdbdbd",
-                 NOT_APPLICABLE: "#eeeeee"}
-_STATE_NAMES = {PASS: "pass", FAIL: "fail", INCONCLUSIVE: "inconclusive",
-                NOT_APPLICABLE: "no comparison"}
+STATE_COLOURS = {State.PASS: "#1a9850", State.FAIL: "#d73027", State.INCONCLUSIVE: "#bdbdbd",
+                 State.NOT_APPLICABLE: "#eeeeee"}
+_STATE_NAMES = {State.PASS: "pass", State.FAIL: "fail", State.INCONCLUSIVE: "inconclusive",
+                State.NOT_APPLICABLE: "no comparison"}
 _EVENT_COLOURS = ("#7b3294", "#525252", "#a6611a", "#018571", "#5e3c99")
 _RC: Any = {
     "svg.fonttype": "none",
@@ -262,9 +262,9 @@ class ChartMaker:
                     for c in job.series]  # in version order, oldest first
         entries += self._events(canvas, ax, job)
         for at in job.crossings:
-            canvas.marks.append(ax.axvline(at, color=STATE_COLOURS[FAIL], linewidth=1.2))
+            canvas.marks.append(ax.axvline(at, color=STATE_COLOURS[State.FAIL], linewidth=1.2))
         if job.crossings:
-            entries.append(({"color": STATE_COLOURS[FAIL], "linewidth": 1.2},
+            entries.append(({"color": STATE_COLOURS[State.FAIL], "linewidth": 1.2},
                             "test crossed (fail)"))
         ax.set_ylim(*(job.ylim or (0.0, 1.0)))
         ax.set_title(job.title)
@@ -281,8 +281,8 @@ class ChartMaker:
         bottom.grid(False)
         canvas.fig.subplots_adjust(left=0.62 / size[0], right=1 - 1.45 / size[0], top=0.88,
                                    bottom=0.2, hspace=0.12)
-        canvas.legend(bottom, [({"color": STATE_COLOURS[code], "linewidth": 6}, name)
-                               for code, name in _STATE_NAMES.items()], top=1.3)
+        canvas.legend(bottom, [({"color": STATE_COLOURS[state], "linewidth": 6}, name)
+                               for state, name in _STATE_NAMES.items()], top=1.3)
 
     def _rollout(self, canvas: _Canvas, job: ChartJob) -> None:
         top, bottom = canvas.axes
@@ -299,19 +299,20 @@ class ChartMaker:
             canvas.marks.append(top.text(0.5, 0.5, job.empty_note, ha="center",
                                          transform=top.transAxes, color="#777777"))
         for at in job.crossings:
-            canvas.marks.append(top.axvline(at, color=STATE_COLOURS[FAIL], linewidth=1.2))
+            canvas.marks.append(top.axvline(at, color=STATE_COLOURS[State.FAIL], linewidth=1.2))
         if job.crossings:
-            entries.append(({"color": STATE_COLOURS[FAIL], "linewidth": 1.2},
+            entries.append(({"color": STATE_COLOURS[State.FAIL], "linewidth": 1.2},
                             "first divergence"))
         entries += self._events(canvas, top, job)
         top.set_title(job.title)
         canvas.legend(top, entries)
-        for code in _STATE_NAMES:
-            bars = [(start, width) for start, width, c in job.runs if c == code]
+        for state in _STATE_NAMES:
+            bars = [(start, width) for start, width, c in job.runs if c == CODES[state]]
             if bars:
                 canvas.marks.append(bottom.broken_barh(
-                    bars, (0, 1), facecolors=STATE_COLOURS[code],
-                    edgecolor="#cccccc" if code == NOT_APPLICABLE else "none", linewidth=0.3))
+                    bars, (0, 1), facecolors=STATE_COLOURS[state],
+                    edgecolor="#cccccc" if state == State.NOT_APPLICABLE else "none",
+                    linewidth=0.3))
 
 
 def render(jobs: Sequence[ChartJob], colours: Mapping[str, str]) -> dict[str, list[Chart]]:

@@ -36,7 +36,7 @@ from probes.report._pairs import PairsSection
 from probes.report._rollout import INVENTORY
 from probes.report.charts import STATE_COLOURS, Chart
 from probes.report.model import METRIC_LABELS, PathSection, Period, Report
-from probes.stats.sequential import FAIL, INCONCLUSIVE, PASS
+from probes.verdict.rules import State
 
 __all__ = ["report_html"]
 
@@ -306,8 +306,8 @@ def report_html(report: Report, charts: Mapping[str, Sequence[Chart]],
                 colours: Mapping[str, str]) -> str:
     """The whole page (module docstring)."""
     cur, cmp_ = report.current, report.compared
-    css = _CSS % {"fail": STATE_COLOURS[FAIL], "pass": STATE_COLOURS[PASS],
-                  "inc": STATE_COLOURS[INCONCLUSIVE]}
+    css = _CSS % {"fail": STATE_COLOURS[State.FAIL], "pass": STATE_COLOURS[State.PASS],
+                  "inc": STATE_COLOURS[State.INCONCLUSIVE]}
     title = f"skewprobe report: {when(cur.since)} to {when(cur.until)}"
     body = [
         "<main>",

@@ -61,7 +61,7 @@ from probes.report._pairs import PairsSection
 from probes.report.charts import Chart
 from probes.report.model import Divergence, PathSection, Period, Report, WarmupBand
 from probes.report.summary import CohortFigures
-from probes.stats.sequential import STATE_NAMES
+from probes.verdict.rules import STATES
 
 __all__ = ["SCHEMA", "report_json"]
 
@@ -103,7 +103,7 @@ def _changes(period: Period, section: PathSection) -> list[dict[str, str]]:
     ends = period.data.grid.look_ends
     out, last = [], None
     for at, code in zip(ends, tracks.state, strict=True):
-        name = STATE_NAMES[int(code)].replace("n/a", "no comparison")
+        name = STATES[int(code)].replace("n/a", "no comparison")
         if name != last:
             out.append({"at": rfc3339(min(float(at), period.until)), "verdict": name})
             last = name

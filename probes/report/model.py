@@ -2,7 +2,7 @@
 
 `build_period` reads one range of the store (store → report in the flow): the windows in
 one pass (`_collect`), the verdict replayed at every look with each test's first crossing
-(`_judge`), each relay path's pair matrix (`_pairs`), the rollout's progress
+(`probes.verdict.replay`), each relay path's pair matrix (`_pairs`), the rollout's progress
 (`_rollout`), the worst endpoints (`_endpoints`, summed in a second read-only connection
 while the windows are read) and the events. `Report`
 holds the range asked for and, with `--compare-to`, an earlier one, paired path by path.
@@ -26,7 +26,6 @@ from probes.measure.histogram import Histogram
 from probes.plan import progress
 from probes.report._collect import Collected, collect
 from probes.report._endpoints import PathErrors, WorstEndpoint, probed_per_bucket, worst
-from probes.report._judge import PathJudgement, judge_paths
 from probes.report._pairs import PairsSection, pair_sections, relay_paths_in
 from probes.report._rollout import INVENTORY, PROBED, Rollout, from_endpoints, from_inventory
 from probes.report.summary import CohortFigures
@@ -34,8 +33,9 @@ from probes.spec import JudgingSettings
 from probes.stats.cohorts import pick_cohorts, version_key
 from probes.stats.metrics import concentration_finding
 from probes.stats.pods import read_pod_grids
-from probes.stats.sequential import STATE_NAMES
 from probes.store import BOOKKEEPING_EVENTS, Event, Store
+from probes.verdict.replay import PathJudgement, judge_paths
+from probes.verdict.rules import STATES
 
 __all__ = [
     "METRIC_LABELS",
@@ -147,7 +147,7 @@ class PathSection:
         tracks = self.judgement.tracks
         if tracks is None or not tracks.state.size:
             return "no comparison"
-        return STATE_NAMES[int(tracks.state[-1])].replace("n/a", "no comparison")
+        return STATES[int(tracks.state[-1])].replace("n/a", "no comparison")
 
     @property
     def has_calls(self) -> bool:

@@ -4,19 +4,19 @@
   two-sample composite e-values;
 - `quantile`: quantiles from bucket histograms (p99 latency);
 - `rates`: Poisson rates with exposure (stream resets per stream-hour);
-- `metrics`: the four verdict metrics on top of those, many paths at once;
-- `series`: per-cohort totals over the comparison span, from windows or store columns;
+- `series`: per-cohort totals over the comparison span (or per look), from windows or store
+  columns;
 - `pods`: pods × windows, time-stratified and pod-clustered (the pod as the unit);
-- `sequential`: the same tests replayed at every look over time (when did each first cross);
-- `cohorts`: version-aware choice of baseline and canary.
+- `cohorts`: version-aware choice of baseline and canary;
+- `metrics` and `pod_metrics`: the four verdict metrics on top of those, many paths at once,
+  each judged by the rules of `probes.verdict.rules` (imported by name, not here, as they
+  import `probes.verdict.rules`).
 
 `probes.verdict.judge` is the entry point; these modules are its parts.
 """
 
 from __future__ import annotations
 
-from probes.stats import bounded, cohorts, metrics, pods, quantile, rates, sequential, series
+from probes.stats import bounded, cohorts, pods, quantile, rates, series
 
-__all__ = [
-    "bounded", "cohorts", "metrics", "pods", "quantile", "rates", "sequential", "series",
-]
+__all__ = ["bounded", "cohorts", "pods", "quantile", "rates", "series"]

@@ -82,7 +82,7 @@ def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
     E_pass reaches it; else "inconclusive" (so too while a cohort has no warm calls: its
     e-values are −inf). The one rule: the live verdict takes its last look
     (`probes.stats.metrics.pod_success_rate`), the report's replay every look
-    (`probes.stats.sequential.pod_looks`)."""
+    (`probes.verdict.replay`)."""
     fail = np.asarray(track.log_e_fail) >= log_threshold
     ok = np.asarray(track.log_e_pass) >= log_threshold
     return np.where(fail, "fail", np.where(ok, "pass", "inconclusive"))

@@ -23,9 +23,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from probes.spec import Tolerances
 from probes.stats import bounded, pods, quantile, rates
 from probes.stats._num import log_clip
+from probes.verdict import rules
+from probes.verdict.rules import (
+    ATTEMPTS,
+    LATENCY_P99,
+    STATES,
+    STREAM_RESETS,
+    SUCCESS_RATE,
+    State,
+)
+from probes.verdict.rules import TolerancesLike as Tolerances
 
 __all__ = [
     "ATTEMPTS",
@@ -54,12 +63,7 @@ __all__ = [
     "too_few_for_one_pod",
 ]
 
-SUCCESS_RATE = "success_rate"
-LATENCY_P99 = "latency_p99_ms"
-ATTEMPTS = "attempts_per_request"
-STREAM_RESETS = "stream_resets_per_hour"
-
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+PASS, FAIL, INCONCLUSIVE = State.PASS, State.FAIL, State.INCONCLUSIVE
 PODS, POOLED = "pods", "pooled"
 F64 = npt.NDArray[np.float64]
 
@@ -150,11 +154,8 @@ def missing(name: str, unit: str, tolerance: Mapping[str, float], alpha: float,
                          tolerance, alpha, None, None, reason)
 
 
-def _decide(test: bounded.TwoSample, log_thr: float) -> list[str]:
-    fail = np.asarray(test.log_e_fail) >= log_thr
-    ok = np.asarray(test.log_e_pass) >= log_thr
-    return [FAIL if f else PASS if p else INCONCLUSIVE for f, p in zip(fail.ravel(), ok.ravel(),
-                                                                        strict=True)]
+def _decide(test: bounded.TwoSample, log_thr: float) -> list[State]:
+    return [STATES[c] for c in rules.decide(test.log_e_fail, test.log_e_pass, log_thr).ravel()]
 
 
 _TAIL = {
@@ -181,8 +182,7 @@ def success_rate(
 ) -> list[MetricVerdict]:
     """Fail when the canary's success rate is lower by more than `success_rate_drop_pp`."""
     log_thr = math.log(1.0 / alpha)
-    drop = tol.success_rate_drop_pp / 100.0
-    test = bounded.two_sample(err_b, req_b, err_c, req_c, 1.0, drop)
+    test = rules.success_test(req_b, err_b, req_c, err_c, tol)
     lo_b, hi_b = bounded.mean_cs(err_b, req_b, log_thr)
     lo_c, hi_c = bounded.mean_cs(err_c, req_c, log_thr)
     tolerance = {"max_drop_pp": tol.success_rate_drop_pp}
@@ -371,7 +371,7 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     key, scale, unit = spread
     spread_shown = scale * float(track.tau[-1])
 
-    verdict = str(pods.pod_states(track, log_thr)[-1])
+    verdict = State(str(pods.pod_states(track, log_thr)[-1]))
     needs: dict[str, Any] = {"calls": None, "seconds": None}
     if verdict == INCONCLUSIVE and factor is not None:
         needs = needs_more(grid, both, window_s, factor, float(req_c))
@@ -480,8 +480,7 @@ def latency_p99(
     """Fail when the canary's p99 exceeds ratio × baseline p99 + margin (pooled histograms)."""
     p = 0.99
     log_thr = math.log(1.0 / alpha)
-    margin_s = tol.latency_p99_margin_ms / 1000.0
-    test = quantile.two_sample(cum_b, cum_c, layout, p, tol.latency_p99_ratio, margin_s, log_thr)
+    test = rules.latency_test(cum_b, cum_c, layout, tol, log_thr)
     est_b = quantile.quantile_estimate(cum_b, layout, p) * 1000.0
     est_c = quantile.quantile_estimate(cum_c, layout, p) * 1000.0
     lo_b, hi_b = (x * 1000.0 for x in quantile.quantile_cs(cum_b, layout, p, log_thr))
@@ -518,9 +517,10 @@ def attempts_per_request(
     """
     log_thr = math.log(1.0 / alpha)
     span = float(attempts_max - 1)
-    y_b, y_c = (sum_b - count_b) / span, (sum_c - count_c) / span
+    y_b = rules.attempts_scaled(sum_b, count_b, attempts_max)
+    y_c = rules.attempts_scaled(sum_c, count_c, attempts_max)
     r = tol.attempts_ratio
-    test = bounded.two_sample(y_b, count_b, y_c, count_c, r, min((r - 1.0) / span, 1 - 1e-12))
+    test = rules.attempts_test(sum_b, count_b, sum_c, count_c, tol, attempts_max)
     lo_b, hi_b = bounded.mean_cs(y_b, count_b, log_thr)
     lo_c, hi_c = bounded.mean_cs(y_c, count_c, log_thr)
     tolerance = {"max_ratio": r, "attempts_max": attempts_max}
@@ -550,7 +550,7 @@ def stream_resets(
     log_thr = math.log(1.0 / alpha)
     hours_b, hours_c = seconds_b / 3600.0, seconds_c / 3600.0
     r, m = tol.stream_resets_ratio, tol.stream_resets_margin_per_hour
-    test = rates.two_sample(resets_b, hours_b, resets_c, hours_c, r, m)
+    test = rules.resets_test(resets_b, seconds_b, resets_c, seconds_c, tol)
     lo_b, hi_b = rates.rate_cs(resets_b, hours_b, log_thr)
     lo_c, hi_c = rates.rate_cs(resets_c, hours_c, log_thr)
     tolerance = {"max_ratio": r, "margin_per_hour": m}

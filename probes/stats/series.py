@@ -18,7 +18,7 @@ requests nor as errors: they say nothing about the callee.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -27,8 +27,8 @@ import numpy.typing as npt
 from probes.measure.histogram import BUCKET_COUNT
 from probes.types import Outcome, PathWindow
 
-__all__ = ["CohortTotals", "Columns", "PathSeries", "columns", "overlapping", "path_series",
-           "without_latency"]
+__all__ = ["SCALARS", "CohortTotals", "Columns", "PathSeries", "Totals", "columns",
+           "overlapping", "path_series", "without_latency"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -293,3 +293,85 @@ def without_latency(cols: Columns, spans: Sequence[tuple[float, float]]) -> Colu
         return cols
     pool = cols.pool
     return replace(cols, pool=lambda group, n: pool(np.where(out, -1, group), n))
+
+
+# The sums `Totals` holds besides the latency histogram, in its field order.
+SCALARS = ("requests", "errors", "attempts_sum", "attempts_count", "streams_opened",
+           "stream_seconds", "stream_resets")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Totals:
+    """Sums over some rows of windows: one entry per row (a window, a bucket, a look).
+
+    `requests` and `errors` leave out `probe_error` calls; `latency` is (rows, BUCKET_COUNT)
+    bucket counts (per row, not cumulated over buckets).
+    """
+
+    requests: F64
+    errors: F64
+    attempts_sum: F64
+    attempts_count: F64
+    streams_opened: F64
+    stream_seconds: F64
+    stream_resets: F64
+    latency: F64
+
+    def __len__(self) -> int:
+        return int(self.requests.size)
+
+    @classmethod
+    def zeros(cls, n: int) -> Totals:
+        return cls(**{f.name: np.zeros(n) for f in fields(cls) if f.name != "latency"},
+                   latency=np.zeros((n, BUCKET_COUNT)))
+
+    @classmethod
+    def sums(cls, cols: Columns, group: npt.ArrayLike, n_groups: int) -> Totals:
+        """Per-group sums of the rows of `cols`; `group[row]` in [0, n_groups) or −1 to skip."""
+        g = np.asarray(group, dtype=np.int64)
+        shifted = g + 1
+
+        def total(values: npt.ArrayLike) -> F64:
+            weights = np.asarray(values, dtype=np.float64)
+            return np.bincount(shifted, weights=weights, minlength=n_groups + 1)[1:].astype(
+                np.float64)
+
+        return cls(
+            requests=total(cols.requests),
+            errors=total(cols.errors),
+            attempts_sum=total(cols.attempts_sum),
+            attempts_count=total(cols.attempts_count),
+            streams_opened=total(cols.streams_opened),
+            stream_seconds=total(cols.stream_seconds),
+            stream_resets=total(cols.stream_resets),
+            latency=np.asarray(cols.pool(g, n_groups), dtype=np.float64),
+        )
+
+    def _map(self, fn: Callable[[F64], F64]) -> Totals:
+        return Totals(**{f.name: fn(getattr(self, f.name)) for f in fields(self)})
+
+    def take(self, rows: npt.ArrayLike) -> Totals:
+        """The given rows (indices or a boolean mask), in that order."""
+        r = np.asarray(rows)
+        return self._map(lambda a: a[r])
+
+    def cumulative(self, start: Totals | None = None) -> Totals:
+        """Running totals down the rows, added to the single row `start` if given."""
+        out = self._map(lambda a: np.cumsum(a, axis=0))
+        if start is None:
+            return out
+        if len(start) != 1:
+            raise ValueError("start must be a single row")
+        return Totals(**{f.name: getattr(out, f.name) + getattr(start, f.name)
+                         for f in fields(self)})
+
+    def total(self) -> Totals:
+        """All rows summed into one row."""
+        return self._map(lambda a: a.sum(axis=0, keepdims=True))
+
+    @staticmethod
+    def concat(parts: list[Totals]) -> Totals:
+        if not parts:
+            return Totals.zeros(0)
+        return Totals(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                         for f in fields(Totals)})

@@ -45,7 +45,9 @@ Never a pass without evidence: no data, only one cohort, fewer than `min_samples
 in a cohort, data older than two windows, or an overloaded probe (`overloaded`, where no
 spans of late sends are known: a Prometheus source) make the path inconclusive
 with a reason. A path fails if any metric fails and passes only if every metric that applies
-passes; the verdict fails if any path fails and passes only if every path passes.
+passes; the verdict fails if any path fails and passes only if every path passes. These
+rules (states, gates, combine, each metric's test) are `probes.verdict.rules`, which the
+report's replay (`probes.verdict.replay`) applies at every look.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ from probes.stats.pods import PodGrid, TrackMemo
 from probes.stats.quantile import Layout
 from probes.stats.series import PathSeries, columns, path_series, without_latency
 from probes.types import PathWindow, split_pair
+from probes.verdict import rules
+from probes.verdict.rules import STATES, State
 
 __all__ = [
     "FAIL",
@@ -94,9 +98,8 @@ __all__ = [
     "judge",
 ]
 
-PASS, FAIL, INCONCLUSIVE = M.PASS, M.FAIL, M.INCONCLUSIVE
-METRIC_SLOTS = 4
-METRIC_ORDER = (M.SUCCESS_RATE, M.LATENCY_P99, M.ATTEMPTS, M.STREAM_RESETS)
+PASS, FAIL, INCONCLUSIVE = State.PASS, State.FAIL, State.INCONCLUSIVE
+METRIC_SLOTS = len(rules.METRICS)
 _LAYOUT = Layout.from_edges(LOWER, UPPER)
 _DEFAULT_TOLERANCES = Tolerances()
 
@@ -104,7 +107,7 @@ _DEFAULT_TOLERANCES = Tolerances()
 @dataclass(frozen=True, slots=True)
 class PathVerdict:
     path: str
-    verdict: str
+    verdict: State
     samples_baseline: int
     samples_canary: int
     metrics: tuple[MetricVerdict, ...]
@@ -125,7 +128,7 @@ class PathVerdict:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    verdict: str
+    verdict: State
     baseline: str | None
     canary: str | None
     window_from: float | None
@@ -171,25 +174,29 @@ def _gate(
         return [f"no data from the canary cohort {canary} (cohorts with data: {have})"]
     if s.span is None:
         return ["the baseline and canary cohorts have no window in common"]
+    assert s.baseline is not None and s.canary is not None
+    ages = {name: now - s.newest_end[name] for name in (baseline, canary)}
+    g = rules.gates([s.baseline.requests], [s.canary.requests], both=True,
+                    min_samples=min_samples, window_s=window_s, age_b=[ages[baseline]],
+                    age_c=[ages[canary]], overloaded=overloaded)
     reasons = []
-    for role, name in (("baseline", baseline), ("canary", canary)):
-        age = now - s.newest_end[name]
-        if age > 2 * window_s:
+    for role, name, old in (("baseline", baseline, g.stale_baseline),
+                            ("canary", canary, g.stale_canary)):
+        if old[0]:
             reasons.append(
-                f"data is stale: the newest {role} window ended {_ago(age)} ago "
+                f"data is stale: the newest {role} window ended {_ago(ages[name])} ago "
                 f"(more than two {window_s:g} s windows); if its probe has stopped, "
                 f"`skewprobe verdict --at {rfc3339(s.newest_end[name])}` gives the verdict "
                 "as it stood then"
             )
-    assert s.baseline is not None and s.canary is not None
-    if s.baseline.requests or s.canary.requests:
-        for role, t in (("baseline", s.baseline), ("canary", s.canary)):
-            if t.requests < min_samples:
-                reasons.append(
-                    f"the {role} cohort has {t.requests} requests, fewer than "
-                    f"min_samples {min_samples}"
-                )
-    if overloaded:
+    for role, t, few in (("baseline", s.baseline, g.few_baseline),
+                         ("canary", s.canary, g.few_canary)):
+        if few[0]:
+            reasons.append(
+                f"the {role} cohort has {t.requests} requests, fewer than "
+                f"min_samples {min_samples}"
+            )
+    if g.overloaded[0]:
         reasons.append("the probe is overloaded, so its measurements are not trusted")
     return reasons
 
@@ -224,8 +231,14 @@ def _metrics(
         c = np.array([float(pick(s.canary)) for s in rows])
         return b, c
 
-    def run(name: str, unit: str, tolerance: dict[str, float], applies: Any, has: Any,
-            compute: Any, skip: set[str] | None = None) -> None:
+    def run(name: str, unit: str, tolerance: dict[str, float], compute: Any,
+            skip: set[str] | None = None) -> None:
+        def applies(t: Any) -> bool:
+            return bool(rules.applies(name, t))
+
+        def has(t: Any) -> bool:
+            return bool(rules.measured(name, t))
+
         rows = [s for s in judged if applies(s.baseline) or applies(s.canary)]
         full = [s for s in rows if has(s.baseline) and has(s.canary)]
         for s in rows:
@@ -336,11 +349,9 @@ def _metrics(
         e_b, e_c = cols(lambda t: t.stream_seconds, rows)
         return M.stream_resets(k_b, e_b, k_c, e_c, tol, a)
 
-    run(M.SUCCESS_RATE, "ratio", {"max_drop_pp": tol.success_rate_drop_pp},
-        lambda t: t.requests > 0, lambda t: t.requests > 0, success)
+    run(M.SUCCESS_RATE, "ratio", {"max_drop_pp": tol.success_rate_drop_pp}, success)
     run(M.LATENCY_P99, "ms",
-        {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms},
-        lambda t: t.latency.sum() > 0, lambda t: t.latency.sum() > 0, latency)
+        {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms}, latency)
     for name in latency_left_out:
         if name in out and M.LATENCY_P99 not in out[name]:
             out[name][M.LATENCY_P99] = M.missing(
@@ -348,34 +359,18 @@ def _metrics(
                 {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms},
                 a, "p99 latency: every window was left out of it")
     run(M.ATTEMPTS, "attempts", {"max_ratio": tol.attempts_ratio, "attempts_max": attempts_max},
-        lambda t: t.attempts_count > 0, lambda t: t.attempts_count > 0, attempts, too_many)
+        attempts, too_many)
     run(M.STREAM_RESETS, "per_hour",
         {"max_ratio": tol.stream_resets_ratio,
-         "margin_per_hour": tol.stream_resets_margin_per_hour},
-        lambda t: t.stream_seconds > 0 or t.streams_opened > 0, lambda t: t.stream_seconds > 0,
-        streams)
+         "margin_per_hour": tol.stream_resets_margin_per_hour}, streams)
     return out
 
 
 def _check_attempts(series: Sequence[PathSeries], attempts_max: int) -> set[str]:
     """Paths whose attempt counts cannot come from calls of at most attempts_max attempts."""
-    bad = set()
-    for s in series:
-        for t in (s.baseline, s.canary):
-            if t is not None and t.attempts_count and not (
-                t.attempts_count <= t.attempts_sum <= attempts_max * t.attempts_count
-            ):
-                bad.add(s.path)
-    return bad
-
-
-def _combine(verdicts: Iterable[str]) -> str:
-    vs = list(verdicts)
-    if FAIL in vs:
-        return FAIL
-    if vs and all(v == PASS for v in vs):
-        return PASS
-    return INCONCLUSIVE
+    return {s.path for s in series for t in (s.baseline, s.canary)
+            if t is not None and rules.attempts_out_of_range(t.attempts_sum, t.attempts_count,
+                                                             attempts_max)}
 
 
 def judge(
@@ -452,15 +447,14 @@ def judge(
         gates = _gate(s, b, c, now=now, window_s=window_s, min_samples=min_samples,
                       overloaded=overloaded)
         found = by_path[s.path]
-        mvs = tuple(found[name] for name in METRIC_ORDER if name in found)
+        mvs = tuple(found[name] for name in rules.METRICS if name in found)
+        codes, held = rules.path_states(
+            rules.codes_of([m.verdict for m in mvs]).reshape(-1, 1), [bool(gates)])
+        verdict = STATES[int(codes[0])]
+        mvs = tuple(m.with_verdict(STATES[int(c)]) for m, c in zip(mvs, held[:, 0], strict=True))
         if gates:
-            mvs = tuple(m.with_verdict(INCONCLUSIVE) for m in mvs)
-            verdict = INCONCLUSIVE
             reasons = tuple(gates) + tuple(m.reason for m in mvs)
         else:
-            verdict = _combine(m.verdict for m in mvs)
-            if not mvs:
-                verdict = INCONCLUSIVE
             # Failing metrics first, then the undecided ones; a pass lists every metric.
             reasons = tuple(
                 m.reason for v in (FAIL, INCONCLUSIVE) for m in mvs if m.verdict == v
@@ -471,7 +465,7 @@ def judge(
             mvs, reasons,
         ))
 
-    overall = _combine(p.verdict for p in path_verdicts)
+    overall = rules.combine(p.verdict for p in path_verdicts)
     notes = list(choice.reasons)
     if not path_verdicts:
         notes.append("no data" + (f" at or after {rfc3339(since)}" if since is not None else ""))

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from probes.stats.cohorts import version_key
 from probes.store import Store
 from probes.store.table import WindowColumns
 from probes.types import Outcome, pair_cohort, split_pair
+from probes.verdict.rules import State, combine
 from probes.verdict.service import (
     FROM_STORE,
     SourceJudge,
@@ -41,13 +42,12 @@ from probes.verdict.service import (
     verdict_from_source,
 )
 
-if TYPE_CHECKING:
-    pass
+__all__ = ["CallerStale", "PairCell", "PairMatrix", "PairedVerdict", "format_matrix",
+           "judge_matrix", "pair_matrix", "relay_paths", "stale_by_caller"]
 
-__all__ = ["CallerStale", "PairCell", "PairMatrix", "PairedVerdict", "combine_states",
-           "format_matrix", "judge_matrix", "pair_matrix", "relay_paths", "stale_by_caller"]
-
-FAIL, PASS, INCONCLUSIVE, BASELINE = "fail", "pass", "inconclusive", "baseline"
+FAIL, PASS, INCONCLUSIVE = State.FAIL, State.PASS, State.INCONCLUSIVE
+# The old-old pair's cell: the baseline every other cell is judged against, not a state.
+BASELINE = "baseline"
 _METRICS = (("success_rate", "success"), ("latency_p99_ms", "p99_ms"),
             ("attempts_per_request", "attempts"))
 
@@ -78,7 +78,7 @@ class CallerStale:
     stale: int
     lower: float
     upper: float
-    verdict: str
+    verdict: State
 
     @property
     def share(self) -> float:
@@ -101,12 +101,9 @@ class PairMatrix:
     stale: tuple[CallerStale, ...] = ()
 
     @property
-    def verdict(self) -> str:
-        judged = [c.verdict for c in self.cells if c.verdict != BASELINE]
-        judged += [s.verdict for s in self.stale]
-        if FAIL in judged:
-            return FAIL
-        return PASS if judged and all(v == PASS for v in judged) else INCONCLUSIVE
+    def verdict(self) -> State:
+        return combine([*(c.verdict for c in self.cells if c.verdict != BASELINE),
+                        *(s.verdict for s in self.stale)])
 
     def cell(self, caller: str, callee: str) -> PairCell | None:
         return next((c for c in self.cells if (c.caller, c.callee) == (caller, callee)), None)
@@ -289,13 +286,6 @@ def format_matrix(matrix: PairMatrix) -> str:
     return "\n".join([*lines, f"pairs verdict: {matrix.verdict}"])
 
 
-def combine_states(states: Sequence[str]) -> str:
-    """fail if any fails, pass if all pass, else inconclusive (none: inconclusive)."""
-    if FAIL in states:
-        return FAIL
-    return PASS if states and all(s == PASS for s in states) else INCONCLUSIVE
-
-
 def _reasons(matrix: PairMatrix) -> list[str]:
     """Why a matrix did not pass, as lines of the verdict's `reasons`: every failing pair and
     caller version when it fails, else the first undecided pair."""
@@ -326,8 +316,8 @@ class PairedVerdict:
     matrices: tuple[PairMatrix, ...]
 
     @property
-    def verdict(self) -> str:
-        return combine_states([*([self.direct["verdict"]] if self.direct else []),
+    def verdict(self) -> State:
+        return combine([*([self.direct["verdict"]] if self.direct else []),
                                *(m.verdict for m in self.matrices)])
 
     def to_json(self) -> dict[str, Any]:

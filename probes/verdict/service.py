@@ -24,8 +24,8 @@ from probes.stats.pods import PodGrid, read_pod_grids
 from probes.store import Store
 from probes.store.columns import concat
 from probes.store.table import WindowTable
-from probes.verdict import judge
 from probes.verdict.cache import pooled_windows
+from probes.verdict.judge import judge
 
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSource

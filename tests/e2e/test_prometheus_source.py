@@ -49,8 +49,8 @@ from probes.store import Store
 from probes.store._prom_table import Samples, bucket_counts, increases, level_changes
 from probes.store.prometheus import PrometheusSettings, PrometheusSource, _one_of
 from probes.types import PathWindow
-from probes.verdict import judge
 from probes.verdict.entry import Query, verdict
+from probes.verdict.judge import judge
 from probes.verdict.service import with_doubts
 from tests.servers.helm import HELM, NAMESPACE, PROBE, RELEASE, probe_config, render, shard_argv
 from tests.servers.ports import free_port

@@ -21,7 +21,7 @@ import pytest
 from probes.config import parse_rate
 from probes.spec import JudgingSettings
 from probes.store import Store
-from probes.verdict import judge
+from probes.verdict.judge import judge
 from probes.verdict.service import verdict_from_source
 from targets.fleet import Fleet
 from targets.profile import parse_profiles

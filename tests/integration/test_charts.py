@@ -47,7 +47,7 @@ from probes.inventory import SkewMetrics
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.metrics import ProbeMetrics
 from probes.types import CallOutcome, CallResult, PathWindow
-from probes.verdict import judge
+from probes.verdict.judge import judge
 from targets.profile import parse_profiles
 from targets.relay_config import parse_relay
 from targets.server import _args as target_args

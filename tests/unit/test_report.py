@@ -25,7 +25,7 @@ from probes.spec import DEFAULT_WARMUP_S, JudgingSettings
 from probes.stats.pods import pod_grids
 from probes.stats.series import overlapping
 from probes.store import Event, Store
-from probes.verdict import judge
+from probes.verdict.judge import judge
 from tests.servers.probe_run import http_config
 from tests.servers.report_store import (
     BAD_POD,

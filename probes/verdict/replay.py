@@ -1,12 +1,20 @@
-"""The verdict replayed over the report's range, and each test's first crossing.
+"""The verdict replayed over time: the state at each look, and when each test first crossed.
 
-For every path this rebuilds what `probes.verdict.service` would have judged at each look:
-the baseline and canary totals from the path's *origin* (the first window both cohorts
-have, at or after the range's start) up to the look, with `judge`'s gates (min_samples,
-stale data) and α shared among the paths in the report. `probes.stats.sequential.evaluate`
-runs the four tests at every look in one call per path.
+`probes.verdict.judge` answers "what is the verdict now?" from each cohort's totals since the
+origin. A post-incident report asks the same question at every moment of a past rollout:
+each look is the same test on the cumulative totals up to that moment, so one vectorised
+call over T cumulative rows gives T verdicts, and the first row where E_fail reaches
+1/α_share is the time the test crossed (fail). Because the e-values are e-processes, that
+first crossing is exactly what a gate asking at those moments would have seen, with the
+same false-alarm bound (α over all looks). `evaluate` applies the rules `judge` applies
+(`probes.verdict.rules`: the same tests, gates and combine), so its last row is `judge`'s
+verdict on the same windows (tests/unit/test_verdict_replay.py).
 
-Looks are a few per chart bucket; windows are finer. Two places are pinned to the window:
+`judge_paths` rebuilds, for every path of a report, what `probes.verdict.service` would
+have judged at each look: the baseline and canary totals from the path's *origin* (the
+first window both cohorts have, at or after the range's start) up to the look, with α
+shared among the paths in the report. Looks are a few per chart bucket; windows are finer.
+Two places are pinned to the window:
 
 - the origin: windows of the origin's look that start before it are taken out again (a
   small read of that stretch), so the sums are exactly the ones `judge` would use;
@@ -21,27 +29,283 @@ back before the next look); the replay says at which resolution it looked.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from probes.report._collect import LAYOUT, SCALARS, Collected
-from probes.spec import JudgingSettings
-from probes.stats.pods import PodTrack, pod_track, read_pod_grids
+from probes.measure.histogram import LOWER, UPPER
+from probes.spec import DEFAULT_ATTEMPTS_MAX, DEFAULT_MIN_SAMPLES, DEFAULT_WINDOW_S
+from probes.stats import quantile
+from probes.stats.pods import PodTrack, pod_states, pod_track, read_pod_grids
 from probes.stats.quantile import quantile_estimate
-from probes.stats.sequential import FAIL, PodLooks, Totals, Tracks, evaluate, first_index
-from probes.stats.series import columns
+from probes.stats.series import SCALARS, Totals, columns
 from probes.store import Store
+from probes.verdict import rules
+from probes.verdict.rules import (
+    ATTEMPTS,
+    CODES,
+    LATENCY_P99,
+    STREAM_RESETS,
+    SUCCESS_RATE,
+    State,
+    TolerancesLike,
+)
 
-__all__ = ["PODS", "POOLED", "Crossing", "PathJudgement", "estimates", "judge_paths"]
+__all__ = [
+    "PODS",
+    "POOLED",
+    "Crossing",
+    "LookData",
+    "LookGrid",
+    "MetricTrack",
+    "PathJudgement",
+    "PodLooks",
+    "ReplaySettings",
+    "Tracks",
+    "estimates",
+    "evaluate",
+    "first_index",
+    "judge_paths",
+]
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+I8 = npt.NDArray[np.int8]
 
+_LAYOUT = quantile.Layout.from_edges(LOWER, UPPER)
+# Rows per quantile call: the test's work is rows x the widest bucket band among them, and
+# early rows (few samples) have wide bands, so small chunks keep late rows cheap.
+_LATENCY_CHUNK = 24
+_Test = Callable[[npt.NDArray[np.intp]], tuple[F64, F64]]
 # How a path's success rate was replayed: per pod, as the live verdict judges it when the
 # store holds endpoint windows, or on calls pooled per cohort when it does not.
 PODS, POOLED = "pods", "pooled"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MetricTrack:
+    """One metric at each look: its state (`rules.CODES`) and log e-values (NaN: not
+    tested)."""
+
+    name: str
+    state: I8
+    log_e_fail: F64
+    log_e_pass: F64
+
+    def first(self, state: State) -> int | None:
+        return first_index(self.state == CODES[state])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Tracks:
+    """A path's metrics and overall state at each look, and the threshold they were held to.
+
+    `state` is n/a (`State.NOT_APPLICABLE`) where neither cohort has data yet, as `judge`
+    then has no comparison; metrics that never applied are absent.
+    """
+
+    metrics: dict[str, MetricTrack]
+    state: I8
+    log_threshold: float
+
+    def first(self, state: State, metric: str | None = None) -> int | None:
+        """The first look at which the path (or one metric) was in `state`."""
+        if metric is None:
+            return first_index(self.state == CODES[state])
+        track = self.metrics.get(metric)
+        return None if track is None else track.first(state)
+
+
+def first_index(mask: npt.ArrayLike) -> int | None:
+    """The index of the first True, or None."""
+    m = np.asarray(mask, dtype=bool)
+    return int(np.argmax(m)) if m.any() else None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PodLooks:
+    """The pod-level success-rate test (`probes.stats.pods.pod_track`, one look per window
+    of its grid) and, for each row of the totals `evaluate` gets, the index of the track's
+    look that row stands at (−1: before its first look, no evidence yet)."""
+
+    track: PodTrack
+    at: I64
+
+    def read(self, log_threshold: float) -> tuple[I8, F64, F64]:
+        """Per row: the state (`rules.CODES`) as `pods.pod_states` decides it (the live
+        verdict's rule), and log E_fail (worst canary pod left out), log E_pass."""
+        at = np.asarray(self.at, dtype=np.int64)
+        looks = self.track.log_e_fail.size
+        seen = (at >= 0) & (looks > 0)
+        pick = np.clip(at, 0, max(looks - 1, 0))
+        state = np.full(at.size, CODES[State.INCONCLUSIVE], dtype=np.int8)
+        log_fail = log_pass = np.full(at.size, -np.inf)
+        if looks:
+            state = rules.codes_of(pod_states(self.track, log_threshold)[pick])
+            log_fail = self.track.log_e_fail[pick]
+            log_pass = self.track.log_e_pass[pick]
+        state = rules.hold(state, ~seen)
+        return (state, np.where(seen, log_fail, -np.inf).astype(np.float64),
+                np.where(seen, log_pass, -np.inf).astype(np.float64))
+
+
+def _latency(b: Totals, c: Totals, rows: I64, tol: TolerancesLike, thr: float) -> tuple[F64, F64]:
+    fail = np.empty(rows.size)
+    pas = np.empty(rows.size)
+    for lo in range(0, rows.size, _LATENCY_CHUNK):
+        r = rows[lo : lo + _LATENCY_CHUNK]
+        test = rules.latency_test(np.cumsum(b.latency[r], axis=1),
+                                  np.cumsum(c.latency[r], axis=1), _LAYOUT, tol, thr)
+        fail[lo : lo + r.size] = test.log_e_fail
+        pas[lo : lo + r.size] = test.log_e_pass
+    return fail, pas
+
+
+def evaluate(
+    baseline: Totals,
+    canary: Totals,
+    *,
+    tolerances: TolerancesLike,
+    alpha_share: float,
+    attempts_max: int = DEFAULT_ATTEMPTS_MAX,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+    window_s: float = DEFAULT_WINDOW_S,
+    ages: tuple[npt.ArrayLike, npt.ArrayLike] | None = None,
+    success_pods: PodLooks | None = None,
+) -> Tracks:
+    """Every metric's test at each row of the cumulative totals (rows are looks in time).
+
+    The parameters are `judge`'s: `alpha_share` is α / (4 × paths judged); `ages` are the
+    baseline's and canary's newest windows' ages at each look in seconds (None: fresh), held
+    to `window_s` by `rules.gates`, as are `min_samples`. `success_pods` replaces the pooled
+    success-rate test with the pod-level one, as `judge` does when it has the pods: its
+    e-values at each row, and its states decided by the live verdict's own rule
+    (`probes.stats.pods.pod_states`).
+    """
+    n = len(baseline)
+    if len(canary) != n:
+        raise ValueError("baseline and canary need the same number of looks")
+    thr = rules.log_threshold(alpha_share)
+    b, c = baseline, canary
+    tol = tolerances
+
+    pod_rows = None if success_pods is None else success_pods.read(thr)
+    if pod_rows is not None and pod_rows[0].size != n:
+        raise ValueError("success_pods needs one look index per row")
+
+    def track(name: str, test: _Test, invalid: npt.NDArray[np.bool_] | None = None,
+              decided: I8 | None = None) -> MetricTrack | None:
+        present = rules.applies(name, b) | rules.applies(name, c)
+        if not present.any():
+            return None
+        full = rules.measured(name, b) & rules.measured(name, c)
+        if invalid is not None:
+            full &= ~invalid
+        state = np.where(present, CODES[State.INCONCLUSIVE],
+                         CODES[State.NOT_APPLICABLE]).astype(np.int8)
+        log_fail = np.full(n, np.nan)
+        log_pass = np.full(n, np.nan)
+        rows = np.flatnonzero(full)
+        if rows.size:
+            f, p = test(rows)
+            log_fail[rows], log_pass[rows] = f, p
+            state[rows] = (rules.decide(f, p, thr) if decided is None else decided[rows])
+        return MetricTrack(name, state, log_fail, log_pass)
+
+    def success(r: I64) -> tuple[F64, F64]:
+        if pod_rows is not None:
+            return pod_rows[1][r], pod_rows[2][r]
+        t = rules.success_test(b.requests[r], b.errors[r], c.requests[r], c.errors[r], tol)
+        return t.log_e_fail, t.log_e_pass
+
+    def attempts(r: I64) -> tuple[F64, F64]:
+        t = rules.attempts_test(b.attempts_sum[r], b.attempts_count[r], c.attempts_sum[r],
+                                c.attempts_count[r], tol, attempts_max)
+        return t.log_e_fail, t.log_e_pass
+
+    def resets(r: I64) -> tuple[F64, F64]:
+        t = rules.resets_test(b.stream_resets[r], b.stream_seconds[r], c.stream_resets[r],
+                              c.stream_seconds[r], tol)
+        return t.log_e_fail, t.log_e_pass
+
+    def latency(r: I64) -> tuple[F64, F64]:
+        return _latency(b, c, r, tol, thr)
+
+    found = [
+        track(SUCCESS_RATE, success, decided=None if pod_rows is None else pod_rows[0]),
+        track(LATENCY_P99, latency),
+        track(ATTEMPTS, attempts,
+              rules.attempts_out_of_range(b.attempts_sum, b.attempts_count, attempts_max)
+              | rules.attempts_out_of_range(c.attempts_sum, c.attempts_count, attempts_max)),
+        track(STREAM_RESETS, resets),
+    ]
+    metrics = {t.name: t for t in found if t is not None}
+
+    # A side has data when it has requests or streams (what makes it show in `judge`).
+    data_b = (b.requests > 0) | rules.applies(STREAM_RESETS, b)
+    data_c = (c.requests > 0) | rules.applies(STREAM_RESETS, c)
+    gates = rules.gates(b.requests, c.requests, both=data_b & data_c, min_samples=min_samples,
+                        window_s=window_s, age_b=None if ages is None else ages[0],
+                        age_c=None if ages is None else ages[1])
+    codes = np.stack([t.state for t in metrics.values()]) if metrics \
+        else np.zeros((0, n), dtype=np.int8)
+    state, held = rules.path_states(codes, gates.blocked())
+    for t, row in zip(metrics.values(), held, strict=True):
+        t.state[:] = row
+    state[~(data_b | data_c)] = CODES[State.NOT_APPLICABLE]
+    return Tracks(metrics, state, thr)
+
+
+class LookGrid(Protocol):
+    """The report's time grid as the replay reads it (`probes.report._grid.TimeGrid`)."""
+
+    @property
+    def look_starts(self) -> F64: ...
+    @property
+    def look_ends(self) -> F64: ...
+    def bucket_of(self, t: npt.ArrayLike) -> I64: ...
+    def look_of_bucket(self, bucket: npt.ArrayLike) -> I64: ...
+
+
+class LookData(Protocol):
+    """The report's one pass over the store as the replay reads it
+    (`probes.report._collect.Collected`): per-look sums and which windows have data."""
+
+    @property
+    def grid(self) -> LookGrid: ...
+    @property
+    def since(self) -> float: ...
+    @property
+    def until(self) -> float: ...
+    @property
+    def window_s(self) -> float: ...
+    @property
+    def paths(self) -> tuple[str, ...]: ...
+    @property
+    def cohorts(self) -> tuple[str, ...]: ...
+    @property
+    def present(self) -> npt.NDArray[np.bool_]: ...
+    def cohort_index(self, name: str) -> int: ...
+    def look_totals(self, p: int, c: int) -> Totals: ...
+    def starts_of(self, p: int, c: int) -> F64: ...
+
+
+class ReplaySettings(Protocol):
+    """The verdict parameters a replay judges with (`probes.report._settings.Settings`)."""
+
+    @property
+    def tolerances(self) -> TolerancesLike: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def min_samples(self) -> int: ...
+    @property
+    def attempts_max(self) -> int: ...
+    @property
+    def warmup_s(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +344,7 @@ def estimates(t: Totals, row: int) -> dict[str, float | None]:
     n = float(t.latency[row].sum())
     p99 = None
     if n > 0:
-        p99 = float(quantile_estimate(np.cumsum(t.latency[row]), LAYOUT, 0.99)) * 1000.0
+        p99 = float(quantile_estimate(np.cumsum(t.latency[row]), _LAYOUT, 0.99)) * 1000.0
     fail = ratio(float(t.errors[row]), float(t.requests[row]))
     return {
         "success_rate": None if fail is None else 1.0 - fail,
@@ -100,22 +364,22 @@ class _Span:
 
 
 class _Replay:
-    def __init__(self, store: Store, data: Collected, baseline: str, canary: str,
-                 settings: JudgingSettings, paths_judged: int) -> None:
+    def __init__(self, store: Store, data: LookData, baseline: str, canary: str,
+                 settings: ReplaySettings, paths_judged: int) -> None:
         self.store = store
         self.data = data
         self.b = data.cohort_index(baseline)
         self.c = data.cohort_index(canary)
         self.settings = settings
-        self.alpha_share = settings.alpha / (4 * max(1, paths_judged))
+        self.alpha_share = settings.alpha / (len(rules.METRICS) * max(1, paths_judged))
         self._pod_cache: dict[int, tuple[F64, PodTrack] | None] = {}
 
-    def _evaluate(self, tb: Totals, tc: Totals, fresh: npt.ArrayLike | None,
+    def _evaluate(self, tb: Totals, tc: Totals, ages: tuple[F64, F64] | None,
                   success_pods: PodLooks | None = None) -> Tracks:
         s = self.settings
         return evaluate(tb, tc, tolerances=s.tolerances, alpha_share=self.alpha_share,
-                        attempts_max=s.attempts_max, min_samples=s.min_samples, fresh=fresh,
-                        success_pods=success_pods)
+                        attempts_max=s.attempts_max, min_samples=s.min_samples,
+                        window_s=self.data.window_s, ages=ages, success_pods=success_pods)
 
     def _pods(self, p: int, origin: float, cap: float) -> tuple[F64, PodTrack] | None:
         """The path's pod-level success-rate test over [origin, cap] (`probes.stats.pods`, as
@@ -170,16 +434,17 @@ class _Replay:
         ends = lo + L * (np.arange(n, dtype=np.float64) + 1.0)
         return out[0], out[1], np.asarray(ends, dtype=np.float64)
 
-    def _fresh(self, p: int, at: F64) -> F64:
-        """Whether both cohorts' newest windows at each time are at most two windows old."""
+    def _ages(self, p: int, at: F64) -> tuple[F64, F64]:
+        """How old the baseline's and the canary's newest windows are at each time (inf:
+        none yet), for `rules.gates` to call stale."""
         L = self.data.window_s
-        ok = np.ones(at.size, dtype=bool)
+        ages = []
         for c in (self.b, self.c):
             starts = self.data.starts_of(p, c)
             idx = np.searchsorted(starts, at - L + 1e-6, side="right") - 1
             newest_end = np.where(idx >= 0, starts[np.maximum(idx, 0)] + L, -np.inf)
-            ok &= at - newest_end <= 2 * L + 1e-6
-        return ok
+            ages.append(np.asarray(at - newest_end, dtype=np.float64))
+        return ages[0], ages[1]
 
     def span(self, p: int) -> _Span | None:
         """The path's origin and cap (the last window both cohorts reached), and their looks."""
@@ -246,10 +511,10 @@ class _Replay:
         cum_b, cum_c = tb.cumulative(), tc.cumulative()
         looks_at = np.minimum(data.grid.look_ends, data.until)
         pod_looks = self._pod_looks(p, sp.origin, sp.cap, looks_at)
-        tracks = self._evaluate(cum_b, cum_c, self._fresh(p, looks_at), pod_looks)
+        tracks = self._evaluate(cum_b, cum_c, self._ages(p, looks_at), pod_looks)
         crossings = {}
         for metric in tracks.metrics:
-            j = tracks.first(FAIL, metric)
+            j = tracks.first(State.FAIL, metric)
             if j is not None:
                 crossings[metric] = self._pin(p, metric, j, sp.first, sp.origin, sp.cap,
                                               cum_b, cum_c, tracks)
@@ -284,8 +549,7 @@ class _Replay:
             start_c = None if j == o else cum_c.take([j - 1])
             run_b, run_c = wb.cumulative(start_b), wc.cumulative(start_c)
             fine = self._evaluate(run_b, run_c, None, self._pod_looks(p, origin, cap, ends))
-            k = first_index(fine.metrics[metric].state == FAIL) if metric in fine.metrics \
-                else None
+            k = fine.first(State.FAIL, metric)
             if k is not None:
                 at = float(ends[k])
                 log_e = float(fine.metrics[metric].log_e_fail[k])
@@ -300,8 +564,8 @@ def _subtract(t: Totals, part: Totals, row: int) -> None:
     t.latency[row] = np.maximum(0.0, t.latency[row] - part.latency[0])
 
 
-def judge_paths(store: Store, data: Collected, baseline: str, canary: str,
-                settings: JudgingSettings, skip: Collection[str] = ()) -> list[PathJudgement]:
+def judge_paths(store: Store, data: LookData, baseline: str, canary: str,
+                settings: ReplaySettings, skip: Collection[str] = ()) -> list[PathJudgement]:
     """The replay for every path in `data` that has data but those in `skip` (relay paths,
     judged as pair matrices), α shared among the paths replayed (module docstring)."""
     with_data = [p for p in range(len(data.paths))

@@ -1,8 +1,8 @@
-"""probes.stats.sequential: the verdict's tests replayed at every look agree with `judge`.
+"""probes.verdict.replay: the rules of `probes.verdict.rules` at every look.
 
-The windows are simulated as in tests/unit/test_verdict.py (fixed seeds). The strongest check is
-the replay itself: at every window boundary, `evaluate` on cumulative totals must give the
-state, the per-metric states and the e-values that `judge` gives on the windows up to then.
+`judge` is the same rules at the last look, so the replay's rows must be `judge`'s verdicts
+on the windows up to each look: the state, the per-metric states and the e-values. The
+windows are simulated as in tests/unit/test_verdict.py (fixed seeds).
 """
 
 from __future__ import annotations
@@ -15,20 +15,11 @@ import pytest
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.spec import Tolerances
 from probes.stats.pods import PodGrid, pod_states, pod_track
-from probes.stats.sequential import (
-    FAIL,
-    INCONCLUSIVE,
-    NOT_APPLICABLE,
-    PASS,
-    STATE_NAMES,
-    PodLooks,
-    Totals,
-    evaluate,
-    first_index,
-)
-from probes.stats.series import columns
+from probes.stats.series import Totals, columns
 from probes.types import PathWindow
-from probes.verdict import judge
+from probes.verdict.judge import judge
+from probes.verdict.replay import PodLooks, evaluate, first_index
+from probes.verdict.rules import STATES, State
 
 T0 = 1_700_000_000.0
 OLD, NEW = "1.20.3", "1.21.0"
@@ -88,10 +79,10 @@ def test_every_look_agrees_with_judge(canary: dict, metric: str) -> None:
     for k in range(looks):
         end = T0 + 10 * (k + 1)
         v = judge([w for w in windows if w.start < end], now=end, alpha=ALPHA).paths[0]
-        assert STATE_NAMES[int(tracks.state[k])] == v.verdict, k
+        assert STATES[int(tracks.state[k])] == v.verdict, k
         for mv in v.metrics:
             track = tracks.metrics[mv.name]
-            assert STATE_NAMES[int(track.state[k])] == mv.verdict, (k, mv.name)
+            assert STATES[int(track.state[k])] == mv.verdict, (k, mv.name)
             assert mv.e_fail is not None and mv.e_pass is not None
             for mine, theirs in ((track.log_e_fail[k], mv.e_fail),
                                  (track.log_e_pass[k], mv.e_pass)):
@@ -99,7 +90,7 @@ def test_every_look_agrees_with_judge(canary: dict, metric: str) -> None:
                                     abs_tol=1e-6), (k, mv.name)
         seen_fail |= v.metric(metric).verdict == "fail"  # type: ignore[union-attr]
     assert seen_fail, "the regression must fail within the looks for this test to bite"
-    first = tracks.first(FAIL, metric)
+    first = tracks.first(State.FAIL, metric)
     assert first is not None
     # The first crossing is the first look at which judge said fail for that metric.
     for k in range(first):
@@ -115,9 +106,9 @@ def test_equal_cohorts_never_fail_and_end_passing() -> None:
                + _windows(rng, NEW, looks, err=0.0, streams=False))
     tracks = _replay(windows, looks)
     assert "stream_resets_per_hour" not in tracks.metrics  # never applied: absent
-    assert tracks.first(FAIL) is None
-    assert tracks.state[-1] == PASS
-    assert tracks.first(PASS) is not None
+    assert tracks.first(State.FAIL) is None
+    assert STATES[tracks.state[-1]] == State.PASS
+    assert tracks.first(State.PASS) is not None
 
 
 def test_min_samples_and_staleness_gate_every_metric() -> None:
@@ -125,13 +116,13 @@ def test_min_samples_and_staleness_gate_every_metric() -> None:
     rng = np.random.default_rng(5)
     windows = _windows(rng, OLD, looks, err=0.0) + _windows(rng, NEW, looks, err=0.5)
     tracks = _replay(windows, looks, min_samples=700)  # 300 calls a look: gated for 2 looks
-    assert list(tracks.state[:2]) == [INCONCLUSIVE, INCONCLUSIVE]
-    assert all(t.state[1] == INCONCLUSIVE for t in tracks.metrics.values())
-    assert tracks.state[2] == FAIL
-    fresh = np.ones(looks, dtype=bool)
-    fresh[3] = False
-    stale = _replay(windows, looks, fresh=fresh)
-    assert stale.state[3] == INCONCLUSIVE and stale.state[4] == FAIL
+    assert [STATES[c] for c in tracks.state[:3]] == [State.INCONCLUSIVE] * 2 + [State.FAIL]
+    assert all(STATES[t.state[1]] == State.INCONCLUSIVE for t in tracks.metrics.values())
+    age = np.zeros(looks)
+    age[3] = 20.5  # more than two 10 s windows: stale
+    age[4] = 20.0  # exactly two: still fresh
+    stale = _replay(windows, looks, window_s=10.0, ages=(np.zeros(looks), age))
+    assert [STATES[c] for c in stale.state[3:5]] == [State.INCONCLUSIVE, State.FAIL]
 
 
 def test_looks_before_the_canary_are_not_applicable() -> None:
@@ -146,8 +137,9 @@ def test_looks_before_the_canary_are_not_applicable() -> None:
         group = np.where((cols.cohort == cols.cohorts.index(name)) & (step >= origin), step, -1)
         parts.append(Totals.sums(cols, group, looks).cumulative())
     tracks = evaluate(*parts, tolerances=Tolerances(), alpha_share=ALPHA / 4)
-    assert list(tracks.state[:3]) == [NOT_APPLICABLE] * 3
-    assert tracks.first(FAIL) is not None and tracks.first(FAIL) >= 3  # type: ignore[operator]
+    assert [STATES[c] for c in tracks.state[:3]] == [State.NOT_APPLICABLE] * 3
+    first = tracks.first(State.FAIL)
+    assert first is not None and first >= 3
 
 
 def test_totals_arithmetic() -> None:
@@ -220,9 +212,8 @@ def test_pod_level_success_rate_at_every_look_agrees_with_judge(rates: list[floa
     tracks = _replay(windows, looks,
                      success_pods=PodLooks(track, np.arange(looks, dtype=np.int64)))
     mine = tracks.metrics["success_rate"]
-    assert list(mine.state) == [
-        {"fail": FAIL, "pass": PASS}.get(str(x), INCONCLUSIVE)
-        for x in pod_states(track, tracks.log_threshold)]
+    assert [STATES[c] for c in mine.state] == [
+        State(str(x)) for x in pod_states(track, tracks.log_threshold)]
     judged_fail = None
     for k in range(looks):
         end = T0 + 10 * (k + 1)
@@ -230,11 +221,11 @@ def test_pod_level_success_rate_at_every_look_agrees_with_judge(rates: list[floa
                   pods={"checkout": _upto(grid, k + 1)}).paths[0]
         mv = v.metric("success_rate")
         assert mv is not None and mv.pods is not None  # judged per pod
-        assert STATE_NAMES[int(mine.state[k])] == mv.verdict, k
+        assert STATES[int(mine.state[k])] == mv.verdict, k
         for log_e, e in ((mine.log_e_fail[k], mv.e_fail), (mine.log_e_pass[k], mv.e_pass)):
             assert e is not None
             assert math.isclose(math.exp(min(log_e, 700.0)), e, rel_tol=1e-6), k
         if mv.verdict == "fail" and judged_fail is None:
             judged_fail = k
-    assert mine.first(FAIL) == judged_fail
+    assert mine.first(State.FAIL) == judged_fail
     assert (judged_fail is not None) == fails
