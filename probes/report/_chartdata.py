@@ -1,55 +1,29 @@
 """What each chart of a report shows, as plain arrays: the seam between the report's data
 and the drawing.
 
-`chart_jobs` turns a `Report` into one `ChartJob` per chart, in page order. A job holds
-only small arrays (a few hundred points per line), so jobs can be drawn in another process
-(`probes.report.charts.render`) without sending the report's data there.
+`chart_jobs` turns a `Report` into one `ChartJob` per chart, in page order. A job holds only
+small arrays (a few hundred points per line), so jobs can be drawn in another process
+(`probes.report.charts.render`, where `ChartJob` is defined: the drawing needs nothing of the
+report's model) without sending the report's data there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from probes.report._rollout import INVENTORY
+from probes.report.charts import ChartJob
 from probes.report.model import METRIC_LABELS, PathSection, Period, Report
 from probes.verdict.rules import CODES, State
 
-__all__ = ["NARROW", "WIDE", "ChartJob", "chart_jobs", "metric_values", "metrics_for"]
+__all__ = ["NARROW", "WIDE", "chart_jobs", "metric_values", "metrics_for"]
 
 F64 = npt.NDArray[np.float64]
 WIDE = (12.4, 2.9)
 NARROW = (6.2, 2.5)
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class ChartJob:
-    """One chart: `kind` is a metric name or "rollout".
-
-    Metric charts draw `series` (cohort → value per bucket at `x`); the rollout chart draws
-    `series` (version → share in % at `x`, a step function) above the verdict `runs`
-    ((start, width, state code) per run of equal states).
-    """
-
-    index: int
-    kind: str
-    path: str
-    period: str
-    title: str
-    size: tuple[float, float]
-    since: float
-    until: float
-    x: F64
-    series: dict[str, F64]
-    ylim: tuple[float, float] | None
-    events: dict[str, F64]
-    event_kinds: tuple[str, ...]
-    crossings: tuple[float, ...]
-    runs: tuple[tuple[float, float, int], ...] = ()
-    empty_note: str = ""
 
 
 def metric_values(period: Period, section: PathSection, metric: str) -> dict[str, F64]:

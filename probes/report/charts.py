@@ -26,16 +26,18 @@ from typing import Any
 
 import matplotlib
 import numpy as np
+import numpy.typing as npt
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator
 
-from probes.report._chartdata import ChartJob
 from probes.verdict.rules import CODES, State
 
-__all__ = ["STATE_COLOURS", "Chart", "ChartMaker", "palette", "render"]
+__all__ = ["STATE_COLOURS", "Chart", "ChartJob", "ChartMaker", "palette", "render"]
+
+F64 = npt.NDArray[np.float64]
 
 # Okabe-Ito, without its green and red-orange, which mean pass and fail here.
 _PALETTE = ("#0072B2", "#E69F00", "#CC79A7", "#56B4E9", "#8C6D31", "#000000", "#999999")
@@ -73,6 +75,33 @@ _METRIC_UNITS = {
 }
 Style = dict[str, Any]
 _RUG_ABOVE = 20  # kinds with more events in a chart are drawn as ticks, not full lines
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChartJob:
+    """One chart: `kind` is a metric name or "rollout".
+
+    Metric charts draw `series` (cohort → value per bucket at `x`); the rollout chart draws
+    `series` (version → share in % at `x`, a step function) above the verdict `runs`
+    ((start, width, state code) per run of equal states).
+    """
+
+    index: int
+    kind: str
+    path: str
+    period: str
+    title: str
+    size: tuple[float, float]
+    since: float
+    until: float
+    x: F64
+    series: dict[str, F64]
+    ylim: tuple[float, float] | None
+    events: dict[str, F64]
+    event_kinds: tuple[str, ...]
+    crossings: tuple[float, ...]
+    runs: tuple[tuple[float, float, int], ...] = ()
+    empty_note: str = ""
 
 
 @dataclass(frozen=True, slots=True)

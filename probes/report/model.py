@@ -31,9 +31,9 @@ from probes.report._rollout import INVENTORY, PROBED, Rollout, from_endpoints, f
 from probes.report.summary import CohortFigures
 from probes.spec import JudgingSettings
 from probes.stats.cohorts import pick_cohorts, version_key
-from probes.stats.metrics import concentration_finding
 from probes.stats.pods import read_pod_grids
 from probes.store import BOOKKEEPING_EVENTS, Event, Store
+from probes.verdict.metrics import concentration_finding
 from probes.verdict.replay import PathJudgement, judge_paths
 from probes.verdict.rules import STATES
 

@@ -8,11 +8,10 @@
   columns;
 - `pods`: pods × windows, time-stratified and pod-clustered (the pod as the unit);
 - `cohorts`: version-aware choice of baseline and canary;
-- `metrics` and `pod_metrics`: the four verdict metrics on top of those, many paths at once,
-  each judged by the rules of `probes.verdict.rules` (imported by name, not here, as they
-  import `probes.verdict.rules`).
+- `pod_exceed`, `pod_quantile`: p99 with the pod as the unit.
 
-`probes.verdict.judge` is the entry point; these modules are its parts.
+Statistics only: the verdict's states, gates and per-metric verdicts built on these are
+`probes.verdict` (`rules`, `metrics`, `pod_metrics`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ windows grid's windows, at every look or at the last one only (the arithmetic un
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -92,11 +92,6 @@ def bisect_int(
         lo_ = np.where(active & ~ok, mid + 1.0, lo_)
 
 
-def log_clip(log_e: ArrayLike, cap: float = 700.0) -> F64:
-    """exp() of log e-values, capped so JSON never carries an infinity (e^700 ≈ 1e304)."""
-    return np.asarray(np.exp(np.minimum(f64(log_e), cap)), dtype=np.float64)
-
-
 def first_max(a: F64, axis: int) -> I64:
     """The pod with the largest value, the first of those tied: values are rounded first,
     so that sums taken in another order (the last look alone, a full track, a batch) pick
@@ -172,3 +167,15 @@ class Acc:
         folded = self._before(key) + parts[..., :1]
         self.kept_now[key] = folded
         return folded + parts[..., 1:]
+
+
+def overlapping(start: npt.NDArray[np.float64], length: npt.NDArray[np.float64] | float,
+                spans: Sequence[tuple[float, float]]) -> npt.NDArray[np.bool_]:
+    """Which windows [start, start + length) share any time with a span [lo, hi): the rule
+    every reader applies to an overloaded probe's spans (a window touched by one counts for
+    nothing, whatever its length)."""
+    out = np.zeros(np.shape(start), dtype=bool)
+    end = start + length
+    for lo, hi in spans:
+        out |= (end > lo) & (start < hi)
+    return out

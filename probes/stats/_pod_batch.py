@@ -81,7 +81,7 @@ def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
     canary's worst pod capped, reaches 1/α (`log_threshold` = log 1/α); else "pass" when
     E_pass reaches it; else "inconclusive" (so too while a cohort has no warm calls: its
     e-values are −inf). The one rule: the live verdict takes its last look
-    (`probes.stats.metrics.pod_success_rate`), the report's replay every look
+    (`probes.verdict.metrics.pod_success_rate`), the report's replay every look
     (`probes.verdict.replay`)."""
     fail = np.asarray(track.log_e_fail) >= log_threshold
     ok = np.asarray(track.log_e_pass) >= log_threshold

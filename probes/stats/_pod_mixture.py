@@ -1,6 +1,6 @@
 """The pod-level test's e-value: a one-sided normal mixture over the standardised drift
-(`probes.stats.pods` describes the statistic it is applied to), the few-pods factor for a
-spread estimated from few pods, and how far a sum is from a decision."""
+(`probes.stats.pods` describes the statistic it is applied to), and how far a sum is from a
+decision."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import log_ndtr, stdtrit
+from scipy.special import log_ndtr
 
 from probes.stats._num import F64, logsumexp
 
-__all__ = ["MIXING_SCALES", "few_pods_factor", "log_e_one_sided", "needs_factor", "needs_factors"]
+__all__ = ["MIXING_SCALES", "log_e_one_sided", "needs_factor", "needs_factors"]
 
 
 # Prior scales of the standardised drift θ (the effect per unit of per-call standard
@@ -37,40 +37,6 @@ def log_e_one_sided(d: npt.ArrayLike, v: npt.ArrayLike,
                  + log_ndtr(np.sqrt(rho2) * d_ / np.sqrt(den)))
     out = logsumexp(parts, axis=-1) - math.log(len(scales))
     return np.asarray(np.where(np.isfinite(d_[..., 0]), out, -np.inf), dtype=np.float64)
-
-
-def few_pods_factor(df: npt.ArrayLike, v: npt.ArrayLike, log_threshold: float,
-                    scales: tuple[float, ...] = MIXING_SCALES) -> F64:
-    """By how much the spread term's variance grows because τ² comes from few pods:
-    (t_df(1 − α) / z)², at least 1, with α = exp(−`log_threshold`), `df` τ²'s degrees of
-    freedom and z a lower bound of the standardised sum at which the e-process reaches 1/α
-    given the variance `v` (standard-deviation units).
-
-    Why. Once the calls are many the spread term dominates, the statistic stops growing
-    and is a t statistic with τ²'s degrees of freedom (the pods counted, less one per
-    cohort), not a normal one: with three baseline pods against one canary pod (df 2),
-    pods that happen to agree make τ² small, and a canary pod that happens to be fast
-    passed a version beyond the tolerance in 2–3 % of rollouts whatever α. The e-process
-    decides there at a threshold z that barely moves, so scaling the spread term by (t/z)²
-    aims its error at α. It does not get there everywhere (BENCHMARKS.md D19): a balanced
-    canary pod has several times a baseline pod's calls, so τ² rests on pods whose own
-    variance is mostly sampling and has fewer effective degrees of freedom than counted;
-    with one or two canary pods on 4–8 pods a canary at the boundary still passed in
-    2–5 % of rollouts at α = 1 %. With many pods t is below z and nothing changes (twelve pods:
-    df 10, t_10(0.99) = 2.8 against z ≥ 3.3 at α = 1 %); with none to count (df 0) there is
-    nothing to scale (and with one canary pod `pod_tracks` gives no pass)."""
-    df_ = np.asarray(df, dtype=np.float64)
-    v_ = np.maximum(np.asarray(v, dtype=np.float64), 0.0)[..., None]
-    rho2v = np.asarray(scales, dtype=np.float64) ** 2 * v_
-    # One scale's e-value is at most 2(1 + ρ²V)^(−½) exp(ρ²D²/(2(1 + ρ²V))); the mixture,
-    # their mean, reaches 1/α only where some scale does.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z2 = (2.0 * (1.0 + rho2v) / rho2v
-              * np.maximum(log_threshold - math.log(2.0) + 0.5 * np.log1p(rho2v), 0.0))
-        z = np.sqrt(np.min(np.where(rho2v > 0, z2, np.inf), axis=-1))
-        t = stdtrit(np.maximum(df_, 1.0), -math.expm1(-log_threshold))
-        factor = np.where((df_ >= 1) & np.isfinite(z) & (z > 0), (t / z) ** 2, 1.0)
-    return np.asarray(np.maximum(factor, 1.0), dtype=np.float64)
 
 
 def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: float,

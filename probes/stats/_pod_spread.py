@@ -4,14 +4,16 @@ capped at what the others show."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+from scipy.special import stdtrit
 
 from probes.stats._num import F64, I64, Acc, Bool, first_max
-from probes.stats._pod_mixture import few_pods_factor
 
-__all__ = ["capped", "dl_tau2", "outlier", "pick", "spread_term", "tau2_at"]
+__all__ = ["capped", "dl_tau2", "few_pods_factor", "outlier", "pick", "spread_term", "tau2_at"]
 
 
 # Where τ² comes from few pods, it is taken as at least this many standard errors of its
@@ -66,6 +68,40 @@ def capped(excess: F64, calls: F64, sd2: F64, tau2: F64, pod: I64 | None = None
                        + _CAP_Z * np.sqrt(sd2 / np.where(n_o > 0, n_o, 1.0) + tau2), np.inf)
         over = np.where(np.isfinite(cap) & np.isfinite(r_w), np.maximum(r_w - cap, 0.0), 0.0)
     return excess.sum(axis=1) - n_w * over, worst
+
+
+def few_pods_factor(df: npt.ArrayLike, v: npt.ArrayLike, log_threshold: float,
+                    scales: tuple[float, ...]) -> F64:
+    """By how much the spread term's variance grows because τ² comes from few pods:
+    (t_df(1 − α) / z)², at least 1, with α = exp(−`log_threshold`), `df` τ²'s degrees of
+    freedom and z a lower bound of the standardised sum at which the e-process reaches 1/α
+    given the variance `v` (standard-deviation units).
+
+    Why. Once the calls are many the spread term dominates, the statistic stops growing
+    and is a t statistic with τ²'s degrees of freedom (the pods counted, less one per
+    cohort), not a normal one: with three baseline pods against one canary pod (df 2),
+    pods that happen to agree make τ² small, and a canary pod that happens to be fast
+    passed a version beyond the tolerance in 2–3 % of rollouts whatever α. The e-process
+    decides there at a threshold z that barely moves, so scaling the spread term by (t/z)²
+    aims its error at α. It does not get there everywhere (BENCHMARKS.md D19): a balanced
+    canary pod has several times a baseline pod's calls, so τ² rests on pods whose own
+    variance is mostly sampling and has fewer effective degrees of freedom than counted;
+    with one or two canary pods on 4–8 pods a canary at the boundary still passed in
+    2–5 % of rollouts at α = 1 %. With many pods t is below z and nothing changes (twelve pods:
+    df 10, t_10(0.99) = 2.8 against z ≥ 3.3 at α = 1 %); with none to count (df 0) there is
+    nothing to scale (and with one canary pod `pod_tracks` gives no pass)."""
+    df_ = np.asarray(df, dtype=np.float64)
+    v_ = np.maximum(np.asarray(v, dtype=np.float64), 0.0)[..., None]
+    rho2v = np.asarray(scales, dtype=np.float64) ** 2 * v_
+    # One scale's e-value is at most 2(1 + ρ²V)^(−½) exp(ρ²D²/(2(1 + ρ²V))); the mixture,
+    # their mean, reaches 1/α only where some scale does.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z2 = (2.0 * (1.0 + rho2v) / rho2v
+              * np.maximum(log_threshold - math.log(2.0) + 0.5 * np.log1p(rho2v), 0.0))
+        z = np.sqrt(np.min(np.where(rho2v > 0, z2, np.inf), axis=-1))
+        t = stdtrit(np.maximum(df_, 1.0), -math.expm1(-log_threshold))
+        factor = np.where((df_ >= 1) & np.isfinite(z) & (z > 0), (t / z) ** 2, 1.0)
+    return np.asarray(np.maximum(factor, 1.0), dtype=np.float64)
 
 
 def spread_term(tau2: F64, df: F64, tau2_se: F64, weights: F64, v_sampling: F64, sd2: F64,

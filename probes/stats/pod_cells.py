@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.measure.histogram import BUCKET_COUNT
-from probes.stats.series import overlapping
+from probes.stats._num import overlapping
 
 __all__ = ["MAX_GRID_CELLS", "LatencyFold", "PerPod", "PodGrid", "add_per_pod", "by_path",
            "per_pod_of", "warm_latency"]

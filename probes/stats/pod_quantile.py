@@ -1,7 +1,7 @@
 """p99 from the pods' pooled histograms: which canary pod is the worst, and the evidence with
 every call counted as independent.
 
-The p99 verdict with the pod as the unit (`probes.stats.pod_metrics`) decides on
+The p99 verdict with the pod as the unit (`probes.verdict.pod_metrics`) decides on
 exceedances per pod (`probes.stats.pod_exceed`: the spread between pods is noise on both
 sides). This module gives it the rest, from each cohort's pooled histogram over its pods:
 

@@ -74,12 +74,12 @@ from __future__ import annotations
 from probes.stats._pod_batch import ONE_POD_BASELINE, PodTrack, pod_states
 from probes.stats._pod_mixture import (
     MIXING_SCALES,
-    few_pods_factor,
     log_e_one_sided,
     needs_factor,
     needs_factors,
 )
 from probes.stats._pod_read import pod_grids, read_pod_grids
+from probes.stats._pod_spread import few_pods_factor
 from probes.stats._pod_tracks import MEMO_MAX_PODS, TrackMemo, pod_track, pod_tracks
 from probes.stats.pod_cells import MAX_GRID_CELLS, PodGrid
 

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.measure.histogram import BUCKET_COUNT
+from probes.stats._num import overlapping
 from probes.types import Outcome, PathWindow
 
 __all__ = ["SCALARS", "CohortTotals", "Columns", "PathSeries", "Totals", "columns",
@@ -267,18 +268,6 @@ def path_series(
         tb = totals(2 * i) if sb is not None else None
         tc = totals(2 * i + 1) if sc is not None else None
         out.append(PathSeries(name, tuple(sorted(newest)), newest, span, tb, tc))
-    return out
-
-
-def overlapping(start: npt.NDArray[np.float64], length: npt.NDArray[np.float64] | float,
-                spans: Sequence[tuple[float, float]]) -> npt.NDArray[np.bool_]:
-    """Which windows [start, start + length) share any time with a span [lo, hi): the rule
-    every reader applies to an overloaded probe's spans (a window touched by one counts for
-    nothing, whatever its length)."""
-    out = np.zeros(np.shape(start), dtype=bool)
-    end = start + length
-    for lo, hi in spans:
-        out |= (end > lo) & (start < hi)
     return out
 
 

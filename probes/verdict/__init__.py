@@ -9,9 +9,9 @@ and `grids` (what the running probe keeps between verdicts), `pairs` (relay path
 caller × callee matrix), `settings` (what `run` records so that later verdicts judge as it
 did) and `worker` (the running probe's verdicts in a process of their own).
 
-Nothing is imported here: `probes.stats.metrics` imports `rules`, and `judge` imports
-`probes.stats.metrics`, so a package that loaded `judge` on import would be half-built
-whenever `probes.stats.metrics` is imported first. Import from the modules:
+Nothing is imported here: `probes.verdict.metrics` imports `rules`, and `judge` imports
+`probes.verdict.metrics`, so a package that loaded `judge` on import would be half-built
+whenever `probes.verdict.metrics` is imported first. Import from the modules:
 `from probes.verdict.entry import verdict`, `from probes.verdict.judge import judge`.
 """
 

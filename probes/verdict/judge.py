@@ -26,7 +26,7 @@ Success rate, given the pods × windows grids (`pods`), takes the pod as the uni
 evidence (`probes.stats.pods`): compared within each window, the spread between pods part
 of the noise, and a fail that no single canary pod makes. Attempts per
 request does the same where the grids hold per-pod attempts (store schema v2), and p99
-fails only on what no single pod of either cohort makes (`probes.stats.pod_metrics`). Stream
+fails only on what no single pod of either cohort makes (`probes.verdict.pod_metrics`). Stream
 resets (and every metric without grids, as from Prometheus, or over a span a v1 store
 wrote) assume, stated plainly, that within each cohort the calls are independent with a
 common distribution over the span: a drift while the split between cohorts changes, bursts
@@ -68,10 +68,15 @@ from probes.spec import (
     DEFAULT_WINDOW_S,
     Tolerances,
 )
-from probes.stats import metrics as M
 from probes.stats.cohorts import pick_cohorts
-from probes.stats.metrics import CohortEvidence, MetricVerdict
-from probes.stats.pod_metrics import (
+from probes.stats.pods import PodGrid, TrackMemo
+from probes.stats.quantile import Layout
+from probes.stats.series import PathSeries, columns, path_series, without_latency
+from probes.types import PathWindow, split_pair
+from probes.verdict import metrics as M
+from probes.verdict import rules
+from probes.verdict.metrics import CohortEvidence, MetricVerdict
+from probes.verdict.pod_metrics import (
     attempts_recorded,
     latency_recorded,
     pod_attempts,
@@ -79,11 +84,6 @@ from probes.stats.pod_metrics import (
     pod_latency_p99,
     pod_latency_p99s,
 )
-from probes.stats.pods import PodGrid, TrackMemo
-from probes.stats.quantile import Layout
-from probes.stats.series import PathSeries, columns, path_series, without_latency
-from probes.types import PathWindow, split_pair
-from probes.verdict import rules
 from probes.verdict.rules import STATES, State
 
 __all__ = [

@@ -14,9 +14,9 @@ from probes.config import Tolerances
 from probes.stats import _pod_tracks as pod_tracks_module
 from probes.stats import bounded
 from probes.stats import pods as pods_module
-from probes.stats.metrics import pod_success_rate
 from probes.stats.pods import (
     MEMO_MAX_PODS,
+    MIXING_SCALES,
     PodGrid,
     TrackMemo,
     few_pods_factor,
@@ -26,6 +26,7 @@ from probes.stats.pods import (
     pod_track,
     pod_tracks,
 )
+from probes.verdict.metrics import pod_success_rate
 
 LOG_THR = math.log(4 / 0.01)  # α = 1 % over four metric slots, as the verdict shares it
 TOL = 0.001
@@ -322,11 +323,12 @@ def test_the_grids_unique_starts_are_numpys_sorted_or_not() -> None:
 def test_the_few_pods_factor_grows_as_the_pods_get_fewer_and_is_one_with_many() -> None:
     log_thr = math.log(1 / 0.01)
     v = np.full(5, 1e4)
-    factor = few_pods_factor(np.array([1.0, 2.0, 4.0, 10.0, 40.0]), v, log_thr)
+    factor = few_pods_factor(np.array([1.0, 2.0, 4.0, 10.0, 40.0]), v, log_thr, MIXING_SCALES)
     assert (np.diff(factor) <= 0).all()
     assert factor[0] > 25 and factor[1] > 4  # t with 1 and 2 df has heavy tails
     assert factor[3] == factor[4] == 1.0  # ten pods: t_10 is below the e-process's threshold
-    assert few_pods_factor(np.array([0.0]), v[:1], log_thr)[0] == 1.0  # nothing to scale
+    # nothing to scale
+    assert few_pods_factor(np.array([0.0]), v[:1], log_thr, MIXING_SCALES)[0] == 1.0
 
 
 def small_estate_passes(rng: np.random.Generator, rollouts: int, baseline: int, canary: int,

@@ -23,8 +23,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from probes.stats import bounded, pods, quantile, rates
-from probes.stats._num import log_clip
+from probes.stats import bounded, quantile, rates
+from probes.stats.pods import (
+    ONE_POD_BASELINE,
+    PodGrid,
+    PodTrack,
+    TrackMemo,
+    needs_factors,
+    pod_states,
+    pod_tracks,
+)
 from probes.verdict import rules
 from probes.verdict.rules import (
     ATTEMPTS,
@@ -51,6 +59,7 @@ __all__ = [
     "duration",
     "json_number",
     "latency_p99",
+    "log_clip",
     "missing",
     "needs_more",
     "pod_bounded_verdicts",
@@ -66,6 +75,12 @@ __all__ = [
 PASS, FAIL, INCONCLUSIVE = State.PASS, State.FAIL, State.INCONCLUSIVE
 PODS, POOLED = "pods", "pooled"
 F64 = npt.NDArray[np.float64]
+
+
+def log_clip(log_e: npt.ArrayLike, cap: float = 700.0) -> F64:
+    """exp() of log e-values, capped so JSON never carries an infinity (e^700 ≈ 1e304)."""
+    return np.asarray(np.exp(np.minimum(np.asarray(log_e, dtype=np.float64), cap)),
+                      dtype=np.float64)
 
 
 def _ro(m: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -210,7 +225,7 @@ def success_rate(
 def concentration_finding(pod: str, share: float | None, what: str = "errors") -> str:
     """The finding when the canary's errors are concentrated on one pod, in the words the
     verdict's reason and the report both use: "concentrated on shop-0 (71 % of the canary's
-    errors)". `share` as the verdict's JSON carries it (`pods.worst_share`); `what` names
+    errors)". `share` as the verdict's JSON carries it (`worst_share`); `what` names
     what was counted ("retries", "calls above the baseline's p99")."""
     shown = _num(share, 3)
     return (f"concentrated on {pod} "
@@ -221,34 +236,34 @@ def concentration_finding(pod: str, share: float | None, what: str = "errors") -
 class _PodEvidence:
     """One path's pod-level test (its last look) before the pooled figures heading its reason."""
 
-    grid: pods.PodGrid
+    grid: PodGrid
     rows: npt.NDArray[np.bool_]
     n: F64
     s: F64
     is_canary: npt.NDArray[np.bool_]
     canary_names: list[str]
-    track: pods.PodTrack
+    track: PodTrack
     both: npt.NDArray[np.bool_]
     totals: tuple[float, float, float, float]  # calls and sums, baseline then canary
 
 
 # What a pod-level test reads of one grid: the grid, its `rows` of the two cohorts,
 # `is_canary` among them, and the calls `n` and sums `s` of those rows (pods × windows).
-PodSums = tuple[pods.PodGrid, npt.NDArray[np.bool_], npt.NDArray[np.bool_], F64, F64]
+PodSums = tuple[PodGrid, npt.NDArray[np.bool_], npt.NDArray[np.bool_], F64, F64]
 
 
 def _pod_evidences(items: Sequence[PodSums], ratio: float, margin: float, alpha: float,
-                   memo: pods.TrackMemo | None = None) -> list[_PodEvidence]:
-    """Every grid's pod-level test at its last look, in one batch (`pods.pod_tracks`;
+                   memo: TrackMemo | None = None) -> list[_PodEvidence]:
+    """Every grid's pod-level test at its last look, in one batch (`pod_tracks`;
     `memo`, its sums kept from the last verdict)."""
-    tracks = pods.pod_tracks([(n, s, c) for _g, _r, c, n, s in items], ratio, margin,
+    tracks = pod_tracks([(n, s, c) for _g, _r, c, n, s in items], ratio, margin,
                              log_threshold=math.log(1.0 / alpha), last_only=True, memo=memo)
     return [_pod_evidence(*item, track) for item, track in zip(items, tracks, strict=True)]
 
 
-def _pod_evidence(grid: pods.PodGrid, rows: npt.NDArray[np.bool_],
+def _pod_evidence(grid: PodGrid, rows: npt.NDArray[np.bool_],
                   is_canary: npt.NDArray[np.bool_], n: F64, s: F64,
-                  track: pods.PodTrack) -> _PodEvidence:
+                  track: PodTrack) -> _PodEvidence:
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
     # Per window first, then the windows both cohorts have (sums of counts: exact).
@@ -260,14 +275,14 @@ def _pod_evidence(grid: pods.PodGrid, rows: npt.NDArray[np.bool_],
 
 
 def pod_success_rates(
-    grids: Sequence[pods.PodGrid], baseline: str, canary: str, tol: Tolerances, alpha: float,
-    window_s: float, memo: pods.TrackMemo | None = None,
+    grids: Sequence[PodGrid], baseline: str, canary: str, tol: Tolerances, alpha: float,
+    window_s: float, memo: TrackMemo | None = None,
 ) -> list[MetricVerdict]:
     """Success rate with the pod as the unit of evidence (`probes.stats.pods`), one per
     grid: each canary call compared with the baseline in the same window, the spread between
     pods counted, and a fail that no single canary pod makes (`probes.stats.pods`). The
     pooled figures that head each reason are computed for every grid at once. `memo`: the
-    running probe's sums kept between verdicts (`pods.TrackMemo`)."""
+    running probe's sums kept between verdicts (`TrackMemo`)."""
     drop = tol.success_rate_drop_pp / 100.0
     items = []
     for g in grids:
@@ -294,7 +309,7 @@ def pod_success_rates(
 
 
 def pod_success_rate(
-    grid: pods.PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
+    grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
     window_s: float,
 ) -> MetricVerdict:
     """`pod_success_rates` for one grid."""
@@ -306,14 +321,14 @@ def _needs_factors(evidence: Sequence[_PodEvidence], alpha: float
     """How far a pass is, for the undecided only (it costs more than the test), all at once."""
     log_thr = math.log(1.0 / alpha)
     undecided = [p for p in evidence
-                 if pods.pod_states(p.track, log_thr)[-1] == INCONCLUSIVE]
-    return dict(zip(undecided, pods.needs_factors(
+                 if pod_states(p.track, log_thr)[-1] == INCONCLUSIVE]
+    return dict(zip(undecided, needs_factors(
         [-float(p.track.d[-1]) for p in undecided],
         [float(p.track.v_sampling[-1]) for p in undecided],
         [float(p.track.v_pods[-1]) for p in undecided], log_thr), strict=True))
 
 
-def needs_more(grid: pods.PodGrid, both: npt.NDArray[np.bool_], window_s: float,
+def needs_more(grid: PodGrid, both: npt.NDArray[np.bool_], window_s: float,
                factor: float, canary_calls: float) -> dict[str, Any]:
     """`needs` of an undecided pod-level metric: the canary calls for the evidence to grow by
     `factor`, and the seconds they take at the rate they came so far, over the grid's
@@ -329,7 +344,7 @@ def needs_more(grid: pods.PodGrid, both: npt.NDArray[np.bool_], window_s: float,
 def pod_bounded_verdicts(
     pooled: Sequence[MetricVerdict], items: Sequence[PodSums], ratio: float, margin: float,
     window_s: float, *, what: str, spread: tuple[str, float, str],
-    memo: pods.TrackMemo | None = None,
+    memo: TrackMemo | None = None,
 ) -> list[MetricVerdict]:
     """Each of `pooled` (a metric's verdicts on cohort totals, one per grid, at one α)
     judged again with the pod as the unit: `probes.stats.pods.pod_track` on the per-call
@@ -371,7 +386,7 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     key, scale, unit = spread
     spread_shown = scale * float(track.tau[-1])
 
-    verdict = State(str(pods.pod_states(track, log_thr)[-1]))
+    verdict = State(str(pod_states(track, log_thr)[-1]))
     needs: dict[str, Any] = {"calls": None, "seconds": None}
     if verdict == INCONCLUSIVE and factor is not None:
         needs = needs_more(grid, both, window_s, factor, float(req_c))
@@ -414,9 +429,9 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     )
 
 
-def set_aside(track: pods.PodTrack, names: Sequence[str], is_canary: npt.NDArray[np.bool_],
+def set_aside(track: PodTrack, names: Sequence[str], is_canary: npt.NDArray[np.bool_],
               what: str) -> tuple[list[str], str]:
-    """The pods `track`'s last look set aside as sick (`pods._outlier`), by name, and the
+    """The pods `track`'s last look set aside as sick (`_pod_spread.outlier`), by name, and the
     finding that says so ("" for none); `names` the grid's rows as the track saw them."""
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
     out = []
@@ -432,9 +447,9 @@ def set_aside(track: pods.PodTrack, names: Sequence[str], is_canary: npt.NDArray
 
 def too_few_for_one_pod(pods_canary: int, pods_baseline: int) -> str | None:
     """Why a canary of one pod is not judged, where its baseline has too few pods."""
-    if pods_canary != 1 or pods_baseline >= pods.ONE_POD_BASELINE:
+    if pods_canary != 1 or pods_baseline >= ONE_POD_BASELINE:
         return None
-    return (f": a canary of one pod is judged against {pods.ONE_POD_BASELINE} baseline pods "
+    return (f": a canary of one pod is judged against {ONE_POD_BASELINE} baseline pods "
             f"or more ({pods_baseline} here: too few to show the spread a new pod may have); "
             "a second canary pod would decide")
 

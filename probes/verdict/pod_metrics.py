@@ -1,6 +1,6 @@
 """p99 latency and attempts per request with the pod as the unit of evidence.
 
-The success rate's pod-level verdict (`probes.stats.metrics.pod_success_rate`) has two
+The success rate's pod-level verdict (`probes.verdict.metrics.pod_success_rate`) has two
 siblings here, each fed from the pods × windows grid's per-pod attempts and latency
 (`probes.stats.pod_cells`, store schema v2):
 
@@ -29,9 +29,6 @@ import numpy.typing as npt
 
 from probes.measure.histogram import LOWER, UPPER
 from probes.spec import Tolerances
-from probes.stats import metrics as M
-from probes.stats._num import log_clip
-from probes.stats.metrics import MetricVerdict, json_number
 from probes.stats.pod_exceed import (
     ExceedanceCuts,
     Exceedances,
@@ -42,6 +39,8 @@ from probes.stats.pod_exceed import (
 from probes.stats.pod_quantile import WorstPods, worst_pods
 from probes.stats.pods import PodGrid, PodTrack, TrackMemo, needs_factor
 from probes.stats.quantile import Layout
+from probes.verdict import metrics as M
+from probes.verdict.metrics import MetricVerdict, json_number, log_clip
 
 __all__ = [
     "P99_SLOW",
