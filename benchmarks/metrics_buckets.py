@@ -4,7 +4,7 @@ Prometheus source reaches with them (BENCHMARKS.md D20).
 Bytes: a registry with 4 paths × 2 cohorts, every per-call series present (two outcomes,
 attempts, churn, a verdict per path), divided by the 8 path × cohort series.
 
-Verdicts: for each bucket layout, the pooled p99 test (`probes.stats.metrics.latency_p99`,
+Verdicts: for each bucket layout, the pooled p99 test (`probes.verdict.metrics.latency_p99`,
 the test a verdict from Prometheus runs on the exported edges) on simulated cohorts, beside
 the same test on the store's layout (64 per doubling) for the same calls. Lognormal
 latencies (σ 0.5) at medians 1, 10, 50, 200 and 500 ms, `--calls` per cohort; the canary as
@@ -26,9 +26,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER, index_of
 from probes.metrics import DURATION_BUCKETS, PROMETHEUS_DURATION_BUCKETS, ProbeMetrics
 from probes.spec import Tolerances
-from probes.stats import metrics as M
 from probes.stats.quantile import Layout
 from probes.types import CallOutcome, CallResult, Outcome
+from probes.verdict import metrics as M
 
 LAYOUTS = {
     "16 per doubling, 1 ms-30 s (source: prometheus)": PROMETHEUS_DURATION_BUCKETS,

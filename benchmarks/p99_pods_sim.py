@@ -2,7 +2,7 @@
 
 The success rate takes the pod as the unit (`benchmarks/verdict_sim.py`); p99 and attempts
 per request do too where the store keeps per-pod windows (schema v2,
-`probes.stats.pod_metrics`). This measures both rules on the rollouts `verdict_sim.py` draws
+`probes.verdict.pod_metrics`). This measures both rules on the rollouts `verdict_sim.py` draws
 (12 pods, one restarting into the canary every 10 minutes until 6 have, cohort-balanced
 sampling, 4 h, verdict after every window, α = 1 % over four metric slots):
 
