@@ -260,7 +260,7 @@ def _figures(
 
 
 def _delay_s(text: str) -> float:
-    from probes._timeparse import parse_duration
+    from probes._parsing import parse_duration
 
     return parse_duration(text)
 

@@ -105,7 +105,7 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def _figures(args: argparse.Namespace, a: h.Snapshot, b: h.Snapshot, store: Path,
              relay_pid: int, dest_pid: int) -> dict[str, Any]:
-    from probes._timeparse import parse_duration
+    from probes._parsing import parse_duration
 
     lag = h.bucket_delta(h.buckets(a.metrics, LAG), h.buckets(b.metrics, LAG))
     seconds = b.mono - a.mono

@@ -36,7 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from probes._timeparse import rfc3339  # noqa: E402
+from probes._parsing import rfc3339  # noqa: E402
 from probes.measure.histogram import BUCKET_COUNT, index_of  # noqa: E402
 from probes.store import Event, InventoryRow, Store  # noqa: E402
 from probes.types import EndpointWindow, PathWindow  # noqa: E402

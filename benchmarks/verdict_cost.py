@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from report_speed import NEW, OLD, PODS, T0, build, store_file  # noqa: E402
 
-from probes._timeparse import rfc3339  # noqa: E402
+from probes._parsing import rfc3339  # noqa: E402
 from probes.spec import JudgingSettings  # noqa: E402
 from probes.store import Store  # noqa: E402
 from probes.verdict.cache import VerdictCache  # noqa: E402

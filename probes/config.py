@@ -20,9 +20,14 @@ from typing import Any
 import jsonschema
 import yaml
 
+from probes._parsing import (
+    BoundedSafeLoader,
+    YamlLimitError,
+    parse_days,
+    parse_duration,
+    read_bounded,
+)
 from probes._schema import SCHEMA
-from probes._timeparse import parse_days, parse_duration
-from probes._yaml_limits import BoundedSafeLoader, YamlLimitError, read_bounded
 from probes.errors import ConfigError
 from probes.spec import (
     ApiSpec,
@@ -76,7 +81,7 @@ def load_config(path: str | Path) -> Config:
 
 
 def parse_config(text: str, *, file: str = "<config>") -> Config:
-    # Composed once and built from the nodes, within the loader's bounds (probes._yaml_limits).
+    # Composed once and built from the nodes, within the loader's bounds (probes._parsing).
     loader = BoundedSafeLoader(text)
     try:
         node = loader.get_single_node()

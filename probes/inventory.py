@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.discovery.meshes import NONE, UNKNOWN, ControlPlane
 from probes.discovery.pods import PodRecord
 from probes.spec import SkewPolicy

@@ -13,8 +13,7 @@ from typing import Any
 
 import yaml
 
-from probes._timeparse import parse_duration
-from probes._yaml_limits import BoundedSafeLoader, YamlLimitError, read_bounded
+from probes._parsing import BoundedSafeLoader, YamlLimitError, parse_duration, read_bounded
 from probes.errors import ConfigError
 
 __all__ = ["LineMap", "LineParser", "load_yaml", "read_yaml_file"]
@@ -56,7 +55,7 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> LineMap:
 
 
 # The stubs allow only PyYAML's own loader classes here; this one is a SafeLoader in all but
-# name (probes._yaml_limits).
+# name (probes._parsing).
 _LineLoader.add_constructor(  # type: ignore[type-var]
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 

@@ -37,7 +37,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from probes._timeparse import parse_duration
+from probes._parsing import parse_duration
 from probes.errors import BadInput, SkewprobeError
 from targets._grpc import SERVICE, TargetService
 from targets._http import HttpApp, HttpListener

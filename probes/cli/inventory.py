@@ -110,7 +110,7 @@ def no_snapshot(store: str, at: str | None) -> SourceUnavailable:
 
 
 def _from_store(args: argparse.Namespace) -> dict[str, Any]:
-    from probes._timeparse import parse_time
+    from probes._parsing import parse_time
     from probes.store import Store
 
     _, policy, control_plane = _spec(args)
@@ -139,7 +139,7 @@ STALE_LOOKBACK_S = 3600.0
 def _stale_routing(args: argparse.Namespace, at: float) -> dict[str, Any] | None:
     """Stale routing per caller version from the store's relay windows of the hour before
     `at` (None: the store has no relay windows then)."""
-    from probes._timeparse import rfc3339
+    from probes._parsing import rfc3339
     from probes.verdict.pairs import stale_by_caller
     from probes.verdict.settings import load_judging_config
 

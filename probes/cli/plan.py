@@ -90,7 +90,7 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_plan(args: argparse.Namespace) -> int:
     """Print the plan; with --check, the gate's answer decides the exit code."""
-    from probes._timeparse import parse_days
+    from probes._parsing import parse_days
     from probes.cli._plan_format import format_markdown, format_text
 
     if not args.config and not args.store:
@@ -325,7 +325,7 @@ def _recorded(path: str, until: float, config: Config | None, *, live: bool) -> 
 
 
 def _from_store(args: argparse.Namespace, config: Config | None) -> PlanInput:
-    from probes._timeparse import parse_time
+    from probes._parsing import parse_time
 
     spec = config.kubernetes if config is not None else None
     now = time.time()
@@ -373,7 +373,7 @@ def _p99s(table: Any, unary: set[str] | None) -> dict[str, tuple[float, int]]:
 
 
 def _rfc(at: float) -> str:
-    from probes._timeparse import rfc3339
+    from probes._parsing import rfc3339
 
     return rfc3339(at)
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from probes._timeparse import parse_time
+from probes._parsing import parse_time
 from probes.cli._stdout import emit
 from probes.errors import EXIT_PASS, BadInput
 from probes.report.write import write_report

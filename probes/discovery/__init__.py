@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from probes._yaml_limits import BoundedSafeLoader
+from probes._parsing import BoundedSafeLoader
 from probes.errors import BadInput
 from probes.types import Endpoint
 

@@ -8,8 +8,9 @@ report can mark each restart on its time axis. Kubernetes Deployments give a res
 new name; those upgrades show in the inventory snapshots instead.
 
 It also records what the verdict's warm-up needs to know of pods without a `start_time`
-label (`probes.store.starts`): a `present` event for each endpoint (in its cohort) of the
-first snapshot, of unknown age, and an `appeared` event for each one first seen later.
+label (`probes.store.records.known_starts`): a `present` event for each endpoint (in its
+cohort) of the first snapshot, of unknown age, and an `appeared` event for each one first
+seen later.
 """
 
 from __future__ import annotations

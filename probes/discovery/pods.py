@@ -232,7 +232,7 @@ def _istio_drain(config: Any) -> float | None:
         return None
     import yaml
 
-    from probes._timeparse import parse_duration
+    from probes._parsing import parse_duration
 
     try:
         value = (yaml.safe_load(config) or {}).get("terminationDrainDuration")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.plan._model import (
     DEFAULT_FIRST_NAMESPACES,
     DEFAULT_MAX_POD_AGE_S,

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.discovery.meshes import NONE
 from probes.inventory import Version, parse_version
 from probes.plan._model import DAY, DEFAULT_MAX_POD_AGE_S, PlanInput, PlanSettings

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from probes.report._grid import TimeGrid
+from probes.report._collect import TimeGrid
 from probes.store import Store
 from probes.types import EndpointWindow
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.report._pairs import PairsSection, PairView
 from probes.report.model import METRIC_LABELS, Divergence, PathSection, Period, WarmupBand
 from probes.report.summary import CohortFigures

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from probes.report._collect import TimeGrid
 from probes.report._endpoints import EndpointTotal
-from probes.report._grid import TimeGrid
 from probes.stats.cohorts import version_key
 from probes.store import InventorySnapshot
 

@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.report._endpoints import WorstEndpoint
 from probes.report._pairs import PairsSection
 from probes.report.charts import Chart

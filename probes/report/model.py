@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.errors import BadInput
 from probes.measure.histogram import Histogram
 from probes.plan import progress

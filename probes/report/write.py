@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.errors import BadInput
 from probes.spec import JudgingSettings
 

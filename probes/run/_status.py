@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.discovery import DiscoverySource
 from probes.measure.cost import cpu_limit_cores, estimate
 from probes.run.engine import Engine

@@ -120,7 +120,8 @@ class WindowWriter:
                 pws, unwritten, evs = self._pending[0]
                 # Events first: a pod's start events are in the store before any of its
                 # windows, so a verdict never reads the windows without them
-                # (`probes.store.starts`); written again on a retry, they are kept once.
+                # (`probes.store.records.known_starts`); written again on a retry, they are
+                # kept once.
                 if evs:
                     self.store.write_events(evs)
                 self.store.write(pws, unwritten.endpoint_windows())

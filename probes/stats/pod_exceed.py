@@ -64,7 +64,7 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.stats._pod_batch import PodTrack
-from probes.stats._pod_tracks import pod_tracks
+from probes.stats.pods import pod_tracks
 from probes.stats.quantile import Layout, quantile_cs
 
 __all__ = ["ExceedanceCuts", "Exceedances", "exceedance_cuts", "exceedance_track",

@@ -51,8 +51,14 @@ from probes.store._schema import (
     mapped,
     migrate,
 )
-from probes.store.records import Event, InventoryRow, InventorySnapshot
-from probes.store.starts import START_EVENTS, START_EVENTS_SQL, known_starts
+from probes.store.records import (
+    START_EVENTS,
+    START_EVENTS_SQL,
+    Event,
+    InventoryRow,
+    InventorySnapshot,
+    known_starts,
+)
 from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
 from probes.types import EndpointWindow, PathWindow
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from probes._timeparse import parse_time
+from probes._parsing import parse_time
 from probes.spec import JudgingSettings, PrometheusSettings
 from probes.store import Store
 from probes.verdict.pairs import PairedVerdict, judge_matrix, pair_matrix, relay_paths

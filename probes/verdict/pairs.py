@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from probes._timeparse import parse_time
+from probes._parsing import parse_time
 from probes.spec import JudgingSettings
 from probes.stats.bounded import mean_cs
 from probes.stats.cohorts import version_key

@@ -260,7 +260,7 @@ def evaluate(
 
 
 class LookGrid(Protocol):
-    """The report's time grid as the replay reads it (`probes.report._grid.TimeGrid`)."""
+    """The report's time grid as the replay reads it (`probes.report._collect.TimeGrid`)."""
 
     @property
     def look_starts(self) -> F64: ...
@@ -294,7 +294,7 @@ class LookData(Protocol):
 
 
 class ReplaySettings(Protocol):
-    """The verdict parameters a replay judges with (`probes.report._settings.Settings`)."""
+    """The verdict parameters a replay judges with (`probes.spec.JudgingSettings` satisfies it)."""
 
     @property
     def tolerances(self) -> TolerancesLike: ...

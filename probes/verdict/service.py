@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from probes._timeparse import parse_time, rfc3339
+from probes._parsing import parse_time, rfc3339
 from probes.errors import BadInput
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.spec import JudgingSettings, Tolerances

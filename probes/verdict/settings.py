@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.config import load_config
 from probes.errors import StoreCorrupt
 from probes.spec import CohortSpec, JudgingSettings, Tolerances

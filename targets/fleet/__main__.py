@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import Sequence
 
-from probes._timeparse import parse_duration
+from probes._parsing import parse_duration
 from probes.errors import BadInput
 from targets.fleet import ORDERS, Fleet, SidecarFactory
 from targets.meshview import EmulatedMesh

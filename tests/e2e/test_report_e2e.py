@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from probes._timeparse import parse_time
+from probes._parsing import parse_time
 from probes.api import VerdictQuery
 from probes.discovery.changes import RESTART
 from probes.report.write import write_report

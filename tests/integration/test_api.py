@@ -16,7 +16,7 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from prometheus_client import CollectorRegistry, Counter
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.api import ApiApp, VerdictQuery
 from probes.cli import main as skewprobe_main
 from probes.config import parse_config

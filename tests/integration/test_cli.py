@@ -139,7 +139,7 @@ def test_the_table_names_missing_cohorts_instead_of_printing_none(empty_store: P
 
 
 def test_verdict_at_judges_a_stopped_probe_as_it_stood_then(tmp_path: Path) -> None:
-    from probes._timeparse import rfc3339
+    from probes._parsing import rfc3339
     from tests.servers.stores import store_with_a_failing_canary
 
     store = tmp_path / "stopped.db"

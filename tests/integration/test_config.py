@@ -198,7 +198,7 @@ def alias_bomb(levels: int) -> str:
 
 
 # (file text, the error's line and what it says): past each of the bounds of
-# probes._yaml_limits, and a cycle, which no bound would stop from being walked forever.
+# probes._parsing, and a cycle, which no bound would stop from being walked forever.
 _UNBOUNDED = {
     "alias-bomb": (alias_bomb(9), 6, "more than 100000 values once aliases are expanded"),
     "deep": ("targets: " + "[" * 500 + "]" * 500 + "\n", 1, "nested more than 64 levels"),

@@ -30,7 +30,7 @@ ISTIO = IstioExtractor()
 
 
 def _days_ago(days: float) -> str:
-    from probes._timeparse import rfc3339
+    from probes._parsing import rfc3339
 
     return rfc3339(NOW - days * DAY)
 

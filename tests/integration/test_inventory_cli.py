@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.cli.inventory import STALE_LOOKBACK_S, add_inventory_parser, run_inventory
 from probes.errors import BadInput, SkewprobeError, SourceUnavailable, StoreError
 from probes.inventory import CONTROL_PLANE_EVENT

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.cli import main
 from probes.cli.plan import add_plan_parser, run_plan
 from probes.errors import BadInput, DataMissing

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.cli.report import add_report_parser, parse_range, run_report
 from probes.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, BadInput, StoreError
 from probes.report.write import write_report

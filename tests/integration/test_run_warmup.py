@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from probes._timeparse import parse_time
+from probes._parsing import parse_time
 from probes.api import VerdictQuery
 from probes.store import Store
 from probes.verdict.service import compute_verdict

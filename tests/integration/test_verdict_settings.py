@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.errors import StoreCorrupt
 from probes.spec import CohortSpec, JudgingSettings, Tolerances
 from probes.store import Event, Store

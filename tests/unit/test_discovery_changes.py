@@ -1,5 +1,5 @@
 """Restart events from discovery snapshots, and the first sight of each pod (for the
-verdict's warm-up: `probes.store.starts`)."""
+verdict's warm-up: `probes.store.records.known_starts`)."""
 
 from __future__ import annotations
 

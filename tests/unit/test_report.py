@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from probes._timeparse import parse_time
+from probes._parsing import parse_time
 from probes.measure.overload import OVERLOAD_EVENT, OVERLOAD_WINDOWS
-from probes.report._collect import collect
-from probes.report._grid import MAX_LOOKS, MAX_POINTS, choose_grid
+from probes.report._collect import MAX_LOOKS, MAX_POINTS, choose_grid, collect
 from probes.report.model import _late_sends
 from probes.report.write import ReportFiles, write_report
 from probes.spec import DEFAULT_WARMUP_S, JudgingSettings
@@ -363,10 +362,10 @@ def test_merged_pod_strata_are_looked_at_when_their_last_window_ends(
         store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pods × windows grid too large for `MAX_GRID_CELLS` is judged in strata of
     adjacent windows; the replay reads each stratum's state once its last window ended."""
-    from probes.stats import _pod_read
+    from probes.stats import pod_cells
     from probes.stats.pods import pod_states, pod_track
 
-    monkeypatch.setattr(_pod_read, "MAX_GRID_CELLS", 500)  # checkout: 10 pods x 150 windows
+    monkeypatch.setattr(pod_cells, "MAX_GRID_CELLS", 500)  # checkout: 10 pods x 150 windows
     files = write_report(str(store), tmp_path, since=SPAN[0], until=SPAN[1],
                          paths=["checkout"], now=SPAN[1])
     doc = _json(files)
@@ -412,8 +411,8 @@ def test_the_config_sets_the_warm_up(store: Path, tmp_path: Path) -> None:
 def test_the_probed_share_counts_only_endpoints_with_a_version() -> None:
     """Three checkout pods on 1.20.3, three on 1.21.0 and an etcd endpoint without the
     cohort label: half the pods are on 1.21.0 (not 3 of 7, 43 %); etcd is counted apart."""
+    from probes.report._collect import TimeGrid
     from probes.report._endpoints import EndpointTotal
-    from probes.report._grid import TimeGrid
     from probes.report._rollout import from_endpoints
 
     def total(endpoint: str, cohort: str) -> EndpointTotal:

@@ -11,8 +11,8 @@ import pytest
 from scipy.stats import binom
 
 from probes.config import Tolerances
-from probes.stats import _pod_tracks as pod_tracks_module
 from probes.stats import bounded
+from probes.stats import pods as pod_tracks_module
 from probes.stats import pods as pods_module
 from probes.stats.pods import (
     MEMO_MAX_PODS,
@@ -309,7 +309,7 @@ def test_logsumexp_is_scipys_for_real_input() -> None:
 
 
 def test_the_grids_unique_starts_are_numpys_sorted_or_not() -> None:
-    from probes.stats._pod_read import _unique
+    from probes.stats.pod_cells import _unique
 
     rng = np.random.default_rng(10)
     for t in (np.sort(rng.integers(0, 50, 300)).astype(float),

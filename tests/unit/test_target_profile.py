@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from probes._timeparse import parse_duration
+from probes._parsing import parse_duration
 from probes.errors import ConfigError
 from targets.profile import Faults, load_profiles, parse_profiles
 from tests.integration.test_config import alias_bomb

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.measure.histogram import BUCKET_COUNT
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.spec import JudgingSettings

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.stats.pods import read_pod_grids
 from probes.store import Event, Store

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes._timeparse import rfc3339
+from probes._parsing import rfc3339
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.spec import JudgingSettings
