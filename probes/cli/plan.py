@@ -388,14 +388,15 @@ def _verdict(store: str | None, config: Config | None, at: float) -> Mapping[str
         return None
     from probes.spec import JudgingSettings
     from probes.store import Store
-    from probes.verdict.service import compute_verdict
+    from probes.verdict.entry import Query, StoreSource, verdict
 
     with Store.open(store, readonly=True) as opened:
         cohorts = [c for c in opened.cohorts() if c not in ("none", "unknown")]
     if len(cohorts) < 2:
         return None
-    return compute_verdict(store, config.judging if config is not None else JudgingSettings(),
-                           now=at)
+    # The verdict `skewprobe verdict --store` gives: relay paths judged as their matrices.
+    settings = config.judging if config is not None else JudgingSettings()
+    return verdict(Query(now=at), settings, StoreSource(store)).to_json()
 
 
 def check_step(plan: Mapping[str, Any], number: int, *,
