@@ -26,6 +26,7 @@ from probes.store.columns import concat
 from probes.store.table import WindowTable
 from probes.verdict.cache import pooled_windows
 from probes.verdict.judge import judge
+from probes.verdict.rules import State
 
 if TYPE_CHECKING:
     from probes.store.prometheus import PrometheusSource
@@ -415,7 +416,7 @@ def _with_warming(result: Mapping[str, Any], warming: Mapping[str, str]) -> dict
     """`result` with each undecided warming path's reason first (in the overall reasons
     too, where the path's first reason was)."""
     said = {p["path"]: warming[p["path"]] for p in result.get("paths", [])
-            if p["path"] in warming and p.get("verdict") == "inconclusive"}
+            if p["path"] in warming and p.get("verdict") == State.INCONCLUSIVE}
     paths = [{**p, "reasons": [said[p["path"]], *p.get("reasons", [])]}
              if p["path"] in said else p for p in result.get("paths", [])]
     reasons = [next((f"{name}: inconclusive: {why}" for name, why in said.items()
@@ -472,11 +473,11 @@ def with_doubts(result: Mapping[str, Any], doubts: Sequence[str]) -> Mapping[str
     if not doubts:
         return result
     paths = [
-        {**p, "verdict": "inconclusive", "reasons": [*doubts, *p.get("reasons", [])]}
-        if p.get("verdict") == "pass" else p
+        {**p, "verdict": State.INCONCLUSIVE, "reasons": [*doubts, *p.get("reasons", [])]}
+        if p.get("verdict") == State.PASS else p
         for p in result.get("paths", [])
     ]
-    verdict = "inconclusive" if result.get("verdict") == "pass" else result.get("verdict")
+    verdict = State.INCONCLUSIVE if result.get("verdict") == State.PASS else result.get("verdict")
     return {**result, "verdict": verdict, "paths": paths,
             "reasons": [*doubts, *result.get("reasons", [])]}
 
@@ -535,6 +536,6 @@ def format_table(result: Mapping[str, Any]) -> str:
     # The overall reasons already say each path's first reason; a failed path lists all.
     lines.extend(f"  - {reason}" for reason in result.get("reasons", []))
     for path in result.get("paths", []):
-        if path["verdict"] == "fail":
+        if path["verdict"] == State.FAIL:
             lines.extend(f"    {path['path']}: {reason}" for reason in path.get("reasons", []))
     return "\n".join(lines)
