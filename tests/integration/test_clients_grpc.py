@@ -15,6 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from probes.errors import BadInput
 from probes.spec import ExpectSpec, GrpcSpec, PathSpec, TlsSpec
 from probes.types import Endpoint, Outcome
+from tests.integration.test_hostile_http import FAR_DEADLINE_S
 from tests.reference import OWN, Clients
 from tests.servers.engine import engine_call
 from tests.servers.h2drain import H2DrainServer
@@ -138,11 +139,17 @@ def at(port: int) -> Endpoint:
 
 
 async def one_call(
-    path: PathSpec, endpoint: Endpoint, request_id: str = "req-1", on: Clients = OWN
+    path: PathSpec,
+    endpoint: Endpoint,
+    request_id: str = "req-1",
+    on: Clients = OWN,
+    engine_timeout_s: float | None = None,
 ):
+    """One call under the engine's deadline (`engine_timeout_s`, default the path's)."""
     prober = on.build(path)
     try:
-        return await engine_call(prober, endpoint, path.timeout_s, request_id)
+        return await engine_call(
+            prober, endpoint, engine_timeout_s or path.timeout_s, request_id)
     finally:
         await prober.aclose()
 
@@ -180,9 +187,11 @@ async def test_expected_codes_are_ok(target, grpc_client):
 
 
 async def test_deadline_exceeded_is_reported_before_the_engine_deadline(target, grpc_client):
-    # The engine's deadline would be a timeout. 1 s leaves the call's own deadline 50 ms ahead
-    # of it, a margin that holds on a loaded machine (0.4 s left only 20 ms).
-    outcome, _ = await one_call(grpc_path("Slow", timeout_s=1.0), at(target.port), on=grpc_client)
+    # The call's own deadline, just inside the path's, ends it. The engine's deadline is pushed
+    # out to a guard against a hang: which of two timers 50 ms apart a loaded loop reads first
+    # is a race.
+    outcome, _ = await one_call(grpc_path("Slow", timeout_s=1.0), at(target.port), on=grpc_client,
+                                engine_timeout_s=FAR_DEADLINE_S)
     assert outcome.outcome == "grpc_DEADLINE_EXCEEDED"
 
 
@@ -215,8 +224,9 @@ async def test_connect_refused_is_unavailable_with_the_reason(grpc_client):
 
 async def test_black_holed_port_is_a_deadline_with_no_connection(grpc_client):
     with full_backlog() as port:
-        # As above: the engine's deadline would be a timeout, 50 ms after the call's own.
-        outcome, _ = await one_call(grpc_path(timeout_s=1.0), at(port), on=grpc_client)
+        # As above: the call's own deadline ends it; the engine's only guards against a hang.
+        outcome, _ = await one_call(grpc_path(timeout_s=1.0), at(port), on=grpc_client,
+                                    engine_timeout_s=FAR_DEADLINE_S)
     assert outcome.outcome == "grpc_DEADLINE_EXCEEDED"
     assert "no connection yet" in outcome.detail
 

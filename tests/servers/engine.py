@@ -40,12 +40,19 @@ async def call_once(
 
 
 async def stuck_beside_healthy(
-    stuck: Prober, stuck_at: Endpoint, healthy: Prober, healthy_at: Endpoint, timeout_s: float
+    stuck: Prober,
+    stuck_at: Endpoint,
+    healthy: Prober,
+    healthy_at: Endpoint,
+    timeout_s: float,
+    stuck_timeout_s: float | None = None,
 ) -> tuple[tuple[CallOutcome, float], list[tuple[CallOutcome, float]]]:
     """One call to a stuck target and, meanwhile, calls to a healthy one, one after another:
-    (the stuck call's outcome and time, every healthy answer). Both probers are closed."""
+    (the stuck call's outcome and time, every healthy answer). Both probers are closed.
+    `stuck_timeout_s` (default `timeout_s`) is the engine's deadline around the stuck call."""
     try:
-        pending = asyncio.ensure_future(engine_call(stuck, stuck_at, timeout_s))
+        pending = asyncio.ensure_future(
+            engine_call(stuck, stuck_at, stuck_timeout_s or timeout_s))
         answers = []
         while not pending.done():
             answers.append(await engine_call(healthy, healthy_at, timeout_s))
