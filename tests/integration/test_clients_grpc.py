@@ -16,8 +16,7 @@ from probes.errors import BadInput
 from probes.spec import ExpectSpec, GrpcSpec, PathSpec, TlsSpec
 from probes.types import Endpoint, Outcome
 from tests.integration.test_hostile_http import FAR_DEADLINE_S
-from tests.reference import OWN, Clients
-from tests.servers.engine import engine_call
+from tests.servers.engine import engine_call, one_call
 from tests.servers.h2drain import H2DrainServer
 from tests.servers.hostile import closed_port, full_backlog
 from tests.servers.tls import SERVER_NAME, make_cert
@@ -136,22 +135,6 @@ def grpc_path(
 
 def at(port: int) -> Endpoint:
     return Endpoint("pod-0", "127.0.0.1", port, {"proxy_version": "1.20.3"})
-
-
-async def one_call(
-    path: PathSpec,
-    endpoint: Endpoint,
-    request_id: str = "req-1",
-    on: Clients = OWN,
-    engine_timeout_s: float | None = None,
-):
-    """One call under the engine's deadline (`engine_timeout_s`, default the path's)."""
-    prober = on.build(path)
-    try:
-        return await engine_call(
-            prober, endpoint, engine_timeout_s or path.timeout_s, request_id)
-    finally:
-        await prober.aclose()
 
 
 async def test_ok_sends_bytes_and_request_id_and_reads_metadata(target, grpc_client):

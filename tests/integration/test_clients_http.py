@@ -14,8 +14,8 @@ from probes.clients import BODY_LIMIT, HttpProber
 from probes.errors import BadInput
 from probes.spec import ExpectSpec, HttpSpec, PathSpec, TlsSpec
 from probes.types import Endpoint, Outcome
-from tests.reference import OWN, Clients
-from tests.servers.engine import engine_call
+from tests.integration.test_hostile_http import FAR_DEADLINE_S
+from tests.servers.engine import engine_call, one_call
 from tests.servers.hostile import HostileServer, accept_and_hang, closed_port, full_backlog
 from tests.servers.tls import SERVER_NAME, make_cert
 
@@ -41,16 +41,6 @@ def http_path(
 
 def at(port: int, host: str = "127.0.0.1", **ports: int) -> Endpoint:
     return Endpoint("pod-0", host, port, {"proxy_version": "1.20.3"}, ports=ports)
-
-
-async def one_call(
-    path: PathSpec, endpoint: Endpoint, request_id: str = "req-1", on: Clients = OWN
-):
-    prober = on.build(path)
-    try:
-        return await engine_call(prober, endpoint, path.timeout_s, request_id)
-    finally:
-        await prober.aclose()
 
 
 # --- answers -------------------------------------------------------------------------------
@@ -158,11 +148,11 @@ async def test_connect_timeout_when_syns_are_dropped(version):
     # The prober's own connect timeout fires inside the engine's deadline, so the outcome
     # says the connection never came up rather than just "timeout".
     with full_backlog() as port:
-        # 1 s leaves the prober's connect timeout 50 ms ahead of the engine's deadline, a
-        # margin that holds on a loaded machine (0.4 s left only 20 ms).
+        # The engine's deadline is pushed out to a guard against a hang: which of two timers
+        # 50 ms apart a loaded loop reads first is a race.
         outcome, _ = await one_call(
-            http_path(version=version.number, timeout_s=1.0), at(port), on=version.clients
-        )
+            http_path(version=version.number, timeout_s=1.0), at(port), on=version.clients,
+            engine_timeout_s=FAR_DEADLINE_S)
     assert outcome.outcome == Outcome.CONNECT_TIMEOUT
 
 

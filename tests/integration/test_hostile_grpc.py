@@ -18,12 +18,11 @@ import pytest
 
 from probes.clients import EndReason, StreamEnd, StreamProber
 from probes.spec import GrpcSpec, PathSpec, StreamSpec, TlsSpec
-from probes.types import CallOutcome, Endpoint, Outcome
+from probes.types import Endpoint, Outcome
 from tests.integration.test_hostile_http import FAR_DEADLINE_S, UNRESOLVABLE
 from tests.integration.test_streams_prober import FAST, ListSink, holding
-from tests.reference import OWN, Clients
 from tests.servers._loopback import served_apart
-from tests.servers.engine import call_once, endpoint_at, stuck_beside_healthy
+from tests.servers.engine import endpoint_at, one_call, stuck_beside_healthy
 from tests.servers.h2raw import RawH2Server
 from tests.servers.hostile import HostileServer
 from tests.servers.tls import SERVER_NAME, Cert, make_cert
@@ -39,12 +38,6 @@ def unary(method: str, *, timeout_s: float = 1.0, **spec: object) -> PathSpec:
 
 
 at = endpoint_at
-
-
-async def one_call(
-    spec: PathSpec, endpoint: Endpoint, on: Clients = OWN
-) -> tuple[CallOutcome, float]:
-    return await call_once(on.build(spec), endpoint, spec.timeout_s)
 
 
 async def first_end(endpoint: Endpoint, method: str = "x", tls: TlsSpec | None = None

@@ -6,7 +6,9 @@ import asyncio
 import time
 
 from probes.clients import Prober
+from probes.spec import PathSpec
 from probes.types import CallOutcome, Endpoint, Outcome
+from tests.reference import OWN, Clients
 
 COHORT = "1.20.3"
 
@@ -27,6 +29,22 @@ async def engine_call(
     except TimeoutError:
         outcome = CallOutcome(Outcome.TIMEOUT, detail="engine deadline")
     return outcome, time.perf_counter() - started
+
+
+async def one_call(
+    path: PathSpec,
+    endpoint: Endpoint,
+    request_id: str = "req-1",
+    on: Clients = OWN,
+    engine_timeout_s: float | None = None,
+) -> tuple[CallOutcome, float]:
+    """One call by a prober `on` builds for `path`, closed after it, under the engine's deadline
+    (`engine_timeout_s`, default the path's)."""
+    prober = on.build(path)
+    try:
+        return await engine_call(prober, endpoint, engine_timeout_s or path.timeout_s, request_id)
+    finally:
+        await prober.aclose()
 
 
 async def call_once(
