@@ -41,7 +41,10 @@ the hog); once the runner's own worker thread was writing windows to the store (
 windows: a write every 3 s). That is the machine's noise, or a cost of the probe's own that
 is not the relay's (issue 33's point); the 10 ms budget on a loaded machine is left to
 tests/unit/test_overload.py and tests/integration/test_runner.py. Nothing skipped, and no
-send 100 ms late in more than 1 % of any 3 windows, is asserted here.
+send 100 ms late in more than 1 % of any 3 windows, is asserted here, except over windows in
+which the kernel kept the probe's thread waiting for a core at least 100 ms (its run-queue
+count, `tests.servers.lateness.RunQueueWait`): a machine that busy delays any process, and
+the probe says so as it should.
 
 The hog is a Python process spinning on a core, niced: it takes every cycle the probe and
 the test bed leave (it stands for other work on the node, not a rival of equal weight to the
@@ -67,7 +70,7 @@ import pytest
 
 from probes.cli import main
 from probes.config import parse_config
-from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT
+from probes.measure.overload import LAG_BUDGET_S, OVERLOAD_EVENT, OVERLOAD_WINDOWS
 from probes.run.runner import ProbeRunner, RunOptions
 from probes.store import Store
 from probes.types import Outcome, PathWindow, pair_cohort, split_pair
@@ -76,6 +79,7 @@ from targets.haproxy_outbound import HaproxyOutbound
 from targets.haproxy_process import HaproxyProcess, find_haproxy, listen_socket
 from targets.server import hostport
 from tests.servers.haproxy_procs import kill_leftovers, needs_haproxy
+from tests.servers.lateness import RunQueueWait
 from tests.servers.probe_run import (
     SETTLE_WINDOWS,
     SHARED_LOOP_LAG_BUDGET_S,
@@ -90,6 +94,7 @@ PATH = "relay-catalog"
 HOST = "127.0.0.1"
 PODS_PER_VERSION = 2
 RATE = 20  # calls/s to each relay pod
+WINDOW_S = 1.0  # the probe's window (its config below)
 RUN_WINDOWS = 120  # two minutes of the probe's 1 s windows
 MIN_SAMPLES = 100
 ERROR_MOD, NEW_TRIES = 5, 3  # the callees fail 1 request id in 5; 1.21.0 makes 3 attempts
@@ -214,7 +219,7 @@ def probe_config(relays: dict[str, tuple[str, str]]) -> str:
     """`relays`: a relay pod's name -> (caller version, address)."""
     static = "".join(f"    - {{address: '{a}', name: {p}, labels: {{proxy_version: '{v}'}}}}\n"
                      for p, (v, a) in relays.items())
-    return (f"targets:\n  static:\n{static}window: 1s\n"
+    return (f"targets:\n  static:\n{static}window: {WINDOW_S:g}s\n"
             f"verdict: {{min_samples: {MIN_SAMPLES}, warmup: 1s}}\n"
             f"paths:\n  - name: {PATH}\n    relay: {{destination: catalog}}\n"
             f"    rate: {RATE}/s\n    timeout: 2s\n")
@@ -274,6 +279,7 @@ async def test_eighty_relay_calls_a_second_through_retrying_haproxy_beside_a_cpu
             gc.collect()
             gc.freeze()
             stack.callback(gc.unfreeze)  # the runner unfreezes on its way out too
+            queued = await stack.enter_async_context(RunQueueWait())
             async with running(runner, stop_within_s=30):
                 wait = windows.budget(RUN_WINDOWS + SETTLE_WINDOWS,
                                       f"{RUN_WINDOWS} windows of relay calls")
@@ -284,13 +290,18 @@ async def test_eighty_relay_calls_a_second_through_retrying_haproxy_beside_a_cpu
     assert leftover == set(), "HAProxy processes outlived the test"
     assert runner is not None
 
-    # Not overloaded: the overload rule (nothing skipped, 99 % of sends within 100 ms of
-    # their time) never fired, and the calls were all made, 80 in each of the windows written.
+    # Not overloaded by its own work: the overload rule (nothing skipped, 99 % of sends within
+    # 100 ms of their time) fired only over windows in which the kernel kept the probe's
+    # thread waiting for a core at least that long (a machine busier than the hog beside it),
+    # and the calls were all made, 80 in each of the windows written.
     with Store.open(store, readonly=True) as s:
-        overloads = [e.detail for e in s.read_events(kinds=[OVERLOAD_EVENT])]
+        overloads = s.read_events(kinds=[OVERLOAD_EVENT])
         written = s.read_windows(paths=[PATH])
-    assert all(d.get("reason") is None for d in overloads), overloads
-    assert not runner.overload.overloaded
+    reach = (OVERLOAD_WINDOWS + 1) * WINDOW_S  # the windows the rule looked at, and one more
+    fired = [(e.at, e.detail["reason"], queued.waited(e.at - reach, e.at + WINDOW_S))
+             for e in overloads if e.detail.get("reason")]
+    assert all(waited >= SHARED_LOOP_LAG_BUDGET_S for _, _, waited in fired), fired
+    assert runner.overload.overloaded == bool(overloads and overloads[-1].detail.get("reason"))
     outcomes: Counter[str] = Counter()
     pairs: dict[tuple[str, str], Counter[str]] = {}
     stored = {w.start for w in written}

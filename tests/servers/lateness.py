@@ -5,8 +5,9 @@ reads what they caused, late by as much)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
-__all__ = ["LoopLateness"]
+__all__ = ["LoopLateness", "RunQueueWait"]
 
 
 class LoopLateness:
@@ -33,3 +34,55 @@ class LoopLateness:
         assert self._task is not None
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+
+
+class RunQueueWait:
+    """`async with RunQueueWait() as rq:`; then `rq.waited(t0, t1)`: how long this thread (the
+    event loop's) sat runnable but unscheduled around the wall-clock span [t0, t1], from the
+    kernel's own count (`/proc/thread-self/schedstat`). A loop late by that much was late
+    because the machine gave its core to others, not because of its own work. Sampled every
+    `EVERY_S`; the span is widened to the samples around it, so the figure can only be
+    generous. Without schedstat (a kernel built without it) every span waited 0 s."""
+
+    EVERY_S = 0.05
+    SOURCE = "/proc/thread-self/schedstat"
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []  # (time.time(), seconds waited so far)
+        self._task: asyncio.Task[None] | None = None
+
+    def _read(self) -> float | None:
+        try:
+            with open(self.SOURCE) as f:
+                return int(f.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return None
+
+    async def _sample(self) -> None:
+        while True:
+            waited = self._read()
+            if waited is None:
+                return
+            self.samples.append((time.time(), waited))
+            await asyncio.sleep(self.EVERY_S)
+
+    def waited(self, t0: float, t1: float) -> float:
+        """Seconds spent waiting for a core between the last sample at or before `t0` and
+        the first at or after `t1` (the ends of the samples where the span runs past them)."""
+        if not self.samples:
+            return 0.0
+        before = [w for t, w in self.samples if t <= t0]
+        after = [w for t, w in self.samples if t >= t1]
+        return (after[0] if after else self.samples[-1][1]) - (
+            before[-1] if before else self.samples[0][1])
+
+    async def __aenter__(self) -> RunQueueWait:
+        self._task = asyncio.create_task(self._sample())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        if (last := self._read()) is not None:
+            self.samples.append((time.time(), last))
