@@ -76,6 +76,11 @@ class RunQueueWait:
         return (after[0] if after else self.samples[-1][1]) - (
             before[-1] if before else self.samples[0][1])
 
+    def starved(self, at: float, reach_s: float, budget_s: float) -> bool:
+        """Did this thread wait for a core at least `budget_s` in the `reach_s` before `at`
+        (an overload rule's look back when it fired at `at`)?"""
+        return self.waited(at - reach_s, at) >= budget_s
+
     async def __aenter__(self) -> RunQueueWait:
         self._task = asyncio.create_task(self._sample())
         return self
