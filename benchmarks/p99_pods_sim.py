@@ -121,9 +121,9 @@ ATTEMPT_SCENARIOS = (
 
 
 def histograms(rng: np.random.Generator, n: np.ndarray, canary: np.ndarray, starts: np.ndarray,
-               est: Estate, sc: LatencyScenario) -> tuple[np.ndarray, int]:
+               est: Estate, sc: LatencyScenario) -> tuple[np.ndarray, int, np.ndarray]:
     """Per pod instance and window, the latency histogram (instances, windows, buckets),
-    its first bucket the returned one."""
+    its first bucket, and each instance's latency scale (warm, the version's factor in)."""
     inst, windows = n.shape
     scale = 1.0 + rng.uniform(-sc.spread, sc.spread, inst)
     scale[est.pods] *= sc.slow_node  # the first canary instance
@@ -143,7 +143,7 @@ def histograms(rng: np.random.Generator, n: np.ndarray, canary: np.ndarray, star
     width = hi - lo + 1
     flat = cell * width + (np.clip(bucket, lo, hi) - lo)
     hist = np.bincount(flat, minlength=counts.size * width).astype(np.float64)
-    return hist.reshape(inst, windows, width), lo
+    return hist.reshape(inst, windows, width), lo, scale * np.where(canary, sc.canary_factor, 1.0)
 
 
 def _layout(lo: int, width: int) -> quantile.Layout:
@@ -198,6 +198,33 @@ def pods_p99_tracks(hist: np.ndarray, canary: np.ndarray, starts: np.ndarray,
     out["exceed"] = fail >= log_half
     out["pass-exceed"] = ok >= log_half
     return out
+
+
+def _sprt_first(llr: np.ndarray, log_thr: float) -> float | None:
+    """Minutes to the first window whose cumulative log-likelihood ratio reaches log_thr."""
+    return _first(np.cumsum(llr) >= log_thr)
+
+
+def p99_sprt(hist: np.ndarray, lo: int, scale: np.ndarray, canary: np.ndarray,
+             starts: np.ndarray, log_thr: float) -> float | None:
+    """Wald's SPRT on the canary's warm calls, each a 0/1 exceedance of the tolerance's cut
+    at the baseline's true p99 (r·q + m): H0 the boundary's 1 − p, H1 each instance's true
+    chance beyond the cut (knowing its scale); minutes to the fail. The optimum for a test
+    of the p99 tolerance that knows the baseline's p99, on the calls the verdict sees.
+    None when no canary instance is beyond the tolerance: there is no fail to find."""
+    q = MEDIAN_S * math.exp(SIGMA * 2.3263478740408408)  # the baseline pods' p99 (scale 1)
+    cut = TOL.latency_p99_ratio * q + TOL.latency_p99_margin_ms / 1000
+    k = int(index_of(np.array([cut]))[0]) - lo + 1  # the first bucket wholly above the cut
+    h = hist * warm(starts, hist.shape[1])[:, :, None]
+    n, beyond = h.sum(-1)[canary], h[:, :, k:].sum(-1)[canary]
+    p0 = 0.01
+    p1 = 0.5 * np.array([math.erfc(math.log(cut / (MEDIAN_S * x)) / (SIGMA * math.sqrt(2)))
+                         for x in scale[canary]])[:, None]
+    if not (p1 > p0).any():
+        return None
+    p1 = np.clip(p1, 1e-9, 1 - 1e-9)
+    llr = beyond * np.log(p1 / p0) + (n - beyond) * np.log((1 - p1) / (1 - p0))
+    return _sprt_first(llr.sum(0), log_thr)
 
 
 def attempts(rng: np.random.Generator, n: np.ndarray, canary: np.ndarray,
@@ -284,8 +311,8 @@ def main() -> None:
           f"α = {ALPHA} over {SLOTS} slots; each cell: fails (95 % upper), median minutes "
           "to the fail")
     if args.only != "attempts":
-        print("\n| p99 scenario | " + " | ".join(RULES) + " |\n|---" + "|---" * len(RULES)
-              + "|")
+        print("\n| p99 scenario | " + " | ".join(RULES) + " | SPRT, median time to fail |"
+              "\n|---" + "|---" * (len(RULES) + 1) + "|")
         for sc in SCENARIOS:
             if args.scenario and not sc.name.startswith(tuple(args.scenario)):
                 continue
@@ -294,11 +321,16 @@ def main() -> None:
             layout_sc = Scenario(sc.name, one_pod=sc.one_pod)
             fails: dict[str, list[float]] = {rule: [] for rule in RULES}
             passes: dict[str, list[float]] = {rule: [] for rule in RULES}
+            sprt: list[float] = []
             for _ in range(args.rollouts):
-                n, _s, _p, canary, starts = simulate(rng, est, layout_sc, 0.0, args.balance)
-                hist, lo = histograms(rng, n, canary, starts, est, sc)
+                drawn = simulate(rng, est, layout_sc, 0.0, args.balance)
+                n, canary, starts = drawn.n, drawn.canary, drawn.starts
+                hist, lo, scale = histograms(rng, n, canary, starts, est, sc)
                 layout = _layout(lo, hist.shape[2])
                 flags = pods_p99_tracks(hist, canary, starts, layout, log_thr)
+                if sc.canary_factor > 1 and (t := p99_sprt(hist, lo, scale, canary, starts,
+                                                            log_thr)) is not None:
+                    sprt.append(t)
                 for rule, (pass_rule, fail_rule) in RULES.items():
                     tf, tp = _first(flags[fail_rule]), _first(flags[pass_rule])
                     if tf is not None:
@@ -306,9 +338,10 @@ def main() -> None:
                     if tp is not None and (tf is None or tp < tf):
                         passes[rule].append(tp)
             ab = sc.canary_factor > 1
+            optimum = f"{np.median(sprt):.1f} min" if sprt else "–"
             print(f"| {sc.name} | " + " | ".join(
-                _verdict_cell(fails[r], passes[r], args.rollouts, ab) for r in RULES) + " |",
-                flush=True)
+                _verdict_cell(fails[r], passes[r], args.rollouts, ab) for r in RULES)
+                + f" | {optimum} |", flush=True)
             print(f"<!-- {sc.name}: {time.perf_counter() - began:.0f} s -->", file=sys.stderr)
     if args.only != "p99":
         print("\n| attempts scenario | pooled | pods |\n|---|---|---|")
@@ -319,7 +352,8 @@ def main() -> None:
             layout_sc = Scenario(asc.name, one_pod=asc.one_pod)
             times = {"pooled": [], "pods": []}
             for _ in range(args.rollouts):
-                n, _s, _p, canary, starts = simulate(rng, est, layout_sc, 0.0, args.balance)
+                drawn = simulate(rng, est, layout_sc, 0.0, args.balance)
+                n, canary, starts = drawn.n, drawn.canary, drawn.starts
                 total = attempts(rng, n, canary, asc)
                 for rule, fails in zip(("pooled", "pods"),
                                        attempt_fails(n, total, canary, starts, log_thr),
