@@ -44,12 +44,15 @@ def _write(store: Store, k: int, rng: np.random.Generator, bump: int = 0) -> Non
             start=T0 + k * W, path="checkout", endpoint="shop-9", cohort=NEW,
             requests=30 + bump, errors=k % 3, attempts_sum=31, attempts_count=30,
             latency={450 + k % 7: 30 + bump, 500: k % 4}))
-    store.write(paths, cells)
+    # As the probe's writer writes (`run._window_writer`): the minutes past its rewrite
+    # horizon rolled up in the same transaction.
+    store.write(paths, cells, roll_before=T0 + k * W - HORIZON_S)
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The store as written, and copies with its rollups dropped and emptied."""
+    """The store as written, copies with its rollups dropped and emptied, and one whose
+    rollups count an error more each (what reads them tells)."""
     base = tmp_path_factory.mktemp("rollups")
     db = str(base / "written.db")
     rng = np.random.default_rng(31)
@@ -64,23 +67,19 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             Event(OVERLOAD_EVENT, T0 + 104 * W, detail={"reason": "late"}),
             Event(OVERLOAD_EVENT, T0 + 125 * W, detail={"reason": None})])
     out = {"written": db}
-    for name, sql in (("dropped", "DROP TABLE IF EXISTS endpoint_rollups"),
-                      ("emptied", "DELETE FROM endpoint_rollups")):
+    for name, sql in (("dropped", "DROP TABLE endpoint_rollups"),
+                      ("emptied", "DELETE FROM endpoint_rollups"),
+                      ("tampered", "UPDATE endpoint_rollups SET errors = errors + 1")):
         copy = str(base / f"{name}.db")
         shutil.copy(db, copy)
         conn = sqlite3.connect(copy)
         with conn:
-            if _has_rollups(conn):
-                conn.execute(sql)
-            conn.execute("DELETE FROM meta WHERE key = 'rolled_until'")
+            conn.execute(sql)
+            if name != "tampered":
+                conn.execute("DELETE FROM meta WHERE key = 'rolled_until'")
         conn.close()
         out[name] = copy
     return out
-
-
-def _has_rollups(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'endpoint_rollups'"
-                        ).fetchone() is not None
 
 
 def _verdict(db: str, warmup_s: float, query: dict[str, Any], now: float,
@@ -118,6 +117,7 @@ def test_the_verdict_from_rollups_is_the_verdict_from_raw_windows(
     written = _verdict(stores["written"], warmup_s, query, now)
     assert written == _verdict(stores["dropped"], warmup_s, query, now)
     assert written == _verdict(stores["emptied"], warmup_s, query, now)
+    assert written != _verdict(stores["tampered"], warmup_s, query, now)  # rollups were read
     # A verdict that judges pods, in strata, with a canary.
     result = json.loads(written)
     assert result["canary"] == (OLD if swapped else NEW)
@@ -147,4 +147,5 @@ def test_a_restarted_probes_first_verdict_from_rollups_is_the_one_from_raw_windo
     query: dict[str, Any] = {"since": None, "overload": None}
     first = _verdict(stores["written"], 30.0, query, now, cache=True)
     assert first == _verdict(stores["dropped"], 30.0, query, now, cache=True)
+    assert first != _verdict(stores["tampered"], 30.0, query, now, cache=True)
     assert first == _verdict(stores["dropped"], 30.0, query, now)
