@@ -61,7 +61,13 @@ from probes.store.records import (
     InventorySnapshot,
     known_starts,
 )
-from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
+from probes.store.table import (
+    EndpointColumns,
+    EndpointLatency,
+    LatencyRows,
+    TableBuilder,
+    WindowTable,
+)
 from probes.types import EndpointWindow, PathWindow
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks", "stratum_index"]
@@ -499,10 +505,11 @@ class Store:
         stratum_s: float | None = None,
         latency: bool = True,
         chunk_rows: int | None = None,
-    ) -> Iterator[tuple[EndpointColumns, Iterator[EndpointLatency]]]:
+        by_row: bool = False,
+    ) -> Iterator[tuple[EndpointColumns, Iterator[Any]]]:
         """`read_endpoint_columns` (its `latency` left empty) and the rows' latency records
-        as an iterator of chunks, each of at most `chunk_rows` rows' records
-        (`LATENCY_CHUNK_ROWS` unless given), indexed into
+        as an iterator of chunks (`EndpointLatency`; `LatencyRows` with `by_row`), each of
+        about `chunk_rows` rows' records (`LATENCY_CHUNK_ROWS` unless given), indexed into
         the columns' name tables; both read in one transaction, which lasts while the block
         runs (iterate inside it). A cold verdict folds the chunks into each pod's histogram
         as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23)."""
@@ -514,7 +521,7 @@ class Store:
             conn = self._conn
             # One read transaction: every histogram read belongs to a row of counts read.
             conn.execute("BEGIN")
-            chunks: Iterator[EndpointLatency] = iter(())
+            chunks: Iterator[Any] = iter(())
             try:
                 names = dict(conn.execute("SELECT id, name FROM names").fetchall())
                 if stratum_s is None:
@@ -546,6 +553,8 @@ class Store:
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
                         lookups, rows) if stratum_s is None else self._latency_strata(
                         conn, where, args, float(stratum_s), ranges, lookups))
+                    if not by_row:
+                        chunks = _expanded(chunks)
                 # What the rows were read into is let go before the chunks come: a day of
                 # strata is tens of MB (BENCHMARKS.md D23).
                 del a, ids
@@ -558,7 +567,7 @@ class Store:
                     conn.execute("ROLLBACK")  # a read: nothing to keep
 
     def _latency_rows(self, cursor: sqlite3.Cursor, lookups: tuple[Any, ...], chunk_rows: int
-                      ) -> Iterator[EndpointLatency]:
+                      ) -> Iterator[LatencyRows]:
         """The latency records of `cursor`'s rows (blob, start, path, endpoint and cohort
         ids), `chunk_rows` rows at a time, indexed by `lookups` (`_records`)."""
         try:
@@ -571,7 +580,7 @@ class Store:
 
     def _latency_strata(self, conn: sqlite3.Connection, where: str, args: list[Any],
                         stratum_s: float, ranges: Sequence[Range],
-                        lookups: tuple[Any, ...]) -> Iterator[EndpointLatency]:
+                        lookups: tuple[Any, ...]) -> Iterator[LatencyRows]:
         """The latency records of the rows in `ranges` (of start, each from its table: raw
         windows or rollups), a range at a time, each at its row's stratum."""
         for table, lo, hi in ranges:
@@ -586,7 +595,7 @@ class Store:
                                 per=size // LATENCY.itemsize)
 
     def _records(self, blobs: list[bytes], start: Any, ids: Any, lookups: tuple[Any, ...],
-                 per: Any = None) -> EndpointLatency:
+                 per: Any = None) -> LatencyRows:
         """The records of `blobs` (one a row, or all rows' joined with `per` records a row),
         each at its row's `start` and stored (path, endpoint, cohort) `ids`, indexed by
         `lookups` (stored id -> name index for each, stored endpoint id -> start time, and
@@ -601,10 +610,9 @@ class Store:
         endpoint, cohort = e_lookup[ids[:, 1]], c_lookup[ids[:, 2]]
         started = known_starts(started_of[ids[:, 1]], start, endpoint, cohort, endpoints,
                                cohorts, events)
-        return EndpointLatency(
-            start=np.repeat(start, n), path=np.repeat(p_lookup[ids[:, 0]], n),
-            endpoint=np.repeat(endpoint, n), cohort=np.repeat(cohort, n),
-            started=np.repeat(started, n),
+        return LatencyRows(
+            start=np.asarray(start, dtype=np.float64), path=p_lookup[ids[:, 0]],
+            endpoint=endpoint, cohort=cohort, started=started, per=np.asarray(n, np.int64),
             bucket=bucket.astype(np.int64), count=count.astype(np.int64))
 
     def read_endpoint_totals(
@@ -837,6 +845,17 @@ def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],
                              cohort_names, start_events), attempts_sum=attempts_sum,
         attempts_count=attempts_count, unrecorded=unrecorded, latency=EndpointLatency.empty(),
     ), (path_id, endpoint_id, cohort_id)
+
+
+def _expanded(chunks: Iterator[LatencyRows]) -> Iterator[EndpointLatency]:
+    """`chunks` one entry a record (`LatencyRows.expanded`); closing it closes them."""
+    try:
+        for chunk in chunks:
+            yield chunk.expanded()
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def _positions(ids: Any, index: Any) -> Any:
