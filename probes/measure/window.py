@@ -236,6 +236,11 @@ class WindowAggregator:
     def grace_s(self) -> float:
         return self._grace
 
+    @property
+    def retain_s(self) -> float:
+        """How long after its end (and grace) a window is still written again."""
+        return self._retain
+
     def window_start(self, t: float) -> float:
         """The start of the window holding time `t`."""
         return (t // self._length) * self._length

@@ -5,7 +5,9 @@ in a worker thread so a slow disk never delays a send. A write the store refuses
 locked past the busy timeout) is kept and retried with the next window, oldest first, up to
 `PENDING_WINDOWS` flushes; meanwhile probing goes on and `/healthz` says why. Windows
 still unwritten at the end, or pushed out of that queue, are counted (`windows_unwritten`):
-the run then ends with an error saying how many, never silently.
+the run then ends with an error saying how many, never silently. Each write also rolls up
+the endpoint windows' minutes past the aggregator's rewrite horizon (`Store.write`'s
+`roll_before`), in the same transaction: a cold verdict reads a day's minutes from them.
 """
 
 from __future__ import annotations
@@ -98,6 +100,14 @@ class WindowWriter:
         if self.on_window is not None:
             self.on_window(written)
 
+    def _horizon(self, windows: Sequence[PathWindow]) -> float | None:
+        """Before when no window is written again once `windows` are: the newest one's
+        start less the aggregator's rewrite horizon and a window (None: no windows)."""
+        if not windows:
+            return None
+        a = self.aggregator
+        return max(w.start for w in windows) - (a.retain_s + a.grace_s + 2 * a.length_s)
+
     def _store_pending(
         self, taken: Taken, events: list[Event]
     ) -> tuple[list[PathWindow], str | None]:
@@ -124,7 +134,8 @@ class WindowWriter:
                 # kept once.
                 if evs:
                     self.store.write_events(evs)
-                self.store.write(pws, unwritten.endpoint_windows())
+                self.store.write(pws, unwritten.endpoint_windows(),
+                                 roll_before=self._horizon(pws))
                 written += pws
                 self._pending.popleft()
         except StoreError as exc:

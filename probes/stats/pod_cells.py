@@ -160,12 +160,15 @@ def add_per_pod(grid: PodGrid, per_pod: PerPod, rows: npt.NDArray[np.intp], path
 
 
 def warm_latency(keys: I64, first: F64, key: I64, t: F64, started: F64, bucket: I64,
-                 count: I64, *, since: float | None, warmup_s: float) -> tuple[F64, Bool]:
+                 count: I64, *, since: float | None, warmup_s: float,
+                 per: I64 | None = None, kept: Bool | None = None) -> tuple[F64, Bool]:
     """The warm latency histograms (flat: pods × `BUCKET_COUNT`) of the pods `keys`
     (sorted; `first` each one's first row) from the records of pods `key` (records of
     other pods left out) at `t`: a record counts from `since` once its pod is out of
     warm-up (from `started`, else from its first row). Also which pods have a record from
-    `since`. Additive over records: a cold read sums it chunk by chunk (`LatencyFold`)."""
+    `since`. With `per`, `key`, `t` and `started` are rows', `per` records each (every
+    record of a row is decided at once), those not `kept` left out. Additive over
+    records: a cold read sums it chunk by chunk (`LatencyFold`)."""
     at = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
     known = keys[at] == key if len(keys) else np.zeros(len(key), dtype=bool)
     began = np.where(np.isnan(started), first[at], started) if len(keys) else t
@@ -173,7 +176,15 @@ def warm_latency(keys: I64, first: F64, key: I64, t: F64, started: F64, bucket: 
     recent = known if since is None else known & (t >= since)
     if since is not None:
         use &= recent
-    flat = np.asarray(np.bincount(at[use] * BUCKET_COUNT + bucket[use],
+    cell = at * BUCKET_COUNT
+    if per is not None:
+        if kept is not None:
+            use &= kept
+            recent &= kept
+        use = np.repeat(use, per)
+        cell = np.repeat(cell, per)
+        recent &= per > 0
+    flat = np.asarray(np.bincount(cell[use] + bucket[use],
                                   weights=count[use].astype(np.float64),
                                   minlength=len(keys) * BUCKET_COUNT), dtype=np.float64)
     seen = np.zeros(len(keys), dtype=bool)
@@ -204,14 +215,13 @@ class LatencyFold:
         return np.asarray((path.astype(np.int64) * e + endpoint) * c + cohort, dtype=np.int64)
 
     def add(self, lat: Any) -> None:
-        """The records `lat` (`EndpointLatency`, indexed as the columns), those of windows
+        """The records `lat` (`LatencyRows`, indexed as the columns), those of windows
         touching an `exclude` span left out as `per_pod_of` leaves them out."""
         keep = ~overlapping(lat.start, self._length, self._exclude)
         flat, seen = warm_latency(
-            self._keys, self._first, self._key(lat.path[keep], lat.endpoint[keep],
-                                               lat.cohort[keep]),
-            lat.start[keep], lat.started[keep], lat.bucket[keep], lat.count[keep],
-            since=self._since, warmup_s=self._warmup)
+            self._keys, self._first, self._key(lat.path, lat.endpoint, lat.cohort),
+            lat.start, lat.started, lat.bucket, lat.count, since=self._since,
+            warmup_s=self._warmup, per=lat.per, kept=keep)
         self._hist += flat
         self._seen |= seen
 
@@ -252,7 +262,7 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
         # The latency records a chunk at a time, summed into each pod's histogram as they
         # come: a day's records held whole grew with pods past the store's size (BENCHMARKS.md D23).
         with stream(since=lo, until=until, paths=paths, cohorts=cohorts,
-                    stratum_s=stratum_s) as (cols, chunks):
+                    stratum_s=stratum_s, by_row=True) as (cols, chunks):
             fold = LatencyFold(cols, since=since, warmup_s=warmup_s, length_s=length_s,
                                exclude=exclude)
             for chunk in chunks:

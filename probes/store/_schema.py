@@ -1,4 +1,4 @@
-"""The store's schema (v2), its version check and migration, and the sqlite3 -> store
+"""The store's schema (v3), its version check and migration, and the sqlite3 -> store
 error mapping.
 
 The schema is versioned in the `meta` table (`application`, `schema_version`) and mirrored
@@ -13,6 +13,10 @@ Versions:
   and latency histogram (`latency`, as `path_windows.latency`), so the verdict can take the
   pod as the unit for p99 and attempts too. Rows written by v1 keep NULL there: "no
   per-pod data", which the verdict reads as a reason to pool those metrics, never as zero.
+- v3: `endpoint_rollups`, the endpoint windows summed per minute (`probes.store._rollups`),
+  and meta `rolled_until`, up to which they hold every raw row. A cold verdict over a day
+  reads its strata from them; a v2 store is rolled up when opened for writing (a day of
+  50 paths x 12 pods in seconds), and read raw when opened read-only.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from probes.errors import StoreCorrupt, StoreError
+from probes.store._rollups import ROLLUP_TABLE, roll_up
 
 __all__ = [
     "ENDPOINT_V2_COLUMNS",
@@ -33,7 +38,7 @@ __all__ = [
     "migrate",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _APPLICATION = "skewprobe"
 _APPLICATION_ID = 0x736B6577  # "skew": lets file(1) and sqlite tools tell our files apart
 
@@ -68,7 +73,7 @@ CREATE TABLE inventory (
     at REAL NOT NULL, namespace TEXT NOT NULL, workload TEXT NOT NULL,
     proxy_version TEXT NOT NULL, pods INTEGER NOT NULL, max_age_s REAL NOT NULL,
     PRIMARY KEY (at, namespace, workload, proxy_version)) WITHOUT ROWID;
-"""
+""" + ROLLUP_TABLE
 
 UPSERT_WINDOW = """
 INSERT INTO path_windows (start, path_id, cohort_id, length, requests, successes,
@@ -161,14 +166,23 @@ def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
     return version
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    """Bring a v1 store to the current schema in place, in one transaction. The version is
-    read again inside it, so two processes opening the same old store migrate it once."""
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring an older store (or one whose rollups were dropped) to the current schema in
+    place, in one transaction, its endpoint windows rolled up to the minute of the newest.
+    The version is read again inside it, so two processes opening the same old store
+    migrate it once."""
     with _immediate(conn):
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if int(row[0]) < 2:
             for name, kind in ENDPOINT_V2_COLUMNS:
                 conn.execute(f"ALTER TABLE endpoint_windows ADD COLUMN {name} {kind}")
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'endpoint_rollups'"
+                        ).fetchone() is None:
+            conn.execute(ROLLUP_TABLE)
+            conn.execute("DELETE FROM meta WHERE key = 'rolled_until'")
+            newest = conn.execute("SELECT MAX(start) FROM endpoint_windows").fetchone()[0]
+            if newest is not None:
+                roll_up(conn, newest, path)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                      (str(SCHEMA_VERSION),))
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

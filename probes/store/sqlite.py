@@ -42,6 +42,7 @@ from probes.errors import StoreCorrupt, StoreError
 from probes.measure.histogram import sparse_from_tuple
 from probes.measure.sparse import LATENCY, decode, decode_many, encode_latency_map, encode_map
 from probes.spec import DEFAULT_STORE_PATH
+from probes.store._rollups import reroll, roll_up, rolled_until
 from probes.store._schema import (
     ENDPOINT_V2_COLUMNS,
     SCHEMA_VERSION,
@@ -51,6 +52,7 @@ from probes.store._schema import (
     mapped,
     migrate,
 )
+from probes.store._strata import ROLLUPS, Range, latency_blobs, strata_rows, stratum_index, within
 from probes.store.records import (
     START_EVENTS,
     START_EVENTS_SQL,
@@ -59,7 +61,13 @@ from probes.store.records import (
     InventorySnapshot,
     known_starts,
 )
-from probes.store.table import EndpointColumns, EndpointLatency, TableBuilder, WindowTable
+from probes.store.table import (
+    EndpointColumns,
+    EndpointLatency,
+    LatencyRows,
+    TableBuilder,
+    WindowTable,
+)
 from probes.types import EndpointWindow, PathWindow
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks", "stratum_index"]
@@ -99,10 +107,13 @@ class Store:
     """
 
     def __init__(self, conn: sqlite3.Connection, path: str, readonly: bool,
-                 version: int = SCHEMA_VERSION) -> None:
+                 version: int = SCHEMA_VERSION, *, rollups: bool = True) -> None:
         self._conn = conn
         self._path = path
         self._readonly = readonly
+        # Whether the endpoint windows' rollups exist (a v2 store or one whose rollups
+        # were dropped, opened read-only, is read raw).
+        self._rollups = rollups
         # A v1 store opened read-only is read as it is: its endpoint windows lack the v2
         # columns, which its reads then take as NULL.
         self._endpoint_v2 = ", ".join(
@@ -149,16 +160,17 @@ class Store:
                     create_schema(conn)
                 else:
                     version = check_schema(conn, p, tables)
-                    if version < SCHEMA_VERSION and not readonly:
-                        migrate(conn)
+                    if not readonly and (version < SCHEMA_VERSION or ROLLUPS not in tables):
+                        migrate(conn, p)
                         version = SCHEMA_VERSION
+                        tables.add(ROLLUPS)
                 if not readonly:
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
             conn.close()
             raise
-        return cls(conn, p, readonly, version)
+        return cls(conn, p, readonly, version, rollups=ROLLUPS in tables or not tables)
 
     @property
     def path(self) -> str:
@@ -222,13 +234,20 @@ class Store:
         self,
         path_windows: Iterable[PathWindow],
         endpoint_windows: Iterable[EndpointWindow] = (),
+        *,
+        roll_before: float | None = None,
     ) -> int:
         """Write windows in one transaction, replacing rows with the same key.
 
-        Returns the number of path windows written. Raises StoreError (full disk, read-only,
-        locked past the busy timeout); nothing of a failed call is kept.
+        `roll_before`: the endpoint windows' minutes before it are rolled up in the same
+        transaction (`probes.store._rollups`; the writer passes its rewrite horizon), and an
+        endpoint window written under a rolled-up minute re-rolls that minute, whatever
+        `roll_before` says. Returns the number of path windows written. Raises StoreError
+        (full disk, read-only, locked past the busy timeout); nothing of a failed call is
+        kept.
         """
         n = 0
+        starts: set[float] = set()
         with self._transaction("write windows") as conn:
             rows = []
             for w in path_windows:
@@ -244,18 +263,21 @@ class Store:
             n = len(rows)
             # A generator, not a list: each row is bound and dropped before the next is
             # made, so thousands of rows never live at once (see `Taken.endpoint_windows`).
+            def endpoint_rows() -> Iterator[tuple[Any, ...]]:
+                for e in endpoint_windows:
+                    starts.add(e.start)
+                    yield (e.start, self._intern(conn, "path", e.path),
+                           self._endpoint_id(conn, e.endpoint, e.labels),
+                           self._intern(conn, "cohort", e.cohort), e.requests, e.errors,
+                           e.attempts_sum, e.attempts_count, encode_latency_map(e.latency))
+
             conn.executemany(
                 "INSERT OR REPLACE INTO endpoint_windows (start, path_id, endpoint_id,"
                 " cohort_id, requests, errors, attempts_sum, attempts_count, latency)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    (e.start, self._intern(conn, "path", e.path),
-                     self._endpoint_id(conn, e.endpoint, e.labels),
-                     self._intern(conn, "cohort", e.cohort), e.requests, e.errors,
-                     e.attempts_sum, e.attempts_count, encode_latency_map(e.latency))
-                    for e in endpoint_windows
-                ),
-            )
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", endpoint_rows())
+            reroll(conn, starts, self._path)
+            if roll_before is not None:
+                roll_up(conn, roll_before, self._path)
         return n
 
     def _endpoint_id(self, conn: sqlite3.Connection, name: str, labels: Any) -> int:
@@ -317,6 +339,8 @@ class Store:
         with self._transaction("prune") as conn:
             conn.execute("DELETE FROM path_windows WHERE start < ?", (before,))
             conn.execute("DELETE FROM endpoint_windows WHERE start < ?", (before,))
+            conn.execute(f"DELETE FROM {ROLLUPS} WHERE start < ?", (before,))
+            reroll(conn, [before], self._path)  # the minute `before` cuts, if it does
             conn.execute("DELETE FROM events WHERE at < ?", (before,))
             row = conn.execute(
                 "SELECT MAX(at) FROM inventory_snapshots WHERE at <= ?", (before,)
@@ -481,21 +505,23 @@ class Store:
         stratum_s: float | None = None,
         latency: bool = True,
         chunk_rows: int | None = None,
-    ) -> Iterator[tuple[EndpointColumns, Iterator[EndpointLatency]]]:
+        by_row: bool = False,
+    ) -> Iterator[tuple[EndpointColumns, Iterator[Any]]]:
         """`read_endpoint_columns` (its `latency` left empty) and the rows' latency records
-        as an iterator of chunks, each of at most `chunk_rows` rows' records
-        (`LATENCY_CHUNK_ROWS` unless given), indexed into
+        as an iterator of chunks (`EndpointLatency`; `LatencyRows` with `by_row`), each of
+        about `chunk_rows` rows' records (`LATENCY_CHUNK_ROWS` unless given), indexed into
         the columns' name tables; both read in one transaction, which lasts while the block
         runs (iterate inside it). A cold verdict folds the chunks into each pod's histogram
         as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23)."""
         where, args = self._where(since, until, paths, cohorts)
-        a_sum, a_count, _ = self._endpoint_v2.split(", ")
+        v2 = self._endpoint_v2.split(", ")
+        a_sum, a_count, _ = v2
         rows = max(1, chunk_rows or LATENCY_CHUNK_ROWS)
         with self._lock, mapped(self._path, "read endpoint windows"):
             conn = self._conn
             # One read transaction: every histogram read belongs to a row of counts read.
             conn.execute("BEGIN")
-            chunks: Iterator[EndpointLatency] = iter(())
+            chunks: Iterator[Any] = iter(())
             try:
                 names = dict(conn.execute("SELECT id, name FROM names").fetchall())
                 if stratum_s is None:
@@ -503,10 +529,12 @@ class Store:
                                  f" requests, errors, COALESCE({a_sum}, 0),"
                                  f" COALESCE({a_count}, 0), {a_count} IS NULL"
                                  f" FROM endpoint_windows WHERE {where} ORDER BY start", args)
-                    ranges: list[tuple[float, float]] = []
+                    ranges: list[Range] = []
                 else:
-                    a, ranges = _strata_rows(conn, where, args, float(stratum_s),
-                                             (a_sum, a_count), rows)
+                    # Whole minutes from the rollups where the store has them.
+                    rolled = rolled_until(conn, self._path) if self._rollups else None
+                    a, ranges = strata_rows(conn, where, args, float(stratum_s),
+                                            (a_sum, a_count, v2[2]), rows, rolled)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
                 started_of = np.full(max((r[0] for r in endpoint_rows), default=0) + 1, np.nan)
                 for i, _, labels in endpoint_rows:
@@ -525,6 +553,8 @@ class Store:
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
                         lookups, rows) if stratum_s is None else self._latency_strata(
                         conn, where, args, float(stratum_s), ranges, lookups))
+                    if not by_row:
+                        chunks = _expanded(chunks)
                 # What the rows were read into is let go before the chunks come: a day of
                 # strata is tens of MB (BENCHMARKS.md D23).
                 del a, ids
@@ -537,7 +567,7 @@ class Store:
                     conn.execute("ROLLBACK")  # a read: nothing to keep
 
     def _latency_rows(self, cursor: sqlite3.Cursor, lookups: tuple[Any, ...], chunk_rows: int
-                      ) -> Iterator[EndpointLatency]:
+                      ) -> Iterator[LatencyRows]:
         """The latency records of `cursor`'s rows (blob, start, path, endpoint and cohort
         ids), `chunk_rows` rows at a time, indexed by `lookups` (`_records`)."""
         try:
@@ -549,30 +579,23 @@ class Store:
             cursor.close()
 
     def _latency_strata(self, conn: sqlite3.Connection, where: str, args: list[Any],
-                        stratum_s: float, ranges: Sequence[tuple[float, float]],
-                        lookups: tuple[Any, ...]) -> Iterator[EndpointLatency]:
-        """The latency records of the rows in `ranges` of start, a range at a time, each at
-        its row's stratum: one joined blob and one text column per key a range (SQLite's
-        `group_concat`), not a Python tuple per row."""
-        k = _stratum_index(stratum_s)
-        for lo, hi in ranges:
-            blob, sizes, *keys = conn.execute(
-                "SELECT CAST(group_concat(latency, x'') AS BLOB), group_concat(LENGTH(latency)),"
-                f" group_concat({k}), group_concat(path_id), group_concat(endpoint_id),"
-                f" group_concat(cohort_id) FROM endpoint_windows WHERE {where}"
-                " AND LENGTH(latency) > 0", _within(args, lo, hi)).fetchone()
-            if blob is None:
+                        stratum_s: float, ranges: Sequence[Range],
+                        lookups: tuple[Any, ...]) -> Iterator[LatencyRows]:
+        """The latency records of the rows in `ranges` (of start, each from its table: raw
+        windows or rollups), a range at a time, each at its row's stratum."""
+        for table, lo, hi in ranges:
+            found = latency_blobs(conn, table, where, within(args, lo, hi), stratum_s)
+            if found is None:
                 continue
-            size = _ints(sizes)
+            blob, size, key = found
             if np.any(size % LATENCY.itemsize):
                 raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
                                    " (sparse blob is not a whole number of records)")
-            key = np.stack([_ints(x) for x in keys], axis=1)
             yield self._records([blob], stratum_s * key[:, 0], key[:, 1:], lookups,
                                 per=size // LATENCY.itemsize)
 
     def _records(self, blobs: list[bytes], start: Any, ids: Any, lookups: tuple[Any, ...],
-                 per: Any = None) -> EndpointLatency:
+                 per: Any = None) -> LatencyRows:
         """The records of `blobs` (one a row, or all rows' joined with `per` records a row),
         each at its row's `start` and stored (path, endpoint, cohort) `ids`, indexed by
         `lookups` (stored id -> name index for each, stored endpoint id -> start time, and
@@ -587,10 +610,9 @@ class Store:
         endpoint, cohort = e_lookup[ids[:, 1]], c_lookup[ids[:, 2]]
         started = known_starts(started_of[ids[:, 1]], start, endpoint, cohort, endpoints,
                                cohorts, events)
-        return EndpointLatency(
-            start=np.repeat(start, n), path=np.repeat(p_lookup[ids[:, 0]], n),
-            endpoint=np.repeat(endpoint, n), cohort=np.repeat(cohort, n),
-            started=np.repeat(started, n),
+        return LatencyRows(
+            start=np.asarray(start, dtype=np.float64), path=p_lookup[ids[:, 0]],
+            endpoint=endpoint, cohort=cohort, started=started, per=np.asarray(n, np.int64),
             bucket=bucket.astype(np.int64), count=count.astype(np.int64))
 
     def read_endpoint_totals(
@@ -785,100 +807,6 @@ def _rows_of(conn: sqlite3.Connection, select: str, args: Sequence[Any]
                        ).astype(np.float64, copy=False)
 
 
-def _stratum_index(stratum_s: float) -> str:
-    """SQL for a row's stratum: `stratum_index` in SQLite (the stratum starts at
-    `stratum_s * index`, as numpy computes it from the index too)."""
-    return f"CAST(start / {stratum_s!r} AS INTEGER)"
-
-
-def stratum_index(start: npt.NDArray[np.float64], stratum_s: float) -> npt.NDArray[np.float64]:
-    """Each start's stratum: strata `stratum_s` long from the epoch, not from a query's
-    origin, so a stratum is the same whatever the comparison's start (a stratum of the
-    rows a rollout stores is one of every verdict's). As `_stratum_index` in SQLite."""
-    out: npt.NDArray[np.float64] = np.trunc(start / stratum_s)
-    return out
-
-
-def _within(args: Sequence[Any], lo: float, hi: float) -> list[Any]:
-    """`Store._where`'s arguments (its time bounds first) narrowed to [lo, hi): SQLite
-    searches the primary key by one pair of bounds, so a second pair would scan from the
-    first bound to the end for every range."""
-    return [max(args[0], lo), min(args[1], hi), *args[2:]]
-
-
-def _ints(text: str | None) -> npt.NDArray[np.int64]:
-    """A `group_concat` of integers as an array."""
-    if not text:
-        return np.zeros(0, dtype=np.int64)
-    return np.fromstring(text, dtype=np.int64, sep=",")
-
-
-def _strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], stratum_s: float,
-                 v2: tuple[str, str], rows: int
-                 ) -> tuple[npt.NDArray[np.float64], list[tuple[float, float]]]:
-    """The endpoint rows of `where` summed into strata, as `_endpoint_columns` takes them
-    (by stratum, then path, endpoint and cohort id), and the ranges of start they were read
-    in (about `rows` rows each). Read a range at a time as one text column per field
-    (`group_concat`) and summed in numpy: SQLite's GROUP BY sorted every row first, and
-    a tuple per row cost more than the sums."""
-    a_sum, a_count = v2
-    k = _stratum_index(stratum_s)
-    fields = (k, "path_id", "endpoint_id", "cohort_id", "requests", "errors",
-              f"COALESCE({a_sum}, 0)", f"COALESCE({a_count}, 0)", f"{a_count} IS NULL")
-    select = (f"SELECT {', '.join(f'group_concat({f})' for f in fields)}, COUNT(*)"
-              f" FROM endpoint_windows WHERE {where}")
-    first, last = conn.execute(f"SELECT MIN(start), MAX(start) FROM endpoint_windows"
-                               f" WHERE {where}", args).fetchone()
-    parts: list[npt.NDArray[np.int64]] = []
-    ranges: list[tuple[float, float]] = []
-    # Ranges of whole strata, sized to about `rows` rows from the last one's.
-    span, lo = stratum_s, first
-    while lo is not None and lo <= last:
-        hi = lo + span
-        *text, n = conn.execute(select, _within(args, lo, hi)).fetchone()
-        ranges.append((lo, hi))
-        if n:
-            parts.append(_summed(np.stack([_ints(x) for x in text], axis=1)))
-        # At most twice as long: a gap in the windows says nothing of the rows after it.
-        span = stratum_s * max(1.0, min(2 * span / stratum_s,
-                                        math.floor(span / stratum_s * rows / max(n, 1))))
-        lo = hi
-    if not parts:
-        return np.zeros((0, 9)), ranges
-    # A stratum across two ranges is summed once: the ranges are in order, so only the
-    # first stratum of a range can be the last of the one before. The parts are copied
-    # into the result one by one and let go (joined and sorted again, a day of strata
-    # rows was four copies at once: BENCHMARKS.md D23).
-    for i in range(1, len(parts)):
-        before, part = parts[i - 1], parts[i]
-        k = before[-1, 0]
-        if part[0, 0] == k:
-            m, n = np.searchsorted(before[:, 0], k), np.searchsorted(part[:, 0], k, "right")
-            parts[i - 1] = before[:m]
-            parts[i] = np.concatenate([_summed(np.concatenate([before[m:], part[:n]])),
-                                       part[n:]])
-    a = np.empty((sum(len(x) for x in parts), 9))
-    at = 0
-    for i, part in enumerate(parts):
-        a[at:at + len(part)] = part
-        a[at:at + len(part), 0] = stratum_s * part[:, 0]
-        at += len(part)
-        parts[i] = part[:0]
-    return a, ranges
-
-
-def _summed(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """`rows` (stratum, path, endpoint, cohort, then counts) summed per key, by key."""
-    order = np.lexsort(rows[:, 3::-1].T)
-    rows = rows[order]
-    new = np.ones(len(rows), dtype=bool)
-    new[1:] = np.any(rows[1:, :4] != rows[:-1, :4], axis=1)
-    at = np.flatnonzero(new)
-    out = rows[at].copy()
-    out[:, 4:] = np.add.reduceat(rows[:, 4:], at, axis=0)
-    return out
-
-
 def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],
                       endpoint_rows: Sequence[tuple[int, str, str]], started_of: Any,
                       start_events: Sequence[tuple[str, str, float, str]]
@@ -917,6 +845,17 @@ def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],
                              cohort_names, start_events), attempts_sum=attempts_sum,
         attempts_count=attempts_count, unrecorded=unrecorded, latency=EndpointLatency.empty(),
     ), (path_id, endpoint_id, cohort_id)
+
+
+def _expanded(chunks: Iterator[LatencyRows]) -> Iterator[EndpointLatency]:
+    """`chunks` one entry a record (`LatencyRows.expanded`); closing it closes them."""
+    try:
+        for chunk in chunks:
+            yield chunk.expanded()
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def _positions(ids: Any, index: Any) -> Any:

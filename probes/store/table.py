@@ -34,6 +34,7 @@ __all__ = [
     "I64",
     "EndpointColumns",
     "EndpointLatency",
+    "LatencyRows",
     "TableBuilder",
     "WindowColumns",
     "WindowTable",
@@ -76,6 +77,34 @@ class EndpointLatency:
             return parts[0]
         return cls(*(np.concatenate([getattr(p, f.name) for p in parts])
                      for f in dataclasses.fields(cls)))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LatencyRows:
+    """`EndpointLatency` with what each record shares with its row kept once a row: the
+    rows' `start`, `path`, `endpoint`, `cohort` and `started`, `per` records each, then the
+    records' `bucket` and `count`. A cold verdict's fold decides a row's records at once
+    (a day is tens of millions of records, a few million rows)."""
+
+    start: F64
+    path: I32
+    endpoint: I32
+    cohort: I32
+    started: F64
+    per: I64
+    bucket: I64
+    count: I64
+
+    def __len__(self) -> int:
+        return len(self.bucket)
+
+    def expanded(self) -> EndpointLatency:
+        """One entry a record, each with its row's columns."""
+        n = self.per
+        return EndpointLatency(
+            start=np.repeat(self.start, n), path=np.repeat(self.path, n),
+            endpoint=np.repeat(self.endpoint, n), cohort=np.repeat(self.cohort, n),
+            started=np.repeat(self.started, n), bucket=self.bucket, count=self.count)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -49,3 +49,33 @@ async def test_nothing_lost_raises_nothing(tmp_path: Path) -> None:
         await asyncio.wait_for(writer.write(1001.0, [], force=True), 30)
     assert writer.windows_written == 1 and writer.windows_unwritten == 0
     writer.raise_if_lost()
+
+
+async def test_each_write_rolls_up_the_minutes_past_the_rewrite_horizon(tmp_path: Path) -> None:
+    import math
+    import sqlite3
+
+    aggregator = WindowAggregator(length_s=1.0, grace_s=0.0, retain_s=5.0)
+    writer = WindowWriter(aggregator, ProbeMetrics(CollectorRegistry()))
+    t0 = 1_000_040.0  # 20 s past a minute
+    with Store.open(tmp_path / "s.db") as store:
+        writer.store = store
+        for k in range(200):
+            for pod in ("pod-0", "pod-1"):
+                aggregator.add(CallResult("checkout", pod, "1.20.3", t0 + k, 0.01, 0.0,
+                                          CallOutcome(Outcome.OK, 200)))
+            await asyncio.wait_for(writer.write(t0 + k + 1, [], force=False), 30)
+        coarse = store.read_endpoint_columns(since=t0, stratum_s=60.0)
+    conn = sqlite3.connect(tmp_path / "s.db")
+    try:
+        rolled = float(conn.execute("SELECT value FROM meta WHERE key = 'rolled_until'"
+                                    ).fetchone()[0])
+        rows = conn.execute("SELECT start, SUM(requests) FROM endpoint_rollups GROUP BY start"
+                            ).fetchall()
+    finally:
+        conn.close()
+    # The newest window written started at t0 + 199: a window is written again for 5 s
+    # after it ends, so the minutes before 199 - 5 - 2 windows are rolled up.
+    assert rolled == math.floor((t0 + 199 - 7) / 60) * 60 == t0 + 160
+    assert rows == [(t0 - 20, 80), (t0 + 40, 120), (t0 + 100, 120)]
+    assert coarse.requests.sum() == 400

@@ -1,0 +1,170 @@
+"""Endpoint rows summed into time strata in numpy, a range of start at a time, from the raw
+windows (`endpoint_windows`) or the 60 s rollups (`endpoint_rollups`, schema v3).
+
+A stratum is `stratum_s` long from the epoch (`stratum_index`), so a stratum that is a
+whole number of minutes is the sum of its minutes' rollups: a read takes whole minutes
+before `rolled_until` from the rollups and the minutes at its two ends, and those not yet
+rolled up, raw (`segments`). The sums are the same either way; only the rows read differ.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["RAW", "ROLLUPS", "ROLLUP_S", "Range", "ints", "latency_blobs", "segments",
+           "strata_rows", "stratum_index", "stratum_sql", "summed", "within"]
+
+RAW = "endpoint_windows"
+ROLLUPS = "endpoint_rollups"
+ROLLUP_S = 60.0  # a rollup row sums one minute of an endpoint's windows
+# Latency records a stored row holds on average (~9 for a window of 10 calls): a range of
+# rows is sized by its records too, since a rollup row carries six windows' worth.
+RECORDS_A_ROW = 9
+_RECORD_BYTES = 3  # `probes.measure.sparse.LATENCY`
+
+# A range of start read at once: (table, from, to).
+Range = tuple[str, float, float]
+
+
+def stratum_sql(stratum_s: float) -> str:
+    """SQL for a row's stratum: `stratum_index` in SQLite (the stratum starts at
+    `stratum_s * index`, as numpy computes it from the index too)."""
+    return f"CAST(start / {stratum_s!r} AS INTEGER)"
+
+
+def stratum_index(start: npt.NDArray[np.float64], stratum_s: float) -> npt.NDArray[np.float64]:
+    """Each start's stratum: strata `stratum_s` long from the epoch, not from a query's
+    origin, so a stratum is the same whatever the comparison's start (a stratum of the
+    rows a rollout stores is one of every verdict's). As `stratum_sql` in SQLite."""
+    out: npt.NDArray[np.float64] = np.trunc(start / stratum_s)
+    return out
+
+
+def within(args: Sequence[Any], lo: float, hi: float) -> list[Any]:
+    """`Store._where`'s arguments (its time bounds first) narrowed to [lo, hi): SQLite
+    searches the primary key by one pair of bounds, so a second pair would scan from the
+    first bound to the end for every range."""
+    return [max(args[0], lo), min(args[1], hi), *args[2:]]
+
+
+def ints(text: str | None) -> npt.NDArray[np.int64]:
+    """A `group_concat` of integers as an array."""
+    if not text:
+        return np.zeros(0, dtype=np.int64)
+    return np.fromstring(text, dtype=np.int64, sep=",")
+
+
+def segments(lo: float, hi: float, stratum_s: float, rolled_until: float | None
+             ) -> list[Range]:
+    """[lo, hi) as the tables it is read from: the whole minutes inside it and before
+    `rolled_until` from the rollups when the strata are whole minutes, the rest raw."""
+    if rolled_until is None or math.fmod(stratum_s, ROLLUP_S):
+        return [(RAW, lo, hi)]
+    first = math.ceil(lo / ROLLUP_S) * ROLLUP_S
+    end = math.floor(min(hi, rolled_until) / ROLLUP_S) * ROLLUP_S
+    if not first < end:
+        return [(RAW, lo, hi)]
+    return [(RAW, lo, first), (ROLLUPS, first, end), (RAW, end, hi)]
+
+
+def strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], stratum_s: float,
+                v2: tuple[str, str, str], rows: int, rolled_until: float | None = None
+                ) -> tuple[npt.NDArray[np.float64], list[Range]]:
+    """The endpoint rows of `where` summed into strata, as `_endpoint_columns` takes them
+    (by stratum, then path, endpoint and cohort id: start, the ids, requests, errors,
+    attempts sum and count, unrecorded windows), and the ranges of start they were read
+    in (about `rows` rows' worth of latency records each; `segments` says from which
+    table). Read a range at a time as one text column per field (`group_concat`) and
+    summed in numpy: SQLite's GROUP BY sorted every row first, and a tuple per row cost
+    more than the sums. `v2`: the stored columns of attempts sum and count and latency,
+    or "NULL" for a v1 store's."""
+    parts: list[npt.NDArray[np.int64]] = []
+    ranges: list[Range] = []
+    for table, lo, hi in segments(args[0], args[1], stratum_s, rolled_until):
+        _read_ranges(conn, table, where, within(args, lo, hi), stratum_s, v2, rows,
+                     parts, ranges)
+    if not parts:
+        return np.zeros((0, 9)), ranges
+    # A stratum across two ranges is summed once: the ranges are in order, so only the
+    # first stratum of a range can be the last of the one before. The parts are copied
+    # into the result one by one and let go (joined and sorted again, a day of strata
+    # rows was four copies at once: BENCHMARKS.md D23).
+    for i in range(1, len(parts)):
+        before, part = parts[i - 1], parts[i]
+        k = before[-1, 0]
+        if part[0, 0] == k:
+            m, n = np.searchsorted(before[:, 0], k), np.searchsorted(part[:, 0], k, "right")
+            parts[i - 1] = before[:m]
+            parts[i] = np.concatenate([summed(np.concatenate([before[m:], part[:n]])),
+                                       part[n:]])
+    a = np.empty((sum(len(x) for x in parts), 9))
+    at = 0
+    for i, part in enumerate(parts):
+        a[at:at + len(part)] = part
+        a[at:at + len(part), 0] = stratum_s * part[:, 0]
+        at += len(part)
+        parts[i] = part[:0]
+    return a, ranges
+
+
+def _read_ranges(conn: sqlite3.Connection, table: str, where: str, args: list[Any],
+                 stratum_s: float, v2: tuple[str, str, str], rows: int,
+                 parts: list[npt.NDArray[np.int64]], ranges: list[Range]) -> None:
+    """`strata_rows` of one table's segment (`args` narrowed to it), appended to `parts`
+    and `ranges`."""
+    a_sum, a_count, latency = v2
+    unrecorded = "unrecorded" if table == ROLLUPS else f"{a_count} IS NULL"
+    fields = (stratum_sql(stratum_s), "path_id", "endpoint_id", "cohort_id", "requests",
+              "errors", f"COALESCE({a_sum}, 0)", f"COALESCE({a_count}, 0)", unrecorded)
+    select = (f"SELECT {', '.join(f'group_concat({f})' for f in fields)}, COUNT(*),"
+              f" COALESCE(SUM(LENGTH({latency})), 0) FROM {table} WHERE {where}")
+    first, last = conn.execute(f"SELECT MIN(start), MAX(start) FROM {table}"
+                               f" WHERE {where}", args).fetchone()
+    # Ranges of whole strata, sized to about `rows` rows' records from the last one's.
+    span, lo = stratum_s, first
+    while lo is not None and lo <= last:
+        hi = lo + span
+        bounds = within(args, lo, hi)
+        *text, n, size = conn.execute(select, bounds).fetchone()
+        ranges.append((table, bounds[0], bounds[1]))  # inside the segment, never past it
+        if n:
+            parts.append(summed(np.stack([ints(x) for x in text], axis=1)))
+        weight = max(n, size / (_RECORD_BYTES * RECORDS_A_ROW), 1)
+        # At most twice as long: a gap in the windows says nothing of the rows after it.
+        span = stratum_s * max(1.0, min(2 * span / stratum_s,
+                                        math.floor(span / stratum_s * rows / weight)))
+        lo = hi
+
+
+def latency_blobs(conn: sqlite3.Connection, table: str, where: str, args: list[Any],
+                  stratum_s: float
+                  ) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The latency blobs of `table`'s rows of `where` that have any, joined, with each
+    row's length in bytes and its (stratum index, path, endpoint, cohort id): one blob and
+    one text column per key (`group_concat`), not a Python tuple per row. None: no rows."""
+    blob, sizes, *keys = conn.execute(
+        "SELECT CAST(group_concat(latency, x'') AS BLOB), group_concat(LENGTH(latency)),"
+        f" group_concat({stratum_sql(stratum_s)}), group_concat(path_id),"
+        " group_concat(endpoint_id), group_concat(cohort_id)"
+        f" FROM {table} WHERE {where} AND LENGTH(latency) > 0", args).fetchone()
+    if blob is None:
+        return None
+    return blob, ints(sizes), np.stack([ints(x) for x in keys], axis=1)
+
+
+def summed(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """`rows` (stratum, path, endpoint, cohort, then counts) summed per key, by key."""
+    order = np.lexsort(rows[:, 3::-1].T)
+    rows = rows[order]
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = np.any(rows[1:, :4] != rows[:-1, :4], axis=1)
+    at = np.flatnonzero(new)
+    out = rows[at].copy()
+    out[:, 4:] = np.add.reduceat(rows[:, 4:], at, axis=0)
+    return out

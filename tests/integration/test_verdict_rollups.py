@@ -1,0 +1,151 @@
+"""A cold verdict reads whole minutes of endpoint windows from the store's 60 s rollups
+(schema v3) and the rest raw: the verdict is the one the raw windows give, byte for byte.
+
+One store, written as the probe writes it (a window at a time, minutes rolled up past the
+rewrite horizon): pods moving to the canary one by one, a pod joining, a pod restarted
+under its own name, a window written again under the rolled minutes (a retry), and two
+overload spans of late sends. Judged as written and with its rollups dropped or emptied,
+at several `--at`, warm-ups, origins and both cohort orders, in strata (`MAX_STRATA`
+patched low), by `skewprobe verdict --store` and by a restarted probe's first verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from typing import Any
+
+import numpy as np
+import pytest
+
+from probes._parsing import rfc3339
+from probes.measure.overload import OVERLOAD_EVENT
+from probes.spec import JudgingSettings
+from probes.store import Event, Store
+from probes.types import EndpointWindow
+from probes.verdict import service as verdict_service
+from probes.verdict.cache import VerdictCache
+from probes.verdict.service import compute_verdict
+from tests.unit.test_verdict_cache import NEW, OLD, T0, W, windows_at
+
+WINDOWS = 250  # 41 minutes and a half, from 20 s past a minute (T0)
+# What the probe's writer leaves raw behind the newest window: its rewrite horizon (a
+# window is written again up to 60 s after it ends, plus 5 s of grace) and a window.
+HORIZON_S = 75.0
+RETRIED = 30  # a window written again long after (a retry), under the rolled minutes
+
+
+def _write(store: Store, k: int, rng: np.random.Generator, bump: int = 0) -> None:
+    restarted = {"shop-3": {"start_time": rfc3339(T0 + 95 * W)}} if k >= 95 else None
+    paths, cells = windows_at(k, rng, labels=restarted, bump=bump)
+    if k >= 70:  # a pod joins the canary
+        cells.append(EndpointWindow(
+            start=T0 + k * W, path="checkout", endpoint="shop-9", cohort=NEW,
+            requests=30 + bump, errors=k % 3, attempts_sum=31, attempts_count=30,
+            latency={450 + k % 7: 30 + bump, 500: k % 4}))
+    # As the probe's writer writes (`run._window_writer`): the minutes past its rewrite
+    # horizon rolled up in the same transaction.
+    store.write(paths, cells, roll_before=T0 + k * W - HORIZON_S)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The store as written, copies with its rollups dropped and emptied, and one whose
+    rollups count an error more each (what reads them tells)."""
+    base = tmp_path_factory.mktemp("rollups")
+    db = str(base / "written.db")
+    rng = np.random.default_rng(31)
+    with Store.open(db) as store:
+        for k in range(WINDOWS):
+            _write(store, k, rng)
+            if k == 200:
+                _write(store, RETRIED, np.random.default_rng(5), bump=7)
+        store.write_events([
+            Event(OVERLOAD_EVENT, T0 + 60 * W, detail={"reason": "late"}),
+            Event(OVERLOAD_EVENT, T0 + 66 * W, detail={"reason": None}),
+            Event(OVERLOAD_EVENT, T0 + 104 * W, detail={"reason": "late"}),
+            Event(OVERLOAD_EVENT, T0 + 125 * W, detail={"reason": None})])
+    out = {"written": db}
+    for name, sql in (("dropped", "DROP TABLE endpoint_rollups"),
+                      ("emptied", "DELETE FROM endpoint_rollups"),
+                      ("tampered", "UPDATE endpoint_rollups SET errors = errors + 1")):
+        copy = str(base / f"{name}.db")
+        shutil.copy(db, copy)
+        conn = sqlite3.connect(copy)
+        with conn:
+            conn.execute(sql)
+            if name != "tampered":
+                conn.execute("DELETE FROM meta WHERE key = 'rolled_until'")
+        conn.close()
+        out[name] = copy
+    return out
+
+
+def _verdict(db: str, warmup_s: float, query: dict[str, Any], now: float,
+             cache: bool = False) -> str:
+    settings = JudgingSettings(warmup_s=warmup_s)
+    out = compute_verdict(db, settings, now=now, cache=VerdictCache(db) if cache else None,
+                          **query)
+    return json.dumps(out, sort_keys=True)
+
+
+# (window of `--at`, seconds past its end, warm-up, origin, cohorts swapped, MAX_STRATA)
+CASES = [
+    (WINDOWS, 1.0, 30.0, None, False, 20),
+    (WINDOWS, 1.0, 30.0, None, False, 45),
+    (WINDOWS, 7.0, 90.0, None, True, 20),
+    (WINDOWS, 1.0, 0.0, "-25m", False, 20),
+    (WINDOWS, 3.0, 30.0, rfc3339(T0 + 47 * W + 3), False, 45),
+    (200, 1.0, 30.0, None, False, 20),
+    (163, 4.0, 90.0, rfc3339(T0 + 20 * W), True, 45),
+    (110, 1.0, 30.0, None, False, 20),  # inside the second late span
+    (123, 9.0, 0.0, None, True, 20),
+]
+
+
+@pytest.mark.parametrize(("at", "past", "warmup_s", "since", "swapped", "strata"), CASES)
+def test_the_verdict_from_rollups_is_the_verdict_from_raw_windows(
+        stores: dict[str, str], at: int, past: float, warmup_s: float, since: str | None,
+        swapped: bool, strata: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verdict_service, "MAX_STRATA", strata)
+    lengths = _strata_seen(monkeypatch)
+    now = T0 + at * W + past
+    query: dict[str, Any] = {"since": since, "overload": None}
+    if swapped:
+        query |= {"baseline": NEW, "canary": OLD}
+    written = _verdict(stores["written"], warmup_s, query, now)
+    assert written == _verdict(stores["dropped"], warmup_s, query, now)
+    assert written == _verdict(stores["emptied"], warmup_s, query, now)
+    assert written != _verdict(stores["tampered"], warmup_s, query, now)  # rollups were read
+    # A verdict that judges pods, in strata, with a canary.
+    result = json.loads(written)
+    assert result["canary"] == (OLD if swapped else NEW)
+    rules = {name: m["rule"] for p in result["paths"] for name, m in p["metrics"].items()}
+    assert rules["success_rate"] == "pods", rules
+    assert lengths and all(s is not None and s % 60 == 0 for s in lengths), lengths
+
+
+def _strata_seen(monkeypatch: pytest.MonkeyPatch) -> list[float | None]:
+    """The stratum lengths the verdicts are judged in, as they are asked for."""
+    seen: list[float | None] = []
+    length = verdict_service.stratum_length
+
+    def spied(span_s: float, window_s: float) -> float | None:
+        seen.append(length(span_s, window_s))
+        return seen[-1]
+
+    monkeypatch.setattr(verdict_service, "stratum_length", spied)
+    return seen
+
+
+@pytest.mark.parametrize("at", [WINDOWS, 163])
+def test_a_restarted_probes_first_verdict_from_rollups_is_the_one_from_raw_windows(
+        stores: dict[str, str], at: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verdict_service, "MAX_STRATA", 20)
+    now = T0 + at * W + 1
+    query: dict[str, Any] = {"since": None, "overload": None}
+    first = _verdict(stores["written"], 30.0, query, now, cache=True)
+    assert first == _verdict(stores["dropped"], 30.0, query, now, cache=True)
+    assert first != _verdict(stores["tampered"], 30.0, query, now, cache=True)
+    assert first == _verdict(stores["dropped"], 30.0, query, now)
