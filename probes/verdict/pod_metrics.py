@@ -86,35 +86,42 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
     `attempts_recorded`); the pooled figures that head each reason computed at once.
     `memo`: the running probe's sums kept between verdicts (`pods.TrackMemo`)."""
     span = float(attempts_max - 1)
-    parts, sums = [], []
+    judged, sums, decided = [], [], []
     for g in grids:
         rows, is_canary = _rows(g, baseline, canary)
-        n = np.asarray(g.attempts_calls, dtype=np.float64)[rows]
-        total = np.asarray(g.attempts_sum, dtype=np.float64)[rows]
+        n, total = _cohorts_of(g.attempts_calls, rows), _cohorts_of(g.attempts_sum, rows)
         n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
         both = (n_b > 0) & (n_c > 0)
-        parts.append((g, rows, is_canary, n, total, both))
-        if both.any():
+        decided.append(bool(both.any()))
+        if decided[-1]:
             # Attempts and calls are whole numbers: summed per window first, the same sums.
             t_b, t_c = total[~is_canary].sum(axis=0), total[is_canary].sum(axis=0)
             sums.append([float(x[both].sum()) for x in (t_b, n_b, t_c, n_c)])
+            # The retry volume in place of `total`, which is not kept past its grid.
+            judged.append((g, rows, is_canary, n, (total - n) / span))
     cols = np.array(sums).T
     heads = iter(M.attempts_per_request(cols[0], cols[1], cols[2], cols[3], tol, alpha,
                                         attempts_max) if sums else [])
     r = tol.attempts_ratio
     tolerance = {"max_ratio": r, "attempts_max": attempts_max}
-    judged = [(g, rows, is_canary, n, (total - n) / span)
-              for g, rows, is_canary, n, total, both in parts if both.any()]
     verdicts = iter(M.pod_bounded_verdicts(
         [next(heads) for _ in judged], judged, r, min((r - 1.0) / span, 1 - 1e-12), window_s,
         what="retries", spread=("spread_attempts", span, "attempts per request"), memo=memo))
     return [
-        next(verdicts) if both.any()
+        next(verdicts) if d
         else M.missing(M.ATTEMPTS, "attempts", tolerance, alpha,
                        "attempts per request: the cohorts have no warm window with "
                        "attempts in common yet (each pod's warm-up is left out)")
-        for *_, both in parts
+        for d in decided
     ]
+
+
+def _cohorts_of(cells: F64 | None, rows: Bool) -> F64:
+    """A grid's (pods, windows) array, the compared cohorts' rows: the array itself when
+    they are all of it (a copy of a day of strata per path is what a cold verdict's peak
+    is made of; nothing writes the cells in place)."""
+    a = np.asarray(cells, dtype=np.float64)
+    return a if rows.all() else a[rows]
 
 
 def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,

@@ -1,6 +1,7 @@
-"""p99 with the pod as the unit, on grids built in the test (`probes.verdict.pod_metrics`):
-the pods' histograms are judged a batch of paths at a time, which may not change a
-verdict."""
+"""p99 and attempts with the pod as the unit, on grids built in the test
+(`probes.verdict.pod_metrics`): the pods' histograms are judged a batch of paths at a time
+and the compared cohorts' rows taken without a copy where they are the whole grid; neither
+may change a verdict."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from probes.spec import Tolerances
 from probes.stats import pods as pods_module
 from probes.stats.pods import PodGrid, batches
 from probes.verdict import pod_metrics
-from probes.verdict.pod_metrics import pod_latency_p99s
+from probes.verdict.pod_metrics import pod_attempts_many, pod_latency_p99s
 
 OLD, NEW, OTHER = "1.20.3", "1.21.0", "1.19.9"
 WINDOWS, WINDOW_S, ALPHA = 6, 10.0, 0.01
@@ -92,6 +93,34 @@ def test_p99_is_the_same_whatever_the_paths_per_batch(seed: int,
     small = pod_latency_p99s(grids, OLD, NEW, tol, ALPHA, WINDOW_S)
     assert [(mv.verdict, mv.reason, mv.pods) for mv in small] == \
         [(mv.verdict, mv.reason, mv.pods) for mv in whole]
+
+
+def test_attempts_are_the_same_with_another_cohorts_pods_in_the_grid() -> None:
+    """Where a grid holds only the compared cohorts their rows are the grid's own arrays,
+    else a copy of theirs: a grid with a third cohort's pods judges as the grid without
+    them, and its arrays are left as they were."""
+    grids = estates(3)
+    tol = Tolerances()
+    with_other = [g for g in grids if OTHER in g.cohorts]
+    assert with_other
+    without = []
+    for g in with_other:
+        keep = np.array([c != OTHER for c in g.cohorts])
+        without.append(PodGrid(
+            pods=tuple(p for p, k in zip(g.pods, keep, strict=True) if k),
+            cohorts=tuple(c for c, k in zip(g.cohorts, keep, strict=True) if k),
+            starts=g.starts, calls=g.calls[keep], errors=g.errors[keep],
+            warmup_calls=g.warmup_calls[keep], warmup_errors=g.warmup_errors[keep],
+            last_starts=g.last_starts, attempts_calls=g.attempts_calls[keep],  # type: ignore[index]
+            attempts_sum=g.attempts_sum[keep], latency=g.latency[keep],  # type: ignore[index]
+            per_pod_metrics=True))
+    before = [(g.attempts_calls.copy(), g.attempts_sum.copy()) for g in grids]  # type: ignore[union-attr]
+    judged = pod_attempts_many(grids, OLD, NEW, tol, ALPHA, WINDOW_S, 3)
+    assert judged[5].verdict == "fail" and {mv.verdict for mv in judged} != {"fail"}
+    alone = pod_attempts_many(without, OLD, NEW, tol, ALPHA, WINDOW_S, 3)
+    assert [judged[i] for i, g in enumerate(grids) if OTHER in g.cohorts] == alone
+    assert all(np.array_equal(g.attempts_calls, n) and np.array_equal(g.attempts_sum, s)
+               for g, (n, s) in zip(grids, before, strict=True))
 
 
 def test_batches_cover_every_array_in_order_within_the_bound(
