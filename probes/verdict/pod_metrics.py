@@ -157,16 +157,17 @@ def _by_pod(parts: Sequence[_P99Part], cuts: ExceedanceCuts) -> _ByPod:
     for lo, hi in batches([(len(p.is_canary), buckets + 1) for p in parts]):
         hist, canary_pods, real = _stacked(parts[lo:hi])
         found = worst_pods(hist, canary_pods, real, _P)
-        # (parts, pods, buckets + 1): each pod's calls from a bucket on; none past the last.
-        above = np.zeros((*hist.shape[:2], hist.shape[2] + 1))
-        above[..., :-1] = np.cumsum(hist[..., ::-1], axis=-1)[..., ::-1]
+        # Each pod's calls below each bucket, then all of them (a cut past the last counts
+        # none): its calls from a cut on are all less those below, exact (sums of counts).
+        below = np.zeros((*hist.shape[:2], hist.shape[2] + 1))
+        np.cumsum(hist, axis=-1, out=below[..., 1:])
         del hist
+        calls = below[..., -1].copy()  # not a view: `below` is dropped with the batch
         rows = np.arange(hi - lo)
-        b_fail, c_fail, b_level, c_pass = (above[rows, :, np.asarray(cut, dtype=np.int64)[lo:hi]]
+        b_fail, c_fail, b_level, c_pass = (calls - below[rows, :, np.asarray(cut)[lo:hi]]
                                            for cut in (cuts.baseline_fail, cuts.canary_fail,
                                                        cuts.baseline_level, cuts.canary_pass))
-        calls = above[..., 0].copy()  # not a view: `above` is dropped with the batch
-        del above
+        del below
         for row, part in enumerate(parts[lo:hi]):
             k = len(part.is_canary)
             out[0].append((calls[row, :k, None], b_fail[row, :k, None], c_fail[row, :k, None],
