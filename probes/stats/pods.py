@@ -96,6 +96,7 @@ __all__ = [
     "PodGrid",
     "PodTrack",
     "TrackMemo",
+    "batches",
     "few_pods_factor",
     "log_e_one_sided",
     "needs_factor",
@@ -149,17 +150,24 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
 
 def _batches(grids: Sequence[tuple[F64, F64, Bool]]) -> list[tuple[int, int]]:
     """`grids` cut into runs [lo, hi) of at most `_BATCH_CELLS` padded cells each."""
+    return batches([np.shape(grid[0]) for grid in grids])
+
+
+def batches(shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, int]]:
+    """Runs [lo, hi) of arrays of these shapes ((rows,) or (rows, columns)) that, stacked
+    and padded to their run's most rows and columns, hold at most `_BATCH_CELLS` cells: a
+    batch of `pod_tracks`' grids, or of the pods' latency histograms that
+    `probes.verdict.pod_metrics` judges p99 from. An array larger than that is a run alone."""
     out: list[tuple[int, int]] = []
     lo = rows = cols = 0
-    for i, grid in enumerate(grids):
-        shape = np.shape(grid[0])
+    for i, shape in enumerate(shapes):
         r, c = max(rows, shape[0]), max(cols, shape[1] if len(shape) > 1 else 0)
         if i > lo and (i - lo + 1) * r * c > _BATCH_CELLS:
             out.append((lo, i))
             lo, r, c = i, shape[0], shape[1] if len(shape) > 1 else 0
         rows, cols = r, c
-    if lo < len(grids):
-        out.append((lo, len(grids)))
+    if lo < len(shapes):
+        out.append((lo, len(shapes)))
     return out
 
 
@@ -275,5 +283,7 @@ def _merged(batches: list[tuple[dict[Hashable, F64], int]]) -> dict[Hashable, F6
 
 # The most padded cells (groups × pods × windows) one batch of `pod_tracks` holds: each of
 # its ~20 arrays is then 2 MB at most: a warm verdict's peak allocation stays what it was
-# with one path at a time (BENCHMARKS.md D16).
+# with one path at a time (BENCHMARKS.md D16). The p99's per-pod histograms (groups × pods ×
+# buckets) are batched by it too: a cold verdict's peak is then not four copies of them all
+# (BENCHMARKS.md D23).
 _BATCH_CELLS = 250_000

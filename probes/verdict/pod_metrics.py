@@ -37,7 +37,7 @@ from probes.stats.pod_exceed import (
     pass_tracks,
 )
 from probes.stats.pod_quantile import WorstPods, worst_pods
-from probes.stats.pods import PodGrid, PodTrack, TrackMemo, needs_factor
+from probes.stats.pods import PodGrid, PodTrack, TrackMemo, batches, needs_factor
 from probes.stats.quantile import Layout
 from probes.verdict import metrics as M
 from probes.verdict.metrics import MetricVerdict, json_number, log_clip
@@ -86,35 +86,42 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
     `attempts_recorded`); the pooled figures that head each reason computed at once.
     `memo`: the running probe's sums kept between verdicts (`pods.TrackMemo`)."""
     span = float(attempts_max - 1)
-    parts, sums = [], []
+    judged, sums, decided = [], [], []
     for g in grids:
         rows, is_canary = _rows(g, baseline, canary)
-        n = np.asarray(g.attempts_calls, dtype=np.float64)[rows]
-        total = np.asarray(g.attempts_sum, dtype=np.float64)[rows]
+        n, total = _cohorts_of(g.attempts_calls, rows), _cohorts_of(g.attempts_sum, rows)
         n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
         both = (n_b > 0) & (n_c > 0)
-        parts.append((g, rows, is_canary, n, total, both))
-        if both.any():
+        decided.append(bool(both.any()))
+        if decided[-1]:
             # Attempts and calls are whole numbers: summed per window first, the same sums.
             t_b, t_c = total[~is_canary].sum(axis=0), total[is_canary].sum(axis=0)
             sums.append([float(x[both].sum()) for x in (t_b, n_b, t_c, n_c)])
+            # The retry volume in place of `total`, which is not kept past its grid.
+            judged.append((g, rows, is_canary, n, (total - n) / span))
     cols = np.array(sums).T
     heads = iter(M.attempts_per_request(cols[0], cols[1], cols[2], cols[3], tol, alpha,
                                         attempts_max) if sums else [])
     r = tol.attempts_ratio
     tolerance = {"max_ratio": r, "attempts_max": attempts_max}
-    judged = [(g, rows, is_canary, n, (total - n) / span)
-              for g, rows, is_canary, n, total, both in parts if both.any()]
     verdicts = iter(M.pod_bounded_verdicts(
         [next(heads) for _ in judged], judged, r, min((r - 1.0) / span, 1 - 1e-12), window_s,
         what="retries", spread=("spread_attempts", span, "attempts per request"), memo=memo))
     return [
-        next(verdicts) if both.any()
+        next(verdicts) if d
         else M.missing(M.ATTEMPTS, "attempts", tolerance, alpha,
                        "attempts per request: the cohorts have no warm window with "
                        "attempts in common yet (each pod's warm-up is left out)")
-        for *_, both in parts
+        for d in decided
     ]
+
+
+def _cohorts_of(cells: F64 | None, rows: Bool) -> F64:
+    """A grid's (pods, windows) array, the compared cohorts' rows: the array itself when
+    they are all of it (a copy of a day of strata per path is what a cold verdict's peak
+    is made of; nothing writes the cells in place)."""
+    a = np.asarray(cells, dtype=np.float64)
+    return a if rows.all() else a[rows]
 
 
 def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
@@ -130,38 +137,45 @@ def _stacked(parts: Sequence[_P99Part]) -> tuple[F64, Bool, Bool]:
     """The parts' pods' histograms as one (parts, pods, buckets) array, pods padded with
     empty ones (`real` False), and which are the canary's."""
     width = max(len(p.is_canary) for p in parts)
-    hist = np.zeros((len(parts), width, parts[0].hist.shape[1]))
+    hist = np.zeros((len(parts), width, parts[0].latency().shape[1]))
     canary = np.zeros((len(parts), width), dtype=bool)
     real = np.zeros((len(parts), width), dtype=bool)
     for i, p in enumerate(parts):
         k = len(p.is_canary)
-        hist[i, :k], canary[i, :k], real[i, :k] = p.hist, p.is_canary, True
+        hist[i, :k], canary[i, :k], real[i, :k] = p.latency()[p.rows], p.is_canary, True
     return hist, canary, real
 
 
-def _exceed_tracks(parts: Sequence[_P99Part], hist: F64, cuts: ExceedanceCuts,
-                   log_threshold: float) -> list[tuple[PodTrack, PodTrack]]:
-    """Each part's fail side's and pass side's exceedance tracks at the last look, each
-    pod's warm calls pooled over time, part i at row i of `cuts` and of `hist` (`_stacked`;
-    `probes.stats.pod_exceed`); all in one batch per side."""
-    # (parts, pods, buckets + 1): each pod's calls from a bucket on; none from past the last.
-    above = np.zeros((*hist.shape[:2], hist.shape[2] + 1))
-    above[..., :-1] = np.cumsum(hist[..., ::-1], axis=-1)[..., ::-1]
-    rows = np.arange(len(parts))
-    b_fail, c_fail, b_level, c_pass = (above[rows, :, np.asarray(cut, dtype=np.int64)]
-                                       for cut in (cuts.baseline_fail, cuts.canary_fail,
-                                                   cuts.baseline_level, cuts.canary_pass))
-    calls = above[..., 0]
-    sides: tuple[list[Exceedances], list[Exceedances]] = ([], [])
-    for row, part in enumerate(parts):
-        k = len(part.is_canary)
-        sides[0].append((calls[row, :k, None], b_fail[row, :k, None], c_fail[row, :k, None],
-                         part.is_canary))
-        sides[1].append((calls[row, :k, None], b_level[row, :k, None], c_pass[row, :k, None],
-                         part.is_canary))
-    fails = exceedance_tracks(sides[0], log_threshold=log_threshold, last_only=True)
-    oks = pass_tracks(sides[1], _P, log_threshold=log_threshold, last_only=True)
-    return list(zip(fails, oks, strict=True))
+def _by_pod(parts: Sequence[_P99Part], cuts: ExceedanceCuts) -> _ByPod:
+    """Each part's exceedances at `cuts` (part i at row i), each pod's warm calls pooled
+    over time (`probes.stats.pod_exceed`), and its worst canary pod (`worst_pods`). The
+    pods' histograms are stacked a batch of parts at a time (`pods.batches`) and dropped
+    before the next, so the peak is a batch's copies of them, not every path's; each
+    batch's numbers are what all parts at once give (sums of counts, exact in any order)."""
+    out: _ByPod = ([], [], [])
+    buckets = parts[0].latency().shape[1]
+    for lo, hi in batches([(len(p.is_canary), buckets + 1) for p in parts]):
+        hist, canary_pods, real = _stacked(parts[lo:hi])
+        found = worst_pods(hist, canary_pods, real, _P)
+        # Each pod's calls below each bucket, then all of them (a cut past the last counts
+        # none): its calls from a cut on are all less those below, exact (sums of counts).
+        below = np.zeros((*hist.shape[:2], hist.shape[2] + 1))
+        np.cumsum(hist, axis=-1, out=below[..., 1:])
+        del hist
+        calls = below[..., -1].copy()  # not a view: `below` is dropped with the batch
+        rows = np.arange(hi - lo)
+        b_fail, c_fail, b_level, c_pass = (calls - below[rows, :, np.asarray(cut)[lo:hi]]
+                                           for cut in (cuts.baseline_fail, cuts.canary_fail,
+                                                       cuts.baseline_level, cuts.canary_pass))
+        del below
+        for row, part in enumerate(parts[lo:hi]):
+            k = len(part.is_canary)
+            out[0].append((calls[row, :k, None], b_fail[row, :k, None], c_fail[row, :k, None],
+                           part.is_canary))
+            out[1].append((calls[row, :k, None], b_level[row, :k, None], c_pass[row, :k, None],
+                           part.is_canary))
+            out[2].append((found, row))
+    return out
 
 
 def latency_recorded(grid: PodGrid) -> bool:
@@ -178,9 +192,10 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
     parts = []
     for g in grids:
         rows, is_canary = _rows(g, baseline, canary)
-        hist = np.asarray(g.latency, dtype=np.float64)[rows]
-        parts.append(_P99Part(g, rows, is_canary, hist, hist[~is_canary].sum(axis=0),
-                              hist[is_canary].sum(axis=0)))
+        hist, of_canary = np.asarray(g.latency, dtype=np.float64), g.of(canary)
+        # The cohorts' rows summed from the grid's own array: no copy of the pods' rows kept.
+        parts.append(_P99Part(g, rows, is_canary, hist[rows & ~of_canary].sum(axis=0),
+                              hist[rows & of_canary].sum(axis=0)))
     judged = [p for p in parts if p.tot_b.sum() > 0 and p.tot_c.sum() > 0]
     heads: dict[int, tuple[MetricVerdict, tuple[PodTrack, PodTrack], _Worst]] = {}
     if judged:
@@ -192,10 +207,13 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
         log_half = math.log(2.0 / alpha)
         cuts = exceedance_cuts(cum_b, _LAYOUT, _P, tol.latency_p99_ratio,
                                tol.latency_p99_margin_ms / 1000.0, log_half)
-        hist, canary_pods, real = _stacked(judged)
-        found = worst_pods(hist, canary_pods, real, _P)
-        heads = {id(p): (h, tracks, (found, i)) for i, (p, h, tracks) in enumerate(zip(
-            judged, warm, _exceed_tracks(judged, hist, cuts, log_half), strict=True))}
+        fails, passes, worst = _by_pod(judged, cuts)
+        # Every part's tracks in one call per side, as `pod_tracks` batches them.
+        tracks = zip(exceedance_tracks(fails, log_threshold=log_half, last_only=True),
+                     pass_tracks(passes, _P, log_threshold=log_half, last_only=True),
+                     strict=True)
+        heads = {id(p): (h, t, w) for p, h, t, w in zip(judged, warm, tracks, worst,
+                                                        strict=True)}
     tolerance = {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms}
     return [
         _pod_p99(p, canary, tol, alpha, window_s, *heads[id(p)]) if id(p) in heads
@@ -218,6 +236,8 @@ def pod_latency_p99(grid: PodGrid, baseline: str, canary: str, tol: Tolerances,
 # Which canary pod is the worst, and its share of the canary's slow calls: `worst_pods` of
 # every judged part, and the part's row in it.
 _Worst = tuple[WorstPods, int]
+# Per judged part, the fail side's and the pass side's exceedances, and its worst canary pod.
+_ByPod = tuple[list[Exceedances], list[Exceedances], list[_Worst]]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -225,9 +245,12 @@ class _P99Part:
     grid: PodGrid
     rows: Bool
     is_canary: Bool
-    hist: F64
     tot_b: F64
     tot_c: F64
+
+    def latency(self) -> F64:
+        """The grid's pods' histograms, every row (`rows` picks the cohorts')."""
+        return np.asarray(self.grid.latency, dtype=np.float64)
 
 
 def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_s: float,
