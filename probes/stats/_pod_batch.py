@@ -11,8 +11,16 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.stats._num import F64, I64, Acc, Bool, first_max
-from probes.stats._pod_mixture import log_e_one_sided
-from probes.stats._pod_spread import capped, dl_tau2, outlier, pick, spread_term, tau2_at
+from probes.stats._pod_mixture import POINT_WEIGHT, log_e_one_sided, log_e_pass
+from probes.stats._pod_spread import (
+    capped,
+    dl_tau2,
+    outlier,
+    pick,
+    spread_term,
+    tau2_at,
+    tau2_upper,
+)
 
 __all__ = ["ONE_POD_BASELINE", "PodTrack", "pod_batch", "pod_states"]
 
@@ -165,11 +173,6 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
 
     d_all = excess.sum(axis=1)
     vs_all = own.sum(axis=1)
-    # The pass charges the baseline's window means the boundary's variance still: with their
-    # own p(1−p) it let a canary at the tolerance through in more than 1 % of rollouts with
-    # pods that differ (verdict_sim "all": 4 of 300), while the fail keeps the gain.
-    own_extra = acc.dot(nc, ratio * ratio * n_ct * inv_b * (v_t - u_t), "own_pass")
-    vs_extra = own_extra.sum(axis=1)
     sq_calls = (pod_calls_c ** 2).sum(axis=1)
     sq_w = (w_b ** 2).sum(axis=1)
     sd = np.sqrt(sd2)
@@ -200,7 +203,7 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
                        worst_wo, -1)
     aside_b = np.where(outlier(*dropped[1], tau2_fail, v_pool) & (drop_b >= 0)
                        & (pods_b >= _ASIDE_MIN_PODS), drop_b, -1)
-    tau2_p, df_p, se_p, _, _ = dl_tau2([(*cohorts[0], aside_c, some_c),
+    tau2_p, df_p, se_p, _, q_p = dl_tau2([(*cohorts[0], aside_c, some_c),
                                    (*cohorts[1], aside_b, several_b)], v_pool, acc, "aside")
     out_b = (aside_b >= 0)[:, None, :]
     ex_p = np.where(out_b, ex_pp, excess)
@@ -210,16 +213,23 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
     with np.errstate(divide="ignore", invalid="ignore"):
         keep_share = np.where(calls_c > 0, calls_kept / np.where(calls_c > 0, calls_c, 1.0), 0.0)
     d_p = ex_p.sum(axis=1) - pick(ex_p, aside_c)
-    vs_p = own_p.sum(axis=1) - pick(own_p, aside_c) + vs_extra - pick(own_extra, aside_c)
+    vs_p = own_p.sum(axis=1) - pick(own_p, aside_c)
     weights_p = (sq_calls - n_aside ** 2
                  + r_pods * r_pods * np.where(aside_b >= 0, sq_w_fail, sq_w) * keep_share ** 2)
     # Only the pass, and a canary of one pod, allow for τ² from few pods: a pass is the
     # claim a gate must not make wrongly, and the fail side of several canary pods already
     # trims each cohort's worst pod (BENCHMARKS.md D19 has what the allowance cost it).
-    vp_pass, vs_floor = spread_term(tau2_p, df_p, se_p, weights_p, vs_p, sd2, log_threshold,
-                                  scales)
+    # The pass's point alternative (`log_e_pass`) is a canary like the baseline, whose drift
+    # per unit of V this is with the cohorts' calls alike (as cohort balance keeps them).
+    # Against a constant (ratio 0: p99's pass side) no such canary is known: the mixture
+    # alone, with τ² as estimated.
+    theta = np.maximum(q_run - p_run_b, 0.0) / sd / (
+        1.0 + ratio * ratio * np.maximum(p_run_b * (1.0 - p_run_b), 1e-9) / sd2)
+    weight = POINT_WEIGHT if ratio > 0 else 0.0
+    vp_pass, vs_floor = spread_term(_pass_tau2(tau2_p, q_p, df_p, v_pool, weight), df_p, se_p,
+                                  weights_p, vs_p, sd2, log_threshold, scales)
     v_pass = (vs_p + vs_floor + vp_pass) / sd2
-    log_pass = log_e_one_sided(-d_p / sd, v_pass, scales)
+    log_pass = log_e_pass(-d_p / sd, v_pass, theta, scales, weight)
 
     # The fail side of several canary pods: every canary pod in, the worst capped where
     # the others say it stands apart (`capped`), against window means without the
@@ -244,9 +254,9 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
     # A canary of one pod (`_one_pod`) needs `ONE_POD_BASELINE` baseline pods on either side
     # to measure the spread a new pod is judged against.
     one_pod = pods_b >= ONE_POD_BASELINE
-    log_one, log_pass_one = _one_pod(d_all, (vs_all, vs_all + vs_extra),
-                                     sq_calls + r_pods * r_pods * sq_w, calls_c, q_all, df,
-                                     p_run_b, sd2, log_threshold, scales)
+    log_one, log_pass_one = _one_pod(d_all, vs_all, sq_calls + r_pods * r_pods * sq_w, calls_c,
+                                     q_all, df, p_run_b, sd2, log_threshold, scales,
+                                     (theta, weight))
     log_pass = np.where(pods_c >= 2, log_pass, log_pass_one)
     log_fail = np.where(pods_c >= 2, log_e_one_sided(d_wo / sd, (vs_wo + vp_wo) / sd2, scales),
                         np.where(one_pod, log_one, -np.inf))
@@ -273,13 +283,23 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
     return _per_grid(looks, excess, canary, cols, acc.last_only)
 
 
-def _one_pod(d_all: F64, vs: tuple[F64, F64], weights_all: F64, calls_c: F64,
-             q_all: tuple[F64, F64], df: F64, p_run_b: F64, sd2: F64, log_threshold: float,
-             scales: tuple[float, ...]) -> tuple[F64, F64]:
-    """The fail and pass log e-values of a canary of one pod (its excess `d_all`, the fail's
-    and the pass's sampling variance `vs`, spread weights `weights_all`, calls `calls_c`;
-    Q's sum of squares and denominator `q_all` and τ²'s degrees of freedom `df` from
-    `dl_tau2`).
+def _pass_tau2(tau2: F64, q: tuple[F64, F64], df: F64, v: F64, weight: float) -> F64:
+    """The τ² a pass takes: with a point alternative (`weight` > 0), the upper bound
+    (`tau2_upper`) from Q's sum of squares and denominator `q` at the per-call variance `v`,
+    else the estimate `tau2`. The point, and the baseline charged its own p(1−p), make the
+    pass sharp enough that τ²'s underestimates from 6-12 pods let a canary at the tolerance
+    through in more than 1 % of rollouts with pods that differ; the bound charges for them
+    where τ² is poorly known, little where many calls on pods alike pin it down."""
+    return tau2_upper(*q, df, v) if weight > 0 else tau2
+
+
+def _one_pod(d_all: F64, vs: F64, weights_all: F64, calls_c: F64, q_all: tuple[F64, F64],
+             df: F64, p_run_b: F64, sd2: F64, log_threshold: float, scales: tuple[float, ...],
+             point: tuple[F64, float]) -> tuple[F64, F64]:
+    """The fail and pass log e-values of a canary of one pod (its excess `d_all`, sampling
+    variance `vs`, spread weights `weights_all`, calls `calls_c`; Q's sum of squares and
+    denominator `q_all` and τ²'s degrees of freedom `df` from `dl_tau2`; the pass's point
+    alternative and its weight `point`, as `log_e_pass` takes them).
 
     It is judged as a new pod drawn from the baseline's: its excess against the spread the
     baseline's pods show (τ² from them alone, as the one canary pod adds no degrees of
@@ -292,12 +312,13 @@ def _one_pod(d_all: F64, vs: tuple[F64, F64], weights_all: F64, calls_c: F64,
     pod's, none set aside: a pod at the top of a long tail is what a new pod may be too.
     While the pods' calls are few, τ² cannot be told from 0: the fail takes it at an upper
     bound (`_ONE_POD_SE` standard errors above it), so that a pod is never judged against a
-    spread the baseline has not yet had the calls to show. (The pass takes τ² as
-    estimated, with the few-pods allowance: it measured within α at twice the tolerance,
-    and the upper bound would cost it several times the calls.)"""
+    spread the baseline has not yet had the calls to show. (The pass takes τ² at its own,
+    milder bound, `_pass_tau2`: one standard error above would cost it several times the
+    calls.)"""
     # τ² from the baseline's pods alone, at their per-call variance: the pooled one counts
     # the canary's errors, and a sick canary pod must not widen the yardstick it is judged by.
-    tau2_b, se_b = tau2_at(*q_all, df, np.maximum(p_run_b * (1.0 - p_run_b), 1e-12))
+    v_b = np.maximum(p_run_b * (1.0 - p_run_b), 1e-12)
+    tau2_b, se_b = tau2_at(*q_all, df, v_b)
 
     def variance(tau2_one: F64, v_sampling: F64) -> F64:
         vp, floor = spread_term(tau2_one, df, se_b, weights_all, v_sampling, sd2,
@@ -306,8 +327,10 @@ def _one_pod(d_all: F64, vs: tuple[F64, F64], weights_all: F64, calls_c: F64,
 
     sd = np.sqrt(sd2)
     log_fail = log_e_one_sided((d_all - _ONE_POD_TAIL * np.sqrt(tau2_b) * calls_c) / sd,
-                               variance(tau2_b + _ONE_POD_SE * se_b, vs[0]), scales)
-    return log_fail, log_e_one_sided(-d_all / sd, variance(tau2_b, vs[1]), scales)
+                               variance(tau2_b + _ONE_POD_SE * se_b, vs), scales)
+    theta, weight = point
+    v_pass = variance(_pass_tau2(tau2_b, q_all, df, v_b, weight), vs)
+    return log_fail, log_e_pass(-d_all / sd, v_pass, theta, scales, weight)
 
 
 # `PodTrack`'s fields that count something: integers, where the batch's arrays are floats.

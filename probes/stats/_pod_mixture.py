@@ -13,12 +13,17 @@ from scipy.special import log_ndtr
 
 from probes.stats._num import F64, logsumexp
 
-__all__ = ["MIXING_SCALES", "log_e_one_sided", "needs_factor", "needs_factors"]
+__all__ = ["MIXING_SCALES", "POINT_WEIGHT", "log_e_one_sided", "log_e_pass", "needs_factor",
+           "needs_factors"]
 
 
 # Prior scales of the standardised drift θ (the effect per unit of per-call standard
 # deviation): 0.01 is a 0.03 pp shift at 0.1 % errors, 1 a shift as large as the noise.
 MIXING_SCALES = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+# The share of the pass's e-value on the drift a canary like the baseline has (`log_e_pass`):
+# a healthy canary, what a pass is for, then needs about the calls of a test that knows its
+# effect, and other effects pay log 2 in the threshold.
+POINT_WEIGHT = 0.5
 
 
 def log_e_one_sided(d: npt.ArrayLike, v: npt.ArrayLike,
@@ -37,6 +42,24 @@ def log_e_one_sided(d: npt.ArrayLike, v: npt.ArrayLike,
                  + log_ndtr(np.sqrt(rho2) * d_ / np.sqrt(den)))
     out = logsumexp(parts, axis=-1) - math.log(len(scales))
     return np.asarray(np.where(np.isfinite(d_[..., 0]), out, -np.inf), dtype=np.float64)
+
+
+def log_e_pass(d: npt.ArrayLike, v: npt.ArrayLike, theta: npt.ArrayLike,
+               scales: tuple[float, ...] = MIXING_SCALES, weight: float = POINT_WEIGHT) -> F64:
+    """log of the pass side's e-value for a positive drift of a sum `d` with variance `v`
+    (standard-deviation units): `weight` on the point alternative θ = `theta` (drift per
+    unit of `v`), exp(θD − θ²V/2), the rest on `log_e_one_sided`'s mixture. The mixture is
+    an average of these same terms over θ, each an e-process where the drift is at most 0,
+    so any weights keep it one; `weight` 0 is the mixture alone."""
+    mix = log_e_one_sided(d, v, scales)
+    if weight <= 0.0:
+        return mix
+    d_ = np.asarray(d, dtype=np.float64)
+    th = np.maximum(np.asarray(theta, dtype=np.float64), 0.0)
+    with np.errstate(invalid="ignore"):
+        point = th * d_ - th * th * np.maximum(np.asarray(v, dtype=np.float64), 0.0) / 2.0
+        out = np.logaddexp(math.log(weight) + point, math.log1p(-weight) + mix)
+    return np.asarray(np.where(np.isfinite(d_), out, -np.inf), dtype=np.float64)
 
 
 def needs_factor(d: float, v_sampling: float, v_pods: float, log_threshold: float,

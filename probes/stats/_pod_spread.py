@@ -9,11 +9,20 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import stdtrit
+from scipy.special import chdtri, stdtrit
 
 from probes.stats._num import F64, I64, Acc, Bool, first_max
 
-__all__ = ["capped", "dl_tau2", "few_pods_factor", "outlier", "pick", "spread_term", "tau2_at"]
+__all__ = [
+    "capped",
+    "dl_tau2",
+    "few_pods_factor",
+    "outlier",
+    "pick",
+    "spread_term",
+    "tau2_at",
+    "tau2_upper",
+]
 
 
 # Where τ² comes from few pods, it is taken as at least this many standard errors of its
@@ -23,6 +32,10 @@ _SE_FLOOR = 0.5
 # How many standard errors above the other canary pods' pooled excess per call the worst
 # may plausibly be: it is capped there (`capped`).
 _CAP_Z = 2.0
+# The confidence of the upper bound on τ² the pass takes (`tau2_upper`): lower let a canary
+# at the tolerance pass in over 1 % of rollouts with pods that differ, higher slows a
+# healthy canary's pass (BENCHMARKS.md D21).
+_UPPER_LEVEL = 0.7
 # A cohort's worst pod this many standard errors beyond what the other pods' spread allows
 # is set aside as sick (`outlier`): about 3e-7 one-sided per pod and look for a normal pod.
 _ASIDE_Z = 5.0
@@ -178,6 +191,23 @@ def dl_tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_
                 out_calls[g] += np.where(at, calls_g[:, k], 0.0)
     tau2, se = tau2_at(q, denom, df, v_pool)
     return tau2, df, se, dropped, (q, denom)
+
+
+def tau2_upper(q: F64, denom: F64, df: F64, v: F64, level: float = _UPPER_LEVEL) -> F64:
+    """An upper confidence bound, at `level`, for τ² from Q's sum of squares `q`, its
+    denominator and degrees of freedom (`dl_tau2`) at the per-call variance `v`.
+
+    Q is about (df·v + τ²·denom)·χ²_df / df, so E[Q] is at most Q·df / χ²_df(1 − level) with
+    that confidence, and τ² at most what leaves that above df·v. How many pods count enters
+    through df, how many calls each has through denom and v: where the pods agree and have
+    many calls the bound is a few v/denom, small beside the sampling; where few calls or few
+    pods leave τ² uncertain it is several times the estimate. Where the estimate is 0 by
+    chance (it is truncated there), the bound is not."""
+    ok = (df > 0) & (denom > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        top = q * df / chdtri(np.maximum(df, 1.0), level)
+        up = np.where(ok, (top - df * v) / np.where(denom > 0, denom, 1.0), 0.0)
+    return np.asarray(np.maximum(up, 0.0), dtype=np.float64)
 
 
 def tau2_at(q: F64, denom: F64, df: F64, v: F64) -> tuple[F64, F64]:

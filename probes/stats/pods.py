@@ -23,13 +23,11 @@ out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
 
 - sampling: Σ_t N_ct·(v_t + r²·u_t·N_ct/N_bt), the canary's calls and p_t's own noise,
   with v_t the canary's per-call variance at H0's boundary, max(p(1−p), q(1−q)), and u_t
-  the baseline's, p(1−p) for a fail (the pass takes v_t for both, a margin for pods that
-  differ), both at the baseline's window mean smoothed toward its running mean (a window
-  without errors does not claim zero variance). The baseline alone sets them: a canary
-  within tolerance varies no more than the
-  boundary, and a worse canary's own errors must not widen the yardstick they are measured
-  by (that slowed fails by the ratio of the pooled to the boundary variance, 1.75× at
-  +0.5 pp on 0.1 %);
+  the baseline's own, p(1−p), both at the baseline's window mean smoothed toward its
+  running mean (a window without errors does not claim zero variance). The baseline alone
+  sets them: a canary within tolerance varies no more than the boundary, and a worse
+  canary's own errors must not widen the yardstick they are measured by (that slowed fails
+  by the ratio of the pooled to the boundary variance, 1.75× at +0.5 pp on 0.1 %);
 - pods: τ²·(Σ_i N_i² + r²·Σ_j W_j²), where N_i is canary pod i's calls and W_j the weight
   baseline pod j carries in the p_t's (Σ_t N_ct·n_jt/N_bt). τ² is the spread between pods
   of one cohort beyond sampling noise, estimated from both cohorts' pods (each against its
@@ -38,14 +36,19 @@ out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
   what the number of pods can say, which is the honest answer when pods differ. With few
   pods τ² is itself uncertain: for a pass the term is scaled by a t-type factor for τ²'s
   degrees of freedom and τ² taken as at least half its standard error (`few_pods_factor`),
-  so a few pods that happen to agree do not make it a per-call test.
+  so a few pods that happen to agree do not make it a per-call test; and τ² is taken at an
+  upper confidence bound (`tau2_upper`, χ²-type, from how many pods and how many calls each
+  has), so that the pass's point alternative (below) is charged for τ² where it is poorly
+  known.
 
 D/√V is tested with a one-sided normal-mixture e-process (Robbins' mixture, as in Johari,
 Pekelis & Walsh's always-valid p-values and Howard et al.'s asymptotic confidence
 sequences), averaged over a grid of mixing scales so that small and large effects both
-decide fast. It is anytime-valid asymptotically (a CLT per window and a consistent variance
-estimate); `benchmarks/verdict_sim.py` measures what that is worth on simulated estates with
-pods that differ, restart cold and share outages.
+decide fast. The pass's puts half its weight on one drift instead (`log_e_pass`): the one a
+canary like the baseline has, the case a pass is for. It is anytime-valid asymptotically (a
+CLT per window and a consistent variance estimate); `benchmarks/verdict_sim.py` measures
+what that is worth on simulated estates with pods that differ, restart cold and share
+outages.
 
 Decisions (`pod_states`, the one rule the live verdict and the report's replay both apply):
 - a canary of one pod is judged as a new pod drawn from the baseline's (a prediction

@@ -94,10 +94,10 @@ def test_spread_between_pods_is_estimated_and_slows_the_pass() -> None:
     assert same.tau[-1] < track.tau[-1]
 
 
-def test_the_fails_sampling_variance_charges_the_baseline_its_own_per_call_variance() -> None:
+def test_the_sampling_variance_charges_the_baseline_its_own_per_call_variance() -> None:
     """Under H0 only the canary's calls are at the boundary's rate q: the baseline's window
-    means, against which they are compared, vary with its own calls' p(1 − p). The pass
-    keeps charging them q(1 − q)."""
+    means, against which they are compared, vary with its own calls' p(1 − p), on the fail
+    side and the pass's alike."""
     windows, calls = 30, 1000.0
     n = np.full((12, windows), calls)
     s = np.full((12, windows), 1.0)  # every pod at exactly 0.1 %: τ² is 0
@@ -109,7 +109,9 @@ def test_the_fails_sampling_variance_charges_the_baseline_its_own_per_call_varia
     want = windows * 6 * calls * (q * (1 - q) + rho * p * (1 - p)) / (q * (1 - q))
     assert float(track.v_pods_wo[-1]) == 0.0
     assert float(track.v_sampling_wo[-1]) == pytest.approx(want, rel=1e-9)
-    assert float(track.v_sampling[-1]) == pytest.approx(windows * 6 * calls * 2, rel=1e-9)
+    # The pass keeps every baseline pod (none is set aside here).
+    want = windows * 6 * calls * (q * (1 - q) + p * (1 - p)) / (q * (1 - q))
+    assert float(track.v_sampling[-1]) == pytest.approx(want, rel=1e-9)
 
 
 def test_needs_says_how_far_a_decision_is() -> None:
