@@ -4,27 +4,21 @@ SPRT must fail a slow canary and not a healthy one, or the table misstates the o
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+
+from tests.servers.benchmark_script import load_benchmark
 
 LOG_THR = math.log(4 / 0.01)
 
 
 @pytest.fixture(scope="module")
 def sim() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "p99_pods_sim.py"
-    spec = importlib.util.spec_from_file_location("p99_pods_sim", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["p99_pods_sim"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("p99_pods_sim")
 
 
 def one_rollout(sim: ModuleType, factor: float, seed: int) -> tuple[float | None, dict]:

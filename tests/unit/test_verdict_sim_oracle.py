@@ -5,14 +5,13 @@ reach."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+
+from tests.servers.benchmark_script import load_benchmark
 
 LOG_THR = math.log(4 / 0.01)
 TOL = 0.001
@@ -20,13 +19,7 @@ TOL = 0.001
 
 @pytest.fixture(scope="module")
 def sim() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "verdict_sim.py"
-    spec = importlib.util.spec_from_file_location("verdict_sim", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["verdict_sim"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("verdict_sim")
 
 
 def scenario(sim: ModuleType, name: str) -> object:
