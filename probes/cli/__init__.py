@@ -216,10 +216,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from probes.api_access import resolve_access
     from probes.config import load_config
     from probes.discovery.shard import parse_shard
-    from probes.run import ProbeRunner, RunOptions
+    from probes.run import ProbeRunner, RunOptions, resolve_access
 
     config = load_config(args.config)
     # What the paths will cost (once at start), a progress line a minute and the summary

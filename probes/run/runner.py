@@ -81,7 +81,7 @@ class RunOptions:
     store_path: str
     listen: str | None = DEFAULT_LISTEN
     duration_s: float | None = None
-    # The API's bearer token (a secret: kept out of the repr) and TLS (`probes.api_access`).
+    # The API's bearer token (a secret: kept out of the repr) and TLS (`resolve_access`).
     token: str | None = field(default=None, repr=False)
     api_tls: ApiTlsSpec | None = None
     on_window: Callable[[Sequence[Any]], None] | None = None

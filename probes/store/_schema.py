@@ -13,7 +13,7 @@ Versions:
   and latency histogram (`latency`, as `path_windows.latency`), so the verdict can take the
   pod as the unit for p99 and attempts too. Rows written by v1 keep NULL there: "no
   per-pod data", which the verdict reads as a reason to pool those metrics, never as zero.
-- v3: `endpoint_rollups`, the endpoint windows summed per minute (`probes.store._rollups`),
+- v3: `endpoint_rollups`, the endpoint windows summed per minute (`probes.store._strata`),
   and meta `rolled_until`, up to which they hold every raw row. A cold verdict over a day
   reads its strata from them; a v2 store is rolled up when opened for writing (a day of
   50 paths x 12 pods in seconds), and read raw when opened read-only.
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from probes.errors import StoreCorrupt, StoreError
-from probes.store._rollups import ROLLUP_TABLE, roll_up
+from probes.store._strata import ROLLUP_TABLE, roll_up
 
 __all__ = [
     "ENDPOINT_V2_COLUMNS",

@@ -42,7 +42,6 @@ from probes.errors import StoreCorrupt, StoreError
 from probes.measure.histogram import sparse_from_tuple
 from probes.measure.sparse import LATENCY, decode, decode_many, encode_latency_map, encode_map
 from probes.spec import DEFAULT_STORE_PATH
-from probes.store._rollups import reroll, roll_up, rolled_until
 from probes.store._schema import (
     ENDPOINT_V2_COLUMNS,
     SCHEMA_VERSION,
@@ -52,7 +51,17 @@ from probes.store._schema import (
     mapped,
     migrate,
 )
-from probes.store._strata import ROLLUPS, Range, latency_blobs, strata_rows, stratum_index, within
+from probes.store._strata import (
+    ROLLUPS,
+    Range,
+    latency_blobs,
+    reroll,
+    roll_up,
+    rolled_until,
+    strata_rows,
+    stratum_index,
+    within,
+)
 from probes.store.records import (
     START_EVENTS,
     START_EVENTS_SQL,
@@ -240,7 +249,7 @@ class Store:
         """Write windows in one transaction, replacing rows with the same key.
 
         `roll_before`: the endpoint windows' minutes before it are rolled up in the same
-        transaction (`probes.store._rollups`; the writer passes its rewrite horizon), and an
+        transaction (`probes.store._strata`; the writer passes its rewrite horizon), and an
         endpoint window written under a rolled-up minute re-rolls that minute, whatever
         `roll_before` says. Returns the number of path windows written. Raises StoreError
         (full disk, read-only, locked past the busy timeout); nothing of a failed call is

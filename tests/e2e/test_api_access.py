@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
-from probes.api_access import TOKEN_ENV, resolve_access
 from probes.cli import main as skewprobe_main
 from probes.config import parse_config
 from probes.errors import BadInput, ConfigError
+from probes.run import TOKEN_ENV, resolve_access
 from probes.run.runner import ProbeRunner, RunOptions
 from probes.spec import ApiSpec, ApiTlsSpec
 from tests.servers.grpc_health import grpc_health_server

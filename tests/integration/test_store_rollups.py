@@ -1,4 +1,4 @@
-"""The endpoint windows' 60 s rollups (schema v3, `probes.store._rollups`): each holds its
+"""The endpoint windows' 60 s rollups (schema v3, `probes.store._strata`): each holds its
 minute's windows summed, latency merged per bucket; the writer rolls minutes past its
 horizon, a window written again under them re-rolls its minute, a prune deletes them with
 the rows, a v2 store is rolled up when opened for writing and read raw read-only, and a
