@@ -10,7 +10,10 @@ the loop's own.
 Real code, no probe process: a `WindowAggregator` fed one ok call per endpoint and path per
 window; `take()`, then the path windows' build and the write, timed with
 `time.thread_time()` (CPU of this thread). The first window is reported apart (it interns
-every endpoint's labels). Then, apart from the timing, the memory one window's counters hold
+every endpoint's labels). Each write rolls up the minutes past the rewrite horizon into the
+per-minute rollups (schema v3) as the runner's writer does; the writes that rolled a minute
+are reported apart too (`--no-roll`: never, for the write's cost without them). Then,
+apart from the timing, the memory one window's counters hold
 in the aggregator (`tracemalloc`, one window of calls with per-endpoint attempts and
 latency, as schema v2 keeps them): the aggregator holds a window until it is `retain_s`
 past its flush.
@@ -23,6 +26,8 @@ past its flush.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -41,13 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--endpoints", type=int, default=2400)
     ap.add_argument("--paths", type=int, default=2, help="paths per endpoint (2)")
-    ap.add_argument("--windows", type=int, default=10)
-    ap.add_argument("--quick", action="store_true", help="5 windows (for run_all.py)")
+    ap.add_argument("--windows", type=int, default=36)
+    ap.add_argument("--quick", action="store_true", help="24 windows (for run_all.py)")
+    ap.add_argument("--no-roll", action="store_true", help="write without rolling minutes up")
     args = ap.parse_args(argv)
     if args.endpoints < 1 or args.paths < 1 or args.windows < 2:
         print("window_write: need endpoints >= 1, paths >= 1, windows >= 2", file=sys.stderr)
         return 2
-    windows = 5 if args.quick else args.windows
+    windows = 24 if args.quick else args.windows
     endpoints = [
         Endpoint(f"pod-{i}", f"127.77.{i // 250}.{i % 250 + 1}", 8080, {
             "pod": f"pod-{i}", "namespace": "shop", "service": "checkout",
@@ -58,9 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     paths = [f"path-{p}" for p in range(args.paths)]
     take_ms: list[float] = []
     write_ms: list[float] = []
+    rolled: list[bool] = []
+    rolled_rows: list[int] = []  # rollup rows each write added
     rows = 0
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(Path(tmp) / "bench.db")
+        db = Path(tmp) / "bench.db"
+        store = Store.open(db)
         agg = WindowAggregator(length_s=10.0, grace_s=1.0)
         start = 1_800_000_000.0
         for w in range(windows):
@@ -73,8 +82,11 @@ def main(argv: list[str] | None = None) -> int:
             c0 = time.thread_time()
             taken = agg.take(t + 12.0)
             c1 = time.thread_time()
-            store.write(taken.path_windows(), taken.endpoint_windows())
+            horizon = None if args.no_roll else agg.settled_before(t)
+            store.write(taken.path_windows(), taken.endpoint_windows(), roll_before=horizon)
             c2 = time.thread_time()
+            rolled.append(_rollups(db) > sum(rolled_rows))
+            rolled_rows.append(_rollups(db) - sum(rolled_rows))
             rows = sum(len(c.keys) for c in taken.endpoint_columns)
             take_ms.append(1000 * (c1 - c0))
             write_ms.append(1000 * (c2 - c1))
@@ -82,14 +94,24 @@ def main(argv: list[str] | None = None) -> int:
     held = _window_memory(endpoints, paths)
     cmd = "benchmarks/window_write.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"## window flush: {cmd.strip()}\n")
+    plain = [ms for ms, r in zip(write_ms[1:], rolled[1:], strict=True) if not r]
+    rolling = [ms for ms, r in zip(write_ms[1:], rolled[1:], strict=True) if r]
+    roll_cell = (f"{statistics.median(rolling):.1f} / {max(rolling):.1f} ({len(rolling)})"
+                 if rolling else "–")
     print("| endpoint rows per window | windows | first: take / write ms | "
           "later, median: take / write ms | later, max: take / write ms | "
-          "one window held, KiB |")
-    print("|---|---|---|---|---|---|")
+          "writes that rolled a minute: median / max ms (how many) | one window held, KiB |")
+    print("|---|---|---|---|---|---|---|")
     print(f"| {rows:,} | {windows} | {take_ms[0]:.1f} / {write_ms[0]:.1f} | "
-          f"{statistics.median(take_ms[1:]):.1f} / {statistics.median(write_ms[1:]):.1f} | "
-          f"{max(take_ms[1:]):.1f} / {max(write_ms[1:]):.1f} | {held / 1024:,.0f} |")
+          f"{statistics.median(take_ms[1:]):.1f} / {statistics.median(plain):.1f} | "
+          f"{max(take_ms[1:]):.1f} / {max(plain):.1f} | {roll_cell} | {held / 1024:,.0f} |")
     return 0
+
+
+def _rollups(db: Path) -> int:
+    """Rows in the store's per-minute rollups (read apart from the writer, untimed)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM endpoint_rollups").fetchone()[0])
 
 
 def _window_memory(endpoints: list[Endpoint], paths: list[str]) -> int:

@@ -241,6 +241,11 @@ class WindowAggregator:
         """How long after its end (and grace) a window is still written again."""
         return self._retain
 
+    def settled_before(self, newest_start: float) -> float:
+        """Before when no window is written again once the window starting at `newest_start`
+        is: that start less the rewrite horizon (retention and grace) and two windows."""
+        return newest_start - (self._retain + self._grace + 2 * self._length)
+
     def window_start(self, t: float) -> float:
         """The start of the window holding time `t`."""
         return (t // self._length) * self._length

@@ -105,8 +105,7 @@ class WindowWriter:
         start less the aggregator's rewrite horizon and a window (None: no windows)."""
         if not windows:
             return None
-        a = self.aggregator
-        return max(w.start for w in windows) - (a.retain_s + a.grace_s + 2 * a.length_s)
+        return self.aggregator.settled_before(max(w.start for w in windows))
 
     def _store_pending(
         self, taken: Taken, events: list[Event]
