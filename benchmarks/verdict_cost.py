@@ -213,7 +213,8 @@ def migrated(v2: str) -> str:
     if not Path(v3).exists():
         shutil.copy(v2, v3 + ".migrating")
         t, c = time.perf_counter(), time.process_time()
-        Store.open(v3 + ".migrating").close()  # a writable open rolls the windows up
+        with Store.open(v3 + ".migrating") as store:  # migrated, then rolled up at once
+            store.roll_up()
         print(f"migrated {Path(v2).name} to schema v3: {time.process_time() - c:.1f} s CPU,"
               f" {time.perf_counter() - t:.1f} s wall", flush=True)
         Path(v3 + ".migrating").replace(v3)

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from probes.errors import StoreCorrupt, StoreError
-from probes.store._strata import ROLLUP_TABLE, roll_up
+from probes.store._strata import ROLLUP_TABLE
 
 __all__ = [
     "ENDPOINT_V2_COLUMNS",
@@ -168,9 +168,10 @@ def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
 
 def migrate(conn: sqlite3.Connection, path: str) -> None:
     """Bring an older store (or one whose rollups were dropped) to the current schema in
-    place, in one transaction, its endpoint windows rolled up to the minute of the newest.
-    The version is read again inside it, so two processes opening the same old store
-    migrate it once."""
+    place, in one transaction: the rollups' table made empty, the writer rolling the old
+    windows up a few minutes a write (`_strata.CATCH_UP_S`), read raw until then. The
+    version is read again inside it, so two processes opening the same old store migrate it
+    once."""
     with _immediate(conn):
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if int(row[0]) < 2:
@@ -180,9 +181,6 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
                         ).fetchone() is None:
             conn.execute(ROLLUP_TABLE)
             conn.execute("DELETE FROM meta WHERE key = 'rolled_until'")
-            newest = conn.execute("SELECT MAX(start) FROM endpoint_windows").fetchone()[0]
-            if newest is not None:
-                roll_up(conn, newest, path)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                      (str(SCHEMA_VERSION),))
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

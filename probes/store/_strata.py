@@ -32,9 +32,9 @@ import numpy.typing as npt
 from probes.errors import StoreCorrupt
 from probes.measure.sparse import LATENCY
 
-__all__ = ["RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE", "Range", "ints", "latency_blobs", "reroll",
-           "roll", "roll_up", "rolled_until", "segments", "strata_rows", "stratum_index",
-           "stratum_sql", "summed", "within"]
+__all__ = ["CATCH_UP_S", "RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE", "Range", "ints",
+           "latency_blobs", "reroll", "roll", "roll_up", "rolled_until", "segments",
+           "strata_rows", "stratum_index", "stratum_sql", "summed", "within"]
 
 RAW = "endpoint_windows"
 ROLLUPS = "endpoint_rollups"
@@ -205,6 +205,11 @@ _V2 = ("attempts_sum", "attempts_count", "latency")
 # rows and ~2 M latency records, tens of MB while it is summed.
 _ROLL_S = 3600.0
 _COUNT_MAX = int(np.iinfo(LATENCY["c"]).max)  # a larger merged count takes several records
+# How much of the minutes not rolled up yet one write catches up on (a store migrated from
+# v2, a probe that was down): twice what a running probe adds a minute, so a write never
+# holds the writer much longer than a steady roll does, and a migration is no work at a
+# probe's start (a day's store took 26 s, past a liveness probe's patience on a larger one).
+CATCH_UP_S = 120.0
 
 
 def _minute(t: float) -> float:
@@ -222,14 +227,17 @@ def rolled_until(conn: sqlite3.Connection, path: str) -> float | None:
         raise StoreCorrupt(f"{path}: meta rolled_until {row[0]!r} is not a time") from None
 
 
-def roll_up(conn: sqlite3.Connection, before: float, path: str) -> None:
-    """Roll up every whole minute before `before` not rolled up yet (inside the caller's
-    write transaction)."""
+def roll_up(conn: sqlite3.Connection, before: float, path: str,
+            most_s: float | None = None) -> None:
+    """Roll up the whole minutes before `before` not rolled up yet, oldest first, at most
+    `most_s` of them (None: all), inside the caller's write transaction."""
     end = _minute(before)
     done = rolled_until(conn, path)
     if done is None:
         first = conn.execute(f"SELECT MIN(start) FROM {RAW}").fetchone()[0]
         done = end if first is None else min(_minute(first), end)
+    if most_s is not None:
+        end = min(end, done + most_s)
     if end <= done:
         return
     roll(conn, done, end, path)

@@ -52,6 +52,7 @@ from probes.store._schema import (
     migrate,
 )
 from probes.store._strata import (
+    CATCH_UP_S,
     ROLLUPS,
     Range,
     latency_blobs,
@@ -249,7 +250,8 @@ class Store:
         """Write windows in one transaction, replacing rows with the same key.
 
         `roll_before`: the endpoint windows' minutes before it are rolled up in the same
-        transaction (`probes.store._strata`; the writer passes its rewrite horizon), and an
+        transaction, at most `CATCH_UP_S` of them a write (`probes.store._strata`; the writer
+        passes its rewrite horizon), and an
         endpoint window written under a rolled-up minute re-rolls that minute, whatever
         `roll_before` says. Returns the number of path windows written. Raises StoreError
         (full disk, read-only, locked past the busy timeout); nothing of a failed call is
@@ -286,8 +288,18 @@ class Store:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", endpoint_rows())
             reroll(conn, starts, self._path)
             if roll_before is not None:
-                roll_up(conn, roll_before, self._path)
+                roll_up(conn, roll_before, self._path, most_s=CATCH_UP_S)
         return n
+
+    def roll_up(self, before: float | None = None) -> None:
+        """Roll up the endpoint windows' whole minutes before `before` (default: the newest
+        window's minute) at once, in one transaction: what the writer catches up on a few
+        minutes a write (a store prepared ahead of its first cold verdict)."""
+        with self._transaction("roll up windows") as conn:
+            if before is None:
+                before = conn.execute("SELECT MAX(start) FROM endpoint_windows").fetchone()[0]
+            if before is not None:
+                roll_up(conn, before, self._path)
 
     def _endpoint_id(self, conn: sqlite3.Connection, name: str, labels: Any) -> int:
         # By the labels object first: an endpoint's windows share its labels mapping, and

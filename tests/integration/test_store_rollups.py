@@ -1,8 +1,8 @@
 """The endpoint windows' 60 s rollups (schema v3, `probes.store._strata`): each holds its
 minute's windows summed, latency merged per bucket; the writer rolls minutes past its
 horizon, a window written again under them re-rolls its minute, a prune deletes them with
-the rows, a v2 store is rolled up when opened for writing and read raw read-only, and a
-damaged rollup is refused in one line.
+the rows, a v2 store is migrated when opened for writing (read raw read-only) and rolled up
+by the writer a few minutes a write, and a damaged rollup is refused in one line.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 from probes._parsing import rfc3339
 from probes.errors import StoreCorrupt
 from probes.store import Store
+from probes.store._strata import CATCH_UP_S
 from probes.types import EndpointWindow
 from tests.unit.test_verdict_cache import NEW, OLD, T0, W, windows_at
 
@@ -137,16 +138,41 @@ def _as_v2(db: Path) -> None:
     conn.close()
 
 
-def test_a_v2_store_is_rolled_up_when_opened_for_writing_and_read_raw_read_only(
+def test_a_v2_store_is_migrated_at_once_and_rolled_up_a_few_minutes_a_write(
         tmp_path: Path) -> None:
+    # A migration does no rolling: a large store's would hold the probe's start past its
+    # liveness probe. The writer catches up CATCH_UP_S a write, oldest first, and every
+    # read on the way is the raw read.
     db = tmp_path / "old.db"
     _written(db, roll=False)
     _as_v2(db)
     before = _strata(db)  # read-only: read raw, as it is
     assert _meta(db, "schema_version")[0] == "2"
-    Store.open(db).close()  # writable: migrated, rolled up to the newest window's minute
-    rolled, (n, _, last) = _meta(db, "rolled_until")
+    Store.open(db).close()  # writable: migrated, nothing rolled up yet
     assert _meta(db, "schema_version")[0] == "3"
+    assert _meta(db, "rolled_until") == (None, (0, None, None))
+    assert _strata(db) == before
+    newest_minute = math.floor((T0 + (WINDOWS - 1) * W) / 60) * 60
+    marks = []
+    with Store.open(db) as store:
+        while not marks or marks[-1] < newest_minute:
+            store.write([], [], roll_before=T0 + (WINDOWS - 1) * W)
+            marks.append(float(_meta(db, "rolled_until")[0]))
+            assert _strata(db) == before, marks
+            assert len(marks) <= WINDOWS, marks  # a bound against a loop that never ends
+    steps = np.diff([math.floor(T0 / 60) * 60, *marks])
+    assert (steps <= CATCH_UP_S).all() and (steps[:-1] == CATCH_UP_S).all(), marks
+    assert marks[-1] == newest_minute
+
+
+def test_a_store_rolled_up_at_once_reads_as_raw(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    _written(db, roll=False)
+    _as_v2(db)
+    before = _strata(db)
+    with Store.open(db) as store:
+        store.roll_up()  # to the newest window's minute, in one transaction
+    rolled, (n, _, last) = _meta(db, "rolled_until")
     assert float(rolled) == math.floor((T0 + (WINDOWS - 1) * W) / 60) * 60 == last + 60
     assert n > 0 and _strata(db) == before
     Store.open(db).close()  # opened again: nothing changes
