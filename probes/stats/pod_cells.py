@@ -23,7 +23,7 @@ from probes.measure.histogram import BUCKET_COUNT
 from probes.stats._num import overlapping
 
 __all__ = ["MAX_GRID_CELLS", "LatencyFold", "PerPod", "PodGrid", "add_per_pod", "by_path",
-           "per_pod_of", "pod_grids", "read_pod_grids", "warm_latency"]
+           "ordered_unique", "per_pod_of", "pod_grids", "read_pod_grids", "warm_latency"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -287,7 +287,7 @@ def _grids_of(cols: Any, since: float | None, warmup_s: float, length_s: float,
     )
 
 
-def _unique(t: F64) -> tuple[F64, npt.NDArray[np.intp]]:
+def ordered_unique(t: F64) -> tuple[F64, npt.NDArray[np.intp]]:
     """`np.unique(t, return_inverse=True)`, without its sort when `t` is in order already
     (the verdict cache keeps each path's strata by start)."""
     if t.size and np.all(t[1:] >= t[:-1]):
@@ -296,7 +296,7 @@ def _unique(t: F64) -> tuple[F64, npt.NDArray[np.intp]]:
         np.not_equal(t[1:], t[:-1], out=new[1:])
         return t[new], np.cumsum(new) - 1
     starts, window = np.unique(t, return_inverse=True)
-    return starts, window
+    return starts, window.ravel()
 
 
 def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.int32],
@@ -333,7 +333,7 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
             np.isnan(started[rows]), first[pod], started[rows])
         warm = t >= began + warmup_s
         kept = t >= since if since is not None else np.ones(len(t), dtype=bool)
-        starts, window = _unique(t[kept])
+        starts, window = ordered_unique(t[kept])
         if not len(starts):
             continue
         merge = max(1, math.ceil(len(keys) * len(starts) / MAX_GRID_CELLS))

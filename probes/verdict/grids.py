@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.measure.histogram import BUCKET_COUNT
+from probes.stats.pod_cells import ordered_unique
 from probes.stats.pods import MAX_GRID_CELLS, PodGrid
 from probes.stats.series import overlapping
 from probes.store.table import EndpointColumns, EndpointLatency
@@ -73,17 +74,6 @@ class Part:
     warmup_errors: F64
     unrecorded: bool  # a warm row from `since` written without per-pod attempts / latency
     attempts: bool  # a row from `since` has attempts
-
-
-def _unique(t: F64) -> tuple[F64, I64]:
-    """`np.unique(t, return_inverse=True)`, without the sort when `t` is in order."""
-    if t.size and np.all(t[1:] >= t[:-1]):
-        new = np.empty(t.size, dtype=bool)
-        new[0] = True
-        np.not_equal(t[1:], t[:-1], out=new[1:])
-        return t[new], np.cumsum(new) - 1
-    starts, window = np.unique(t, return_inverse=True)
-    return starts, window.ravel()
 
 
 def _cells(old: F64 | None, rows: I64, cols: I64, x: F64, shape: tuple[int, int],
@@ -148,7 +138,7 @@ def _extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp]
     began = np.where(np.isnan(started), first[r], started)
     kept = t >= rules.since
     warm = (t >= began + rules.warmup_s)[kept]
-    starts_new, window = _unique(t[kept])
+    starts_new, window = ordered_unique(t[kept])
     old_starts = part.starts if part is not None else np.zeros(0)
     place: tuple[I64, I64] | None = None
     if not len(old_starts) or not len(starts_new) or starts_new[0] > old_starts[-1]:

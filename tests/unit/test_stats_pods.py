@@ -311,12 +311,12 @@ def test_logsumexp_is_scipys_for_real_input() -> None:
 
 
 def test_the_grids_unique_starts_are_numpys_sorted_or_not() -> None:
-    from probes.stats.pod_cells import _unique
+    from probes.stats.pod_cells import ordered_unique
 
     rng = np.random.default_rng(10)
     for t in (np.sort(rng.integers(0, 50, 300)).astype(float),
               rng.integers(0, 50, 300).astype(float), np.array([5.0])):
-        got, inverse = _unique(t)
+        got, inverse = ordered_unique(t)
         want, want_inverse = np.unique(t, return_inverse=True)
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(inverse, want_inverse)
