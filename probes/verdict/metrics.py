@@ -15,7 +15,7 @@ than comparing the two bounds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -173,6 +173,24 @@ def _decide(test: bounded.TwoSample, log_thr: float) -> list[State]:
     return [STATES[c] for c in rules.decide(test.log_e_fail, test.log_e_pass, log_thr).ravel()]
 
 
+# One pooled metric's row i: the cohorts' evidence and the reason's head (before its tail).
+_Row = Callable[[int], tuple[CohortEvidence, CohortEvidence, str]]
+
+
+def _verdicts(name: str, unit: str, test: bounded.TwoSample, tolerance: Mapping[str, float],
+              alpha: float, row: _Row) -> list[MetricVerdict]:
+    """A pooled metric's verdict per row of `test`, each from its evidence and reason."""
+    out = []
+    for i, verdict in enumerate(_decide(test, math.log(1.0 / alpha))):
+        baseline, canary, head = row(i)
+        out.append(MetricVerdict(
+            name, verdict, unit, baseline, canary, tolerance, alpha,
+            float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])),
+            head + _TAIL[verdict],
+        ))
+    return out
+
+
 _TAIL = {
     FAIL: "",
     PASS: ": within tolerance",
@@ -200,26 +218,20 @@ def success_rate(
     test = rules.success_test(req_b, err_b, req_c, err_c, tol)
     lo_b, hi_b = bounded.mean_cs(err_b, req_b, log_thr)
     lo_c, hi_c = bounded.mean_cs(err_c, req_c, log_thr)
-    tolerance = {"max_drop_pp": tol.success_rate_drop_pp}
-    out = []
-    for i, verdict in enumerate(_decide(test, log_thr)):
+
+    def row(i: int) -> tuple[CohortEvidence, CohortEvidence, str]:
         sb = 1.0 - err_b[i] / req_b[i]
         sc = 1.0 - err_c[i] / req_c[i]
-        reason = (
-            f"success rate {_fmt(100 * sc)}% vs {_fmt(100 * sb)}% "
-            f"({_fmt(100 * (sc - sb))} pp; allowed -{_fmt(tol.success_rate_drop_pp)} pp)"
-            + _TAIL[verdict]
-        )
-        out.append(MetricVerdict(
-            SUCCESS_RATE, verdict, "ratio",
+        return (
             CohortEvidence(sb, 1.0 - hi_b[i], 1.0 - lo_b[i],
                            {"requests": int(req_b[i]), "errors": int(err_b[i])}),
             CohortEvidence(sc, 1.0 - hi_c[i], 1.0 - lo_c[i],
                            {"requests": int(req_c[i]), "errors": int(err_c[i])}),
-            tolerance, alpha,
-            float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])), reason,
-        ))
-    return out
+            f"success rate {_fmt(100 * sc)}% vs {_fmt(100 * sb)}% "
+            f"({_fmt(100 * (sc - sb))} pp; allowed -{_fmt(tol.success_rate_drop_pp)} pp)")
+
+    return _verdicts(SUCCESS_RATE, "ratio", test, {"max_drop_pp": tol.success_rate_drop_pp},
+                     alpha, row)
 
 
 def concentration_finding(pod: str, share: float | None, what: str = "errors") -> str:
@@ -500,23 +512,17 @@ def latency_p99(
     est_c = quantile.quantile_estimate(cum_c, layout, p) * 1000.0
     lo_b, hi_b = (x * 1000.0 for x in quantile.quantile_cs(cum_b, layout, p, log_thr))
     lo_c, hi_c = (x * 1000.0 for x in quantile.quantile_cs(cum_c, layout, p, log_thr))
-    tolerance = {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms}
-    out = []
-    for i, verdict in enumerate(_decide(test, log_thr)):
+
+    def row(i: int) -> tuple[CohortEvidence, CohortEvidence, str]:
         ratio = est_c[i] / est_b[i] if est_b[i] > 0 else math.inf
-        reason = (
-            f"p99 latency {_sig(est_c[i])} ms vs {_sig(est_b[i])} ms (×{ratio:.2f}; "
-            f"allowed ×{_fmt(tol.latency_p99_ratio)} + {_fmt(tol.latency_p99_margin_ms)} ms)"
-            + _TAIL[verdict]
-        )
-        out.append(MetricVerdict(
-            LATENCY_P99, verdict, "ms",
+        return (
             CohortEvidence(est_b[i], lo_b[i], hi_b[i], {"samples": int(cum_b[i, -1])}),
             CohortEvidence(est_c[i], lo_c[i], hi_c[i], {"samples": int(cum_c[i, -1])}),
-            tolerance, alpha,
-            float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])), reason,
-        ))
-    return out
+            f"p99 latency {_sig(est_c[i])} ms vs {_sig(est_b[i])} ms (×{ratio:.2f}; "
+            f"allowed ×{_fmt(tol.latency_p99_ratio)} + {_fmt(tol.latency_p99_margin_ms)} ms)")
+
+    tolerance = {"max_ratio": tol.latency_p99_ratio, "margin_ms": tol.latency_p99_margin_ms}
+    return _verdicts(LATENCY_P99, "ms", test, tolerance, alpha, row)
 
 
 def attempts_per_request(
@@ -538,24 +544,19 @@ def attempts_per_request(
     test = rules.attempts_test(sum_b, count_b, sum_c, count_c, tol, attempts_max)
     lo_b, hi_b = bounded.mean_cs(y_b, count_b, log_thr)
     lo_c, hi_c = bounded.mean_cs(y_c, count_c, log_thr)
-    tolerance = {"max_ratio": r, "attempts_max": attempts_max}
-    out = []
-    for i, verdict in enumerate(_decide(test, log_thr)):
+
+    def row(i: int) -> tuple[CohortEvidence, CohortEvidence, str]:
         mb, mc = sum_b[i] / count_b[i], sum_c[i] / count_c[i]
-        reason = (
-            f"attempts per request {_fmt(mc)} vs {_fmt(mb)} (×{mc / mb:.2f}; "
-            f"allowed ×{_fmt(r)})" + _TAIL[verdict]
-        )
-        out.append(MetricVerdict(
-            ATTEMPTS, verdict, "attempts",
+        return (
             CohortEvidence(mb, 1 + span * lo_b[i], 1 + span * hi_b[i],
                            {"calls": int(count_b[i]), "attempts": int(sum_b[i])}),
             CohortEvidence(mc, 1 + span * lo_c[i], 1 + span * hi_c[i],
                            {"calls": int(count_c[i]), "attempts": int(sum_c[i])}),
-            tolerance, alpha,
-            float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])), reason,
-        ))
-    return out
+            f"attempts per request {_fmt(mc)} vs {_fmt(mb)} (×{mc / mb:.2f}; "
+            f"allowed ×{_fmt(r)})")
+
+    return _verdicts(ATTEMPTS, "attempts", test, {"max_ratio": r, "attempts_max": attempts_max},
+                     alpha, row)
 
 
 def stream_resets(
@@ -568,21 +569,16 @@ def stream_resets(
     test = rules.resets_test(resets_b, seconds_b, resets_c, seconds_c, tol)
     lo_b, hi_b = rates.rate_cs(resets_b, hours_b, log_thr)
     lo_c, hi_c = rates.rate_cs(resets_c, hours_c, log_thr)
-    tolerance = {"max_ratio": r, "margin_per_hour": m}
-    out = []
-    for i, verdict in enumerate(_decide(test, log_thr)):
+
+    def row(i: int) -> tuple[CohortEvidence, CohortEvidence, str]:
         rb, rc = resets_b[i] / hours_b[i], resets_c[i] / hours_c[i]
-        reason = (
-            f"stream resets {_sig(rc)} vs {_sig(rb)} per stream-hour "
-            f"(allowed ×{_fmt(r)} + {_fmt(m)} per hour)" + _TAIL[verdict]
-        )
-        out.append(MetricVerdict(
-            STREAM_RESETS, verdict, "per_hour",
+        return (
             CohortEvidence(rb, lo_b[i], hi_b[i],
                            {"resets": int(resets_b[i]), "stream_hours": _num(hours_b[i]) or 0.0}),
             CohortEvidence(rc, lo_c[i], hi_c[i],
                            {"resets": int(resets_c[i]), "stream_hours": _num(hours_c[i]) or 0.0}),
-            tolerance, alpha,
-            float(log_clip(test.log_e_fail[i])), float(log_clip(test.log_e_pass[i])), reason,
-        ))
-    return out
+            f"stream resets {_sig(rc)} vs {_sig(rb)} per stream-hour "
+            f"(allowed ×{_fmt(r)} + {_fmt(m)} per hour)")
+
+    return _verdicts(STREAM_RESETS, "per_hour", test, {"max_ratio": r, "margin_per_hour": m},
+                     alpha, row)
