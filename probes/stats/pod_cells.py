@@ -218,10 +218,10 @@ class LatencyFold:
         self._cols, self._since, self._warmup = cols, since, warmup_s
         self._length, self._exclude = length_s, exclude
         # A pod is (path, endpoint, cohort), in `pod_grids`' order within each path.
-        self._keys, pod = np.unique(self._key(cols.path, cols.endpoint, cols.cohort),
-                                    return_inverse=True)
+        self._keys, pod = _dense_unique(self._key(cols.path, cols.endpoint, cols.cohort),
+                                        len(cols.paths) * len(cols.endpoints) * len(cols.cohorts))
         self._first = np.full(len(self._keys), np.inf)
-        np.minimum.at(self._first, pod.ravel(), cols.start)
+        np.minimum.at(self._first, pod, cols.start)
         self._hist = np.zeros(len(self._keys) * BUCKET_COUNT)
         self._seen = np.zeros(len(self._keys), dtype=bool)
         # Records gathered, not summed yet (`_sum`): their cells and counts.
@@ -331,6 +331,20 @@ def _grids_of(cols: Any, since: float | None, warmup_s: float, length_s: float,
     )
 
 
+# Pod keys counted in a table up to this many possible keys (8 bytes each), else sorted.
+_KEY_TABLE_MAX = 1 << 22
+
+
+def _dense_unique(key: I64, size: int) -> tuple[I64, I64]:
+    """`np.unique(key, return_inverse=True)` of pod keys in [0, `size`): counted in a table
+    of every possible key, not sorted (a day's strata are a million rows of a thousand pods)."""
+    if size > _KEY_TABLE_MAX:
+        keys, inverse = np.unique(key, return_inverse=True)
+        return keys, inverse.ravel()
+    counted = np.bincount(key, minlength=size) > 0
+    return np.flatnonzero(counted), (np.cumsum(counted) - 1)[key]
+
+
 def ordered_unique(t: F64) -> tuple[F64, npt.NDArray[np.intp]]:
     """`np.unique(t, return_inverse=True)`, without its sort when `t` is in order already
     (the verdict cache keeps each path's strata by start)."""
@@ -370,7 +384,7 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
         t, e, c = start[rows], endpoint[rows], cohort[rows]
         n, k = requests[rows].astype(np.float64), errors[rows].astype(np.float64)
         pod_key = e.astype(np.int64) * len(cohorts) + c
-        keys, pod = np.unique(pod_key, return_inverse=True)
+        keys, pod = _dense_unique(pod_key, len(endpoints) * len(cohorts))
         first = np.full(len(keys), np.inf)
         np.minimum.at(first, pod, t)
         began = first[pod] if started is None else np.where(
