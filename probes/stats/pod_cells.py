@@ -169,13 +169,8 @@ def warm_latency(keys: I64, first: F64, key: I64, t: F64, started: F64, bucket: 
     `since`. With `per`, `key`, `t` and `started` are rows', `per` records each (every
     record of a row is decided at once), those not `kept` left out. Additive over
     records: a cold read sums it chunk by chunk (`LatencyFold`)."""
-    at = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
-    known = keys[at] == key if len(keys) else np.zeros(len(key), dtype=bool)
-    began = np.where(np.isnan(started), first[at], started) if len(keys) else t
-    use = known & (t >= began + warmup_s)
-    recent = known if since is None else known & (t >= since)
-    if since is not None:
-        use &= recent
+    at, use, recent = _warm_rows(keys, first, key, t, started, since=since,
+                                 warmup_s=warmup_s)
     cell = at * BUCKET_COUNT
     if per is not None:
         if kept is not None:
@@ -192,6 +187,26 @@ def warm_latency(keys: I64, first: F64, key: I64, t: F64, started: F64, bucket: 
     return flat, seen
 
 
+def _warm_rows(keys: I64, first: F64, key: I64, t: F64, started: F64, *,
+               since: float | None, warmup_s: float) -> tuple[I64, Bool, Bool]:
+    """`warm_latency`'s rule per row (or record): each one's pod among `keys`, whether it
+    counts (its pod known and warm, from `since`) and whether it is from `since`."""
+    at = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
+    known = keys[at] == key if len(keys) else np.zeros(len(key), dtype=bool)
+    began = np.where(np.isnan(started), first[at], started) if len(keys) else t
+    use = known & (t >= began + warmup_s)
+    recent = known if since is None else known & (t >= since)
+    if since is not None:
+        use &= recent
+    return at, use, recent
+
+
+# Records `LatencyFold` gathers before it sums them into the histograms: a sum costs a pass
+# over every pod's histograms (~18 MB at 12 pods of 50 paths), so it is made once for many
+# chunks, not once a chunk; the buffers are 16 MB.
+FOLD_RECORDS = 1 << 20
+
+
 class LatencyFold:
     """Every pod's warm latency histogram of endpoint columns read without latency
     (`cols`), summed from their latency records chunk by chunk (`add`) as `add_per_pod`
@@ -203,12 +218,16 @@ class LatencyFold:
         self._cols, self._since, self._warmup = cols, since, warmup_s
         self._length, self._exclude = length_s, exclude
         # A pod is (path, endpoint, cohort), in `pod_grids`' order within each path.
-        self._keys, pod = np.unique(self._key(cols.path, cols.endpoint, cols.cohort),
-                                    return_inverse=True)
+        self._keys, pod = _dense_unique(self._key(cols.path, cols.endpoint, cols.cohort),
+                                        len(cols.paths) * len(cols.endpoints) * len(cols.cohorts))
         self._first = np.full(len(self._keys), np.inf)
-        np.minimum.at(self._first, pod.ravel(), cols.start)
+        np.minimum.at(self._first, pod, cols.start)
         self._hist = np.zeros(len(self._keys) * BUCKET_COUNT)
         self._seen = np.zeros(len(self._keys), dtype=bool)
+        # Records gathered, not summed yet (`_sum`): their cells and counts.
+        self._cells = np.zeros(0, dtype=np.int64)
+        self._counts = np.zeros(0)
+        self._held = 0
 
     def _key(self, path: I32, endpoint: I32, cohort: I32) -> I64:
         e, c = len(self._cols.endpoints), len(self._cols.cohorts)
@@ -218,16 +237,41 @@ class LatencyFold:
         """The records `lat` (`LatencyRows`, indexed as the columns), those of windows
         touching an `exclude` span left out as `per_pod_of` leaves them out."""
         keep = ~overlapping(lat.start, self._length, self._exclude)
-        flat, seen = warm_latency(
+        at, use, recent = _warm_rows(
             self._keys, self._first, self._key(lat.path, lat.endpoint, lat.cohort),
-            lat.start, lat.started, lat.bucket, lat.count, since=self._since,
-            warmup_s=self._warmup, per=lat.per, kept=keep)
-        self._hist += flat
-        self._seen |= seen
+            lat.start, lat.started, since=self._since, warmup_s=self._warmup)
+        use &= keep
+        self._seen[at[recent & keep & (lat.per > 0)]] = True
+        # Most rows count (warm, clear of late sends): their records are taken whole.
+        if use.all():
+            base, per, bucket, count = at * BUCKET_COUNT, lat.per, lat.bucket, lat.count
+        else:
+            records = np.repeat(use, lat.per)
+            base, per = at[use] * BUCKET_COUNT, lat.per[use]
+            bucket, count = lat.bucket[records], lat.count[records]
+        n = len(bucket)
+        if self._held + n > len(self._cells):
+            self._sum()
+        if n > len(self._cells):
+            size = max(n, FOLD_RECORDS)
+            self._cells, self._counts = np.empty(size, dtype=np.int64), np.empty(size)
+        into = slice(self._held, self._held + n)
+        np.add(np.repeat(base, per), bucket, out=self._cells[into])
+        self._counts[into] = count
+        self._held += n
+
+    def _sum(self) -> None:
+        """The records gathered summed into the histograms."""
+        if self._held:
+            self._hist += np.bincount(self._cells[:self._held],
+                                      weights=self._counts[:self._held],
+                                      minlength=len(self._hist))
+            self._held = 0
 
     def grids(self, grids: dict[str, PodGrid]) -> dict[str, PodGrid]:
         """`grids` (`pod_grids`' of the columns) with the histograms summed so far, as
         `add_per_pod` gives them."""
+        self._sum()
         per_path = len(self._cols.endpoints) * len(self._cols.cohorts)
         bounds = np.searchsorted(self._keys, np.arange(len(self._cols.paths) + 1) * per_path)
         hist = self._hist.reshape(-1, BUCKET_COUNT)
@@ -287,6 +331,20 @@ def _grids_of(cols: Any, since: float | None, warmup_s: float, length_s: float,
     )
 
 
+# Pod keys counted in a table up to this many possible keys (8 bytes each), else sorted.
+_KEY_TABLE_MAX = 1 << 22
+
+
+def _dense_unique(key: I64, size: int) -> tuple[I64, I64]:
+    """`np.unique(key, return_inverse=True)` of pod keys in [0, `size`): counted in a table
+    of every possible key, not sorted (a day's strata are a million rows of a thousand pods)."""
+    if size > _KEY_TABLE_MAX:
+        keys, inverse = np.unique(key, return_inverse=True)
+        return keys, inverse.ravel()
+    counted = np.bincount(key, minlength=size) > 0
+    return np.flatnonzero(counted), (np.cumsum(counted) - 1)[key]
+
+
 def ordered_unique(t: F64) -> tuple[F64, npt.NDArray[np.intp]]:
     """`np.unique(t, return_inverse=True)`, without its sort when `t` is in order already
     (the verdict cache keeps each path's strata by start)."""
@@ -326,7 +384,7 @@ def pod_grids(start: F64, path: npt.NDArray[np.int32], endpoint: npt.NDArray[np.
         t, e, c = start[rows], endpoint[rows], cohort[rows]
         n, k = requests[rows].astype(np.float64), errors[rows].astype(np.float64)
         pod_key = e.astype(np.int64) * len(cohorts) + c
-        keys, pod = np.unique(pod_key, return_inverse=True)
+        keys, pod = _dense_unique(pod_key, len(endpoints) * len(cohorts))
         first = np.full(len(keys), np.inf)
         np.minimum.at(first, pod, t)
         began = first[pod] if started is None else np.where(

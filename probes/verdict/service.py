@@ -328,8 +328,8 @@ def verdict_from_source(
     # Only windows that had ended by `now`: `--at` asks for the verdict as it stood then.
     until = now - (settings.window_s if step is None else float(step)) + 1e-6
     if since_t is None:
-        recent_s = 3 * (settings.window_s if step is None else float(step))
-        since_t = _origin(source, recent_s, until, paths, baseline, canary, now)
+        since_t = _origin(source, settings.window_s if step is None else float(step), until,
+                          paths, baseline, canary, now, starts_from or source)
     table = source.read_table(since=since_t, until=until, paths=paths)
     # Staleness is judged in the windows the probe actually wrote, whatever the settings say.
     if step is not None:
@@ -341,8 +341,11 @@ def verdict_from_source(
         window_s = settings.window_s
     # One cohort (before a rollout): nothing to compare pod by pod, and no origin to read
     # the pods from, so their windows are not read (every verdict would read them all).
+    # The strata follow the windows judged, not the time asked: a verdict asked after the
+    # probe stopped judges its data in the strata the verdict at the data's end used.
+    end = min(until, float(table.start.max()) + 1e-6) if len(table) else until
     pods = _pod_grids(source, since_t, until, paths, settings.warmup_s, exclude,
-                      window_s=window_s) if len(np.unique(table.cohort)) > 1 else None
+                      window_s=window_s, end=end) if len(np.unique(table.cohort)) > 1 else None
     verdict = judge(
         table,
         tolerances=settings.tolerances,
@@ -447,14 +450,16 @@ def stratum_length(span_s: float, window_s: float) -> float | None:
 def _pod_grids(source: WindowSource, since: float | None, until: float | None,
                paths: Sequence[str] | None, warmup_s: float,
                exclude: Sequence[tuple[float, float]] = (), *, window_s: float,
-               ) -> Mapping[str, PodGrid] | None:
+               end: float | None = None) -> Mapping[str, PodGrid] | None:
     """Per path, the pods × windows grid, if the source keeps per-pod counts (the SQLite
-    store does; Prometheus series are per path and cohort, so its verdict pools calls)."""
+    store does; Prometheus series are per path and cohort, so its verdict pools calls).
+    `end`: where the windows read end (default `until`), which sets the strata."""
     # Long spans are judged in coarser time strata: at most MAX_STRATA per pod, so a day
     # of windows costs a few times fewer rows (strata of a minute still cancel outages).
     stratum = None
-    if since is not None and until is not None:
-        stratum = stratum_length(until - since + warmup_s, window_s)
+    end = until if end is None else end
+    if since is not None and end is not None:
+        stratum = stratum_length(end - since + warmup_s, window_s)
     # The running probe's cache keeps the grids between verdicts (`probes.verdict.grids`).
     kept = getattr(source, "pod_grids", None)
     if kept is not None:
@@ -484,27 +489,47 @@ def with_doubts(result: Mapping[str, Any], doubts: Sequence[str]) -> Mapping[str
 
 def _origin(
     source: WindowSource,
-    recent_s: float,
+    window_s: float,
     until: float,
     paths: Sequence[str] | None,
     baseline: str | None,
     canary: str | None,
     now: float,
+    spans: WindowSource,
 ) -> float | None:
     """The canary's first window, the canary picked among the cohorts seen recently.
 
     Recent means the last three windows, so a version from an earlier rollout that is no
     longer served is not taken for this rollout's baseline or canary; and among the windows
-    that had ended by `now` (starting before `until`), as the verdict's own.
+    that had ended by `now` (starting before `until`), as the verdict's own. When none
+    had (the probe stopped), the last three it wrote, found by `spans`' `window_span`
+    (the store's): the origin the verdict at the data's end had, whose staleness the
+    verdict then states (`judge`'s stale-data gate).
     """
-    recent = source.read_table(since=now - recent_s, until=until, paths=paths)
-    present = sorted({recent.cohorts[i] for i in np.unique(recent.cohort)})
+    recent_s = _RECENT_WINDOWS * window_s
+    present = _cohorts_in(source, now - recent_s, until, paths)
+    span = getattr(spans, "window_span", None)
+    if not present and span is not None:
+        found = span(None, until, paths)
+        if found is not None:
+            present = _cohorts_in(source, found[1] + window_s - recent_s, until, paths)
     if not present:
-        return None  # nothing recent: the verdict says the data is stale
+        return None  # no window at all: the verdict says there is no data
     chosen = pick_cohorts(present, baseline, canary)
     if chosen.canary is None:
         return None
     return source.first_window(chosen.canary)
+
+
+# The windows whose cohorts say which rollout the data holds (`_origin`).
+_RECENT_WINDOWS = 3
+
+
+def _cohorts_in(source: WindowSource, since: float, until: float,
+                paths: Sequence[str] | None) -> list[str]:
+    """The cohorts with windows starting in [since, until), sorted."""
+    table = source.read_table(since=since, until=until, paths=paths)
+    return sorted({table.cohorts[i] for i in np.unique(table.cohort)})
 
 
 _METRIC_LABELS = {

@@ -149,3 +149,54 @@ def test_a_restarted_probes_first_verdict_from_rollups_is_the_one_from_raw_windo
     assert first == _verdict(stores["dropped"], 30.0, query, now, cache=True)
     assert first != _verdict(stores["tampered"], 30.0, query, now, cache=True)
     assert first == _verdict(stores["dropped"], 30.0, query, now)
+
+
+DAY_S = 86_400.0
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_stopped_probes_store_judged_a_day_later_is_judged_as_at_its_end(
+        stores: dict[str, str], cache: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked long after the probe stopped, the verdict compares the same windows in the
+    same strata as at the data's end, read by range from the same origin: every metric's
+    figures the same, each path held inconclusive by the stale-data gate, whose reason
+    names the `--at` that gives the end's decisions."""
+    monkeypatch.setattr(verdict_service, "MAX_STRATA", 20)
+    lengths = _strata_seen(monkeypatch)
+    reads = _endpoint_reads(monkeypatch)
+    end = T0 + WINDOWS * W
+    query: dict[str, Any] = {"since": None, "overload": None}
+    at_end = json.loads(_verdict(stores["written"], 30.0, query, end))
+    read_at_end, strata_at_end = list(reads), list(lengths)
+    later = json.loads(_verdict(stores["written"], 30.0, query, end + DAY_S, cache=cache))
+    assert lengths[len(strata_at_end):] == strata_at_end  # not strata of a day and more
+    # Read by range: from the origin's warm-up on (not the whole store), in its strata.
+    origin, _, stratum = read_at_end[0]
+    assert origin is not None and stratum is not None
+    read_later = reads[len(read_at_end):]
+    assert read_later[0][2] == stratum
+    assert all(r[0] is not None and r[0] >= origin for r in read_later), read_later
+    assert at_end["window"] == later["window"] and at_end["canary"] == NEW
+    decided = {m["verdict"] for p in at_end["paths"] for m in p["metrics"].values()}
+    assert decided & {"pass", "fail"}, decided  # what staleness holds back is decided
+    stale = f"`skewprobe verdict --at {rfc3339(end)}` gives the verdict as it stood then"
+    for before, after in zip(at_end["paths"], later["paths"], strict=True):
+        assert after["verdict"] == "inconclusive" and stale in after["reasons"][0]
+        assert before["metrics"].keys() == after["metrics"].keys()
+        for name, m in before["metrics"].items():
+            assert {**m, "verdict": None} == {**after["metrics"][name], "verdict": None}
+            assert after["metrics"][name]["verdict"] in ("inconclusive", "n/a")
+
+
+def _endpoint_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The (since, until, stratum_s) of each stream of endpoint windows a verdict reads."""
+    seen: list[tuple[Any, ...]] = []
+    stream = Store.stream_endpoint_columns
+
+    def spied(self: Store, since: float | None = None, until: float | None = None,
+              *args: Any, **kwargs: Any) -> Any:
+        seen.append((since, until, kwargs.get("stratum_s")))
+        return stream(self, since, until, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "stream_endpoint_columns", spied)
+    return seen

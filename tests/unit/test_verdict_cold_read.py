@@ -18,8 +18,9 @@ import pytest
 
 from probes._parsing import rfc3339
 from probes.measure.overload import OVERLOAD_EVENT
+from probes.stats import pod_cells
 from probes.stats.pods import read_pod_grids
-from probes.store import Event, Store
+from probes.store import Event, Store, _strata
 from probes.store import sqlite as store_sqlite
 from probes.types import EndpointWindow
 from probes.verdict import cache as verdict_cache
@@ -56,11 +57,15 @@ class _Whole:
         self.read_endpoint_columns = store.read_endpoint_columns
 
 
+# Records the fold gathers before summing them: fewer than a chunk's (each chunk summed
+# alone, its buffer grown), several chunks' (sums across chunks), and the default.
+@pytest.mark.parametrize("fold_records", [16, 300, pod_cells.FOLD_RECORDS])
 @pytest.mark.parametrize("stratum_s", [None, 3 * W])
 @pytest.mark.parametrize("since", [T0 + 60 * W, T0 + 100 * W])
 def test_grids_read_in_chunks_are_those_read_whole(db: str, stratum_s: float | None,
-                                                   since: float,
+                                                   since: float, fold_records: int,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pod_cells, "FOLD_RECORDS", fold_records)
     with Store.open(db, readonly=True) as store:
         spans = [(a, b) for a, b, _ in overload_spans(store, T0 + WINDOWS * W + 1, W)]
         assert spans, "the overload span is in the store"
@@ -278,3 +283,17 @@ def test_kept_grids_share_their_cells_with_the_verdicts(db: str) -> None:
         assert shared == (out[name].pods == pods), name
     assert not np.shares_memory(kept["checkout"].calls, out["checkout"].calls)
     assert np.shares_memory(kept["search"].calls, out["search"].calls)
+
+
+def test_strata_rows_are_summed_per_key_in_key_order() -> None:
+    # (stratum, path, endpoint, cohort, then counts), as a range's rows come.
+    rows = np.array([[5, 1, 2, 3, 10, 1], [5, 1, 2, 4, 20, 2], [5, 2, 0, 0, 30, 3],
+                     [6, 0, 0, 0, 40, 4]], dtype=np.int64)
+    assert np.array_equal(_strata.summed(rows), rows)  # one row a key, in order
+    twice = np.concatenate([rows, rows[1:2]])  # a key again, after keys above it
+    expected = rows.copy()
+    expected[1, 4:] *= 2
+    assert np.array_equal(_strata.summed(twice), expected)
+    assert np.array_equal(_strata.summed(rows[::-1].copy()), rows)
+    same = np.array([[5, 1, 2, 3, 1, 0], [5, 1, 2, 3, 2, 1]], dtype=np.int64)
+    assert np.array_equal(_strata.summed(same), [[5, 1, 2, 3, 3, 1]])
