@@ -161,34 +161,36 @@ def _ago(seconds: float) -> str:
 def _gate(
     s: PathSeries, baseline: str | None, canary: str | None, *, now: float, window_s: float,
     min_samples: int, overloaded: bool,
-) -> list[str]:
-    """Why this path cannot pass, whatever its statistics say (empty: nothing stops it)."""
+) -> tuple[list[str], list[str]]:
+    """Why this path cannot decide, whatever its statistics say, and why it cannot pass
+    (stale data: a fail stands, `rules.hold`); both empty: nothing stops it."""
     if not s.cohorts:
-        return ["no data for this path"]
+        return ["no data for this path"], []
     if baseline is None or canary is None or baseline == canary:
-        return ["no baseline and canary cohorts to compare"]
+        return ["no baseline and canary cohorts to compare"], []
     have = ", ".join(s.cohorts)
     if baseline not in s.newest_end:
-        return [f"no data from the baseline cohort {baseline} (cohorts with data: {have})"]
+        return [f"no data from the baseline cohort {baseline} (cohorts with data: {have})"], []
     if canary not in s.newest_end:
-        return [f"no data from the canary cohort {canary} (cohorts with data: {have})"]
+        return [f"no data from the canary cohort {canary} (cohorts with data: {have})"], []
     if s.span is None:
-        return ["the baseline and canary cohorts have no window in common"]
+        return ["the baseline and canary cohorts have no window in common"], []
     assert s.baseline is not None and s.canary is not None
     ages = {name: now - s.newest_end[name] for name in (baseline, canary)}
     g = rules.gates([s.baseline.requests], [s.canary.requests], both=True,
                     min_samples=min_samples, window_s=window_s, age_b=[ages[baseline]],
                     age_c=[ages[canary]], overloaded=overloaded)
-    reasons = []
+    stale = []
     for role, name, old in (("baseline", baseline, g.stale_baseline),
                             ("canary", canary, g.stale_canary)):
         if old[0]:
-            reasons.append(
+            stale.append(
                 f"data is stale: the newest {role} window ended {_ago(ages[name])} ago "
                 f"(more than two {window_s:g} s windows); if its probe has stopped, "
                 f"`skewprobe verdict --at {rfc3339(s.newest_end[name])}` gives the verdict "
                 "as it stood then"
             )
+    reasons = []
     for role, t, few in (("baseline", s.baseline, g.few_baseline),
                          ("canary", s.canary, g.few_canary)):
         if few[0]:
@@ -198,7 +200,7 @@ def _gate(
             )
     if g.overloaded[0]:
         reasons.append("the probe is overloaded, so its measurements are not trusted")
-    return reasons
+    return reasons, stale
 
 
 def _layout(windows: Any) -> Layout:
@@ -444,12 +446,14 @@ def judge(
 
     path_verdicts = []
     for s in series:
-        gates = _gate(s, b, c, now=now, window_s=window_s, min_samples=min_samples,
-                      overloaded=overloaded)
+        blocking, stale = _gate(s, b, c, now=now, window_s=window_s,
+                                min_samples=min_samples, overloaded=overloaded)
+        gates = stale + blocking
         found = by_path[s.path]
         mvs = tuple(found[name] for name in rules.METRICS if name in found)
         codes, held = rules.path_states(
-            rules.codes_of([m.verdict for m in mvs]).reshape(-1, 1), [bool(gates)])
+            rules.codes_of([m.verdict for m in mvs]).reshape(-1, 1), [bool(blocking)],
+            [bool(stale)])
         verdict = STATES[int(codes[0])]
         mvs = tuple(m.with_verdict(STATES[int(c)]) for m, c in zip(mvs, held[:, 0], strict=True))
         if gates:

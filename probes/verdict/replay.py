@@ -252,7 +252,7 @@ def evaluate(
                         age_c=None if ages is None else ages[1])
     codes = np.stack([t.state for t in metrics.values()]) if metrics \
         else np.zeros((0, n), dtype=np.int8)
-    state, held = rules.path_states(codes, gates.blocked())
+    state, held = rules.path_states(codes, gates.blocked(), gates.stale())
     for t, row in zip(metrics.values(), held, strict=True):
         t.state[:] = row
     state[~(data_b | data_c)] = CODES[State.NOT_APPLICABLE]

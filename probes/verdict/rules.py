@@ -122,16 +122,21 @@ def combine(states: Iterable[str]) -> State:
     return STATES[int(combine_codes(codes_of(states).reshape(-1, 1))[0])]
 
 
-def hold(codes: npt.ArrayLike, blocked: npt.ArrayLike) -> I8:
-    """States held at inconclusive where a gate blocks the look (n/a stays n/a)."""
+def hold(codes: npt.ArrayLike, blocked: npt.ArrayLike, stale: npt.ArrayLike = False) -> I8:
+    """States held at inconclusive where a gate blocks the look (n/a stays n/a), and passes
+    where the data is `stale` only: a fail's e-value crossed 1/α on the data there is, and
+    an anytime-valid rejection stands whenever it is read; a pass needs data still coming."""
     c = np.asarray(codes, dtype=np.int8)
-    return np.where(np.asarray(blocked, dtype=bool) & (c != _NA), _INC, c).astype(np.int8)
+    out = np.where(np.asarray(blocked, dtype=bool) & (c != _NA), _INC, c)
+    return np.where(np.asarray(stale, dtype=bool) & (out == _PASS), _INC, out).astype(np.int8)
 
 
-def path_states(metric_codes: npt.ArrayLike, blocked: npt.ArrayLike) -> tuple[I8, I8]:
-    """A path at each look from its (metrics, looks) codes and its gates: the path's states
-    (inconclusive where blocked, else `combine_codes`) and the metrics' states (`hold`)."""
-    held = hold(metric_codes, blocked)
+def path_states(metric_codes: npt.ArrayLike, blocked: npt.ArrayLike,
+                stale: npt.ArrayLike = False) -> tuple[I8, I8]:
+    """A path at each look from its (metrics, looks) codes and its gates: the metrics'
+    states (`hold`) and the path's (inconclusive where blocked, else `combine_codes` of
+    the held states, so stale data keeps a fail and never passes)."""
+    held = hold(metric_codes, blocked, stale)
     path = np.where(np.asarray(blocked, dtype=bool), _INC, combine_codes(held))
     return path.astype(np.int8), held
 
@@ -154,8 +159,13 @@ class Gates:
     overloaded: Bools
 
     def blocked(self) -> Bools:
-        return np.asarray(self.apart | self.few_baseline | self.few_canary
-                          | self.stale_baseline | self.stale_canary | self.overloaded)
+        """Where no decision is made: nothing to compare, too few requests, an overloaded
+        probe (stale data holds passes only: `stale`)."""
+        return np.asarray(self.apart | self.few_baseline | self.few_canary | self.overloaded)
+
+    def stale(self) -> Bools:
+        """Where either cohort's data is stale: a fail stands, a pass is held (`hold`)."""
+        return np.asarray(self.stale_baseline | self.stale_canary)
 
 
 def gates(requests_b: npt.ArrayLike, requests_c: npt.ArrayLike, *, both: npt.ArrayLike,

@@ -138,14 +138,24 @@ def test_too_few_samples_is_inconclusive_even_when_it_looks_fine() -> None:
     assert all(m.verdict == INCONCLUSIVE for m in v.paths[0].metrics)
 
 
-def test_stale_data_is_inconclusive_even_when_it_fails() -> None:
+def test_stale_data_keeps_a_fail_and_never_passes() -> None:
     windows = _pair(7, 20, err=0.05)
     fresh = judge(windows, now=_now(20) + 15)
     assert fresh.verdict == FAIL
-    stale = judge(windows, now=_now(20) + 25)  # newest window ended 26 s ago > 2 × 10 s
-    assert stale.verdict == INCONCLUSIVE
+    # The newest window ended 26 s ago, more than 2 × 10 s: stale. An anytime-valid fail
+    # stands whenever it is read; the reason says the data is stale first.
+    stale = judge(windows, now=_now(20) + 25)
+    assert stale.verdict == FAIL
     assert stale.paths[0].reasons[0].startswith("data is stale")
-    assert stale.paths[0].metric("success_rate").verdict == INCONCLUSIVE  # type: ignore[union-attr]
+    assert stale.paths[0].metric("success_rate").verdict == FAIL  # type: ignore[union-attr]
+    rng = np.random.default_rng(4)
+    alike = (_cohort_windows(rng, "checkout", OLD, 60, err=0.0)
+             + _cohort_windows(rng, "checkout", NEW, 60, err=0.0))
+    assert judge(alike, now=_now(60)).verdict == PASS
+    held = judge(alike, now=_now(60) + 25)
+    assert held.verdict == INCONCLUSIVE
+    assert held.paths[0].reasons[0].startswith("data is stale")
+    assert all(m.verdict == INCONCLUSIVE for m in held.paths[0].metrics)
 
 
 def test_overloaded_probe_is_inconclusive() -> None:

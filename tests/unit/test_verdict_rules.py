@@ -75,7 +75,9 @@ def test_gates_each_reason() -> None:
     # Two windows old is still fresh; a hair more is stale.
     assert list(g.stale_baseline) == [False, False, False, True, False]
     assert not g.stale_canary.any()
-    assert list(g.blocked()) == [True, True, False, True, True]
+    # Stale data holds a pass only (`path_states`); the other gates block every decision.
+    assert list(g.blocked()) == [True, True, False, False, True]
+    assert list(g.stale()) == [False, False, False, True, False]
     fresh = rules.gates([500], [500], both=True, min_samples=100, window_s=10.0)
     assert not fresh.blocked().any()
 
@@ -86,6 +88,11 @@ def test_path_states_hold_every_metric_where_blocked() -> None:
     path, held = rules.path_states(codes, [True, False, False])
     assert [STATES[c] for c in path] == [INC, PASS, INC]
     assert [STATES[c] for c in held[0]] == [INC, PASS, NA]  # n/a stays n/a
+    # Stale data: a fail stands, a pass is held, and a path of passes is inconclusive.
+    path, held = rules.path_states(codes, [False, False, False], [True, True, False])
+    assert [STATES[c] for c in path] == [FAIL, INC, INC]
+    assert [STATES[c] for c in held[:, 0]] == [FAIL, INC]
+    assert [STATES[c] for c in held[:, 1]] == [INC, INC]
 
 
 def test_decide_is_inclusive_at_the_threshold_and_fail_comes_first() -> None:
