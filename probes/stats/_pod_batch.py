@@ -191,7 +191,9 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
         z_b = np.where(pod_calls_b > 0, resid_b / np.sqrt(np.where(pod_calls_b > 0,
                                                                    pod_calls_b, 1.0)), -np.inf)
     several_b = base.sum(axis=1) > 1
-    drop_b = np.where(several_b[:, None], first_max(z_b, axis=1), -1)
+    # Only where another baseline pod has calls: a cohort whose rows are several but whose
+    # calls are one pod's (the others still warming up) has no window means without it.
+    drop_b = np.where(several_b[:, None] & (pods_b > 1), first_max(z_b, axis=1), -1)
     ex_pp, own_pp, sq_w_fail, worst_wo = _fail_side(
         nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, (v_t, u_t), acc)
     some_c = np.asarray(canary.any(axis=1))
