@@ -311,14 +311,16 @@ RULES = {"pooled pass, pods fail (before D18)": ("pass-pooled", "pods"),
 
 def _verdict_cell(fails: list[float], passes: list[float], rollouts: int, ab: bool) -> str:
     """A/A: fails (95 % upper), median minutes; passes, median minutes to pass. A/B: the
-    same, the passes being wrong ones (before any fail)."""
+    same, the passes being wrong ones (before any fail), and the share failed within an
+    hour (the goal for twice the tolerance)."""
     def median(x: list[float]) -> str:
         return f"{np.median(x):.1f}" if x else "–"
 
     k, q = len(fails), len(passes)
     word = "passed first" if ab else "passed"
+    hour = f" ({100 * sum(t <= 60 for t in fails) / rollouts:.0f} % within 1 h)" if ab else ""
     return (f"fail {100 * k / rollouts:.1f} % ({100 * cp_upper(k, rollouts):.1f} %), "
-            f"{median(fails)} min; {word} {100 * q / rollouts:.1f} % "
+            f"{median(fails)} min{hour}; {word} {100 * q / rollouts:.1f} % "
             f"({100 * cp_upper(q, rollouts):.1f} %), {median(passes)} min")
 
 
