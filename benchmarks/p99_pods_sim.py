@@ -105,6 +105,10 @@ SCENARIOS = (
     LatencyScenario("A/B: canary ×1.25, just beyond (pods alike)", canary_factor=1.25),
     LatencyScenario("A/B: canary ×1.25, just beyond (spread ±10 %)", spread=0.1,
                     canary_factor=1.25),
+    # Just inside (×1.2 < ×1.2 + 5 ms): the fail side's H0 near its edge, a fail is wrong.
+    LatencyScenario("A/B: canary ×1.2, just inside (pods alike)", canary_factor=1.2),
+    LatencyScenario("A/B: canary ×1.2, just inside (spread ±10 %)", spread=0.1,
+                    canary_factor=1.2),
 )
 
 
@@ -380,7 +384,7 @@ def main() -> None:
                         fails[rule].append(tf)
                     if tp is not None and (tf is None or tp < tf):
                         passes[rule].append(tp)
-            ab = sc.canary_factor > 1
+            ab = sc.canary_factor > TOL.latency_p99_ratio  # beyond the tolerance
             optimum = f"{np.median(sprt):.1f} min" if sprt else "–"
             print(f"| {sc.name} | " + " | ".join(
                 _verdict_cell(fails[r], passes[r], args.rollouts, ab) for r in rules)
