@@ -36,17 +36,21 @@ bucket wholly at or above r·U_j + m (only calls beyond r·q + m). The family of
 fixed, so each bucket's E is one process whatever the data.
 
 Where the infimum is sought. Only the buckets of the baseline p99's confidence sequence at
-α·`CS_SHARE` (`quantile.quantile_cs`), with the rest of α, (1 − `CS_SHARE`)·α, for the profile:
-a decision errs only if the sequence ever misses q_b or E(q_b) ever reaches 1/α
-(union bound). Outside the sequence the baseline's own calls place q_b, and its buckets far from
-q_b have one factor overwhelming (e^{hundreds}) and the other only polynomially small (the normal
-mixture's tail), so the infimum is near q_b; the sequence keeps the search to a few dozen
-buckets early and a handful later. Against the sequence's ends at α/2 each, the threshold drops
-from 2/α to 1/(0.95·α), and each candidate's canary cut sits at r·q + m rather than r·U + m.
+α·`CS_SHARE` (`quantile.quantile_cs`), the profile tested at the rest, (1 − `CS_SHARE`)·α: a
+decision errs only if the sequence ever misses q_b or E(q_b) ever reaches its threshold
+(union bound). Outside the sequence the baseline's own calls place q_b, and buckets far from
+q_b have one factor overwhelming and the other only polynomially small (the normal mixture's
+tail), so the infimum is near q_b; the sequence keeps the search to a few dozen buckets early
+and a handful later. Against the sequence's ends at α/2 each, the threshold drops from 2/α to
+1/(0.95·α), and each candidate's canary cut sits at r·q + m rather than r·U + m.
 
-Validity rests on what `pods.pod_tracks` rests on (a CLT per pod and a consistent τ²): the
-mixture's tail is asymptotic, and `benchmarks/p99_pods_sim.py` measures the false fails on
-estates whose pods differ, restart cold and sit on slow nodes.
+What it rests on, besides `pods.pod_tracks`' own assumptions (a CLT per pod, a consistent τ²,
+the mixture's tail asymptotic): the sequence is on the baseline's pooled calls, so its q_b is
+the pooled p99 of the pods that ran (as the pass's cuts take it); τ² is pooled over both
+cohorts' pods (`pod_exceed`'s known limits); and the product needs the cohorts' calls
+independent given the pods: an outage that slows both cohorts raises E_c and lowers E_b at
+once, which lowers the product's mean. `benchmarks/p99_pods_sim.py` measures the false fails
+on estates whose pods differ, restart cold and sit on slow nodes.
 """
 
 from __future__ import annotations
