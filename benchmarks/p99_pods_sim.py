@@ -11,9 +11,12 @@ p99, two verdict rules on the same draws (each pod's first 2 minutes left out):
 - before: the pass from the pooled quantile test with every pod in, the fail with each
   cohort's worst pod's calls left out of the pooled histograms
   (`probes.stats.pod_quantile.pod_quantile_track`; the verdict before session 12);
-- live: both sides on exceedances per pod through `pod_track`, the spread between pods as
-  noise (`probes.stats.pod_exceed`, what `pod_metrics.pod_latency_p99s` runs: each pod's
-  warm calls pooled over time), read every `LOOK_EVERY` windows.
+- sequence's ends: both sides on exceedances per pod through `pod_track`, the spread between
+  pods as noise, cut at the ends of the baseline p99's confidence sequence
+  (`probes.stats.pod_exceed`; the verdict before session 23), each pod's warm calls pooled
+  over time, read every `LOOK_EVERY` windows;
+- live: the same pass, and the fail from the profile e-value over the baseline's p99
+  (`probes.stats.pod_profile`), what `pod_metrics.pod_latency_p99s` runs.
 
 Each call's latency is lognormal (median 50 ms, σ 0.5: p99 ≈ 160 ms) times its pod
 instance's scale:
@@ -62,6 +65,7 @@ from probes.measure.histogram import LOWER, SUB_BUCKETS, UPPER, index_of
 from probes.spec import DEFAULT_ATTEMPTS_MAX
 from probes.stats import bounded, quantile
 from probes.stats.pod_exceed import exceedance_cuts, exceedance_track, pass_track
+from probes.stats.pod_profile import profile_cuts, profile_fails, profile_input, profile_threshold
 from probes.stats.pod_quantile import pod_quantile_track
 from probes.stats.pods import pod_track
 
@@ -101,6 +105,10 @@ SCENARIOS = (
     LatencyScenario("A/B: canary ×1.25, just beyond (pods alike)", canary_factor=1.25),
     LatencyScenario("A/B: canary ×1.25, just beyond (spread ±10 %)", spread=0.1,
                     canary_factor=1.25),
+    # Just inside (×1.2 < ×1.2 + 5 ms): the fail side's H0 near its edge, a fail is wrong.
+    LatencyScenario("A/B: canary ×1.2, just inside (pods alike)", canary_factor=1.2),
+    LatencyScenario("A/B: canary ×1.2, just inside (spread ±10 %)", spread=0.1,
+                    canary_factor=1.2),
 )
 
 
@@ -157,18 +165,23 @@ def warm(starts: np.ndarray, windows: int) -> np.ndarray:
 
 
 def pods_p99_tracks(hist: np.ndarray, canary: np.ndarray, starts: np.ndarray,
-                    layout: quantile.Layout, log_thr: float) -> dict[str, np.ndarray]:
-    """Flags per look on warm cells. Fail rules: "pods", each cohort's worst pod out of
-    pooled histograms (`pod_quantile_track`); "exceed", exceedances per pod × window through
-    `pod_track`, worst pods out (`probes.stats.pod_exceed`, the live verdict's). Pass rules:
+                    layout: quantile.Layout, log_thr: float, before: bool = True
+                    ) -> dict[str, np.ndarray]:
+    """Flags per look on warm cells (without `before`, the live rule's alone). Fail rules:
+    "pods", each cohort's worst pod out of pooled histograms (`pod_quantile_track`);
+    "exceed", exceedances per pod through `pod_track` at the confidence sequence's ends,
+    worst pods out (`probes.stats.pod_exceed`); "profile", the profile e-value over the
+    baseline's p99 (`probes.stats.pod_profile`, the live verdict's). Pass rules:
     "pass-pooled", the pooled quantile test with every pod in; "pass-exceed", the canary's
     exceedances of the pass cut against 1 − p through `pod_track` (the live verdict's)."""
     r, m = TOL.latency_p99_ratio, TOL.latency_p99_margin_ms / 1000
     h = hist * warm(starts, hist.shape[1])[:, :, None]
     cum = np.cumsum(h, axis=1)
-    t = pod_quantile_track(cum, canary, layout, 0.99, r, m, log_thr)
-    out = {"pods": np.asarray(t.log_e_fail >= log_thr),
-           "pass-pooled": np.asarray(t.log_e_pass >= log_thr)}
+    out = {}
+    if before:
+        t = pod_quantile_track(cum, canary, layout, 0.99, r, m, log_thr)
+        out = {"pods": np.asarray(t.log_e_fail >= log_thr),
+               "pass-pooled": np.asarray(t.log_e_pass >= log_thr)}
     # The live rule judges each pod's warm calls pooled over time (one column, as the
     # verdict cache keeps them): at every `LOOK_EVERY`-th look, one track per side.
     fail, ok = np.full(n_looks := h.shape[1], -np.inf), np.full(h.shape[1], -np.inf)
@@ -186,17 +199,44 @@ def pods_p99_tracks(hist: np.ndarray, canary: np.ndarray, starts: np.ndarray,
         return (above[:, look, int(cut[look])] if int(cut[look]) < width else zero)[:, None]
 
     for look in range(LOOK_EVERY - 1, n_looks, LOOK_EVERY):
-        if t.pods_canary[look] < 1:
+        if not (calls[canary, look] > 0).any():
             continue
         c = calls[:, look, None]
-        fail[look] = exceedance_track(
-            c, from_(look, cuts.baseline_fail), from_(look, cuts.canary_fail), canary,
-            log_threshold=log_half, last_only=True).log_e_fail[-1]
+        if before:
+            fail[look] = exceedance_track(
+                c, from_(look, cuts.baseline_fail), from_(look, cuts.canary_fail), canary,
+                log_threshold=log_half, last_only=True).log_e_fail[-1]
         ok[look] = pass_track(
             c, from_(look, cuts.baseline_level), from_(look, cuts.canary_pass), canary, 0.99,
             log_threshold=log_half, last_only=True).log_e_pass[-1]
-    out["exceed"] = fail >= log_half
+    if before:
+        out["exceed"] = fail >= log_half
     out["pass-exceed"] = ok >= log_half
+    out["profile"] = profile_flags(cum, canary, layout, math.exp(-log_thr))
+    return out
+
+
+def profile_flags(cum: np.ndarray, canary: np.ndarray, layout: quantile.Layout,
+                  alpha: float) -> np.ndarray:
+    """The live fail per look (every `LOOK_EVERY`-th) from warm cumulative counts (pods,
+    looks, buckets): the profile e-value over the baseline's p99 on each pod's calls pooled
+    over time, as `pod_metrics.pod_latency_p99s` builds it."""
+    r, m = TOL.latency_p99_ratio, TOL.latency_p99_margin_ms / 1000
+    looks = np.arange(LOOK_EVERY - 1, cum.shape[1], LOOK_EVERY)
+    calls = cum.sum(axis=-1)
+    looks = looks[(calls[canary][:, looks] > 0).any(axis=0)
+                  & (calls[~canary][:, looks] > 0).any(axis=0)]
+    out = np.zeros(cum.shape[1], dtype=bool)
+    if not looks.size:
+        return out
+    # Each pod's calls below each bucket: none below the first, all below past the last.
+    below = np.concatenate([np.zeros((*cum.shape[:1], looks.size, 1)),
+                            np.cumsum(cum[:, looks], axis=-1)], axis=-1)
+    cuts = profile_cuts(np.cumsum(cum[~canary][:, looks].sum(0), axis=-1),
+                        np.cumsum(cum[canary][:, looks].sum(0), axis=-1), layout, 0.99, r, m,
+                        alpha)
+    grids = [profile_input(below[:, i], canary, cuts, i) for i in range(looks.size)]
+    out[looks] = profile_fails(grids, 0.99, alpha)[0] >= profile_threshold(alpha)
     return out
 
 
@@ -268,20 +308,23 @@ def _row(name: str, rollouts: int, times: dict[str, list[float]],
 
 
 # A verdict's p99 rule: its pass side and its fail side.
-RULES = {"pooled pass, pods fail (before)": ("pass-pooled", "pods"),
-         "pods both sides (live)": ("pass-exceed", "exceed")}
+RULES = {"pooled pass, pods fail (before D18)": ("pass-pooled", "pods"),
+         "pods, fail at the sequence's ends (before)": ("pass-exceed", "exceed"),
+         "pods, profile fail (live)": ("pass-exceed", "profile")}
 
 
 def _verdict_cell(fails: list[float], passes: list[float], rollouts: int, ab: bool) -> str:
     """A/A: fails (95 % upper), median minutes; passes, median minutes to pass. A/B: the
-    same, the passes being wrong ones (before any fail)."""
+    same, the passes being wrong ones (before any fail), and the share failed within an
+    hour (the goal for twice the tolerance)."""
     def median(x: list[float]) -> str:
         return f"{np.median(x):.1f}" if x else "–"
 
     k, q = len(fails), len(passes)
     word = "passed first" if ab else "passed"
+    hour = f" ({100 * sum(t <= 60 for t in fails) / rollouts:.0f} % within 1 h)" if ab else ""
     return (f"fail {100 * k / rollouts:.1f} % ({100 * cp_upper(k, rollouts):.1f} %), "
-            f"{median(fails)} min; {word} {100 * q / rollouts:.1f} % "
+            f"{median(fails)} min{hour}; {word} {100 * q / rollouts:.1f} % "
             f"({100 * cp_upper(q, rollouts):.1f} %), {median(passes)} min")
 
 
@@ -297,6 +340,8 @@ def main() -> None:
     ap.add_argument("--balance", type=float, default=10.0)
     ap.add_argument("--quick", action="store_true", help="30 rollouts per row (make bench)")
     ap.add_argument("--only", choices=("p99", "attempts"), help="one table only")
+    ap.add_argument("--live-only", action="store_true",
+                    help="p99: the live rule's column alone (a fraction of the CPU)")
     ap.add_argument("--scenario", action="append",
                     help="only the scenarios whose name starts so (repeatable; a row's figures "
                          "do not depend on which others run)")
@@ -311,36 +356,38 @@ def main() -> None:
           f"α = {ALPHA} over {SLOTS} slots; each cell: fails (95 % upper), median minutes "
           "to the fail")
     if args.only != "attempts":
-        print("\n| p99 scenario | " + " | ".join(RULES) + " | SPRT, median time to fail |"
-              "\n|---" + "|---" * (len(RULES) + 1) + "|")
+        rules = {k: v for k, v in RULES.items() if not args.live_only or "live" in k}
+        print("\n| p99 scenario | " + " | ".join(rules) + " | SPRT, median time to fail |"
+              "\n|---" + "|---" * (len(rules) + 1) + "|")
         for sc in SCENARIOS:
             if args.scenario and not sc.name.startswith(tuple(args.scenario)):
                 continue
             began = time.perf_counter()
             rng = np.random.default_rng([args.seed, SCENARIOS.index(sc)])
             layout_sc = Scenario(sc.name, one_pod=sc.one_pod)
-            fails: dict[str, list[float]] = {rule: [] for rule in RULES}
-            passes: dict[str, list[float]] = {rule: [] for rule in RULES}
+            fails: dict[str, list[float]] = {rule: [] for rule in rules}
+            passes: dict[str, list[float]] = {rule: [] for rule in rules}
             sprt: list[float] = []
             for _ in range(args.rollouts):
                 drawn = simulate(rng, est, layout_sc, 0.0, args.balance)
                 n, canary, starts = drawn.n, drawn.canary, drawn.starts
                 hist, lo, scale = histograms(rng, n, canary, starts, est, sc)
                 layout = _layout(lo, hist.shape[2])
-                flags = pods_p99_tracks(hist, canary, starts, layout, log_thr)
+                flags = pods_p99_tracks(hist, canary, starts, layout, log_thr,
+                                        before=not args.live_only)
                 if sc.canary_factor > 1 and (t := p99_sprt(hist, lo, scale, canary, starts,
                                                             log_thr)) is not None:
                     sprt.append(t)
-                for rule, (pass_rule, fail_rule) in RULES.items():
+                for rule, (pass_rule, fail_rule) in rules.items():
                     tf, tp = _first(flags[fail_rule]), _first(flags[pass_rule])
                     if tf is not None:
                         fails[rule].append(tf)
                     if tp is not None and (tf is None or tp < tf):
                         passes[rule].append(tp)
-            ab = sc.canary_factor > 1
+            ab = sc.canary_factor > TOL.latency_p99_ratio  # beyond the tolerance
             optimum = f"{np.median(sprt):.1f} min" if sprt else "–"
             print(f"| {sc.name} | " + " | ".join(
-                _verdict_cell(fails[r], passes[r], args.rollouts, ab) for r in RULES)
+                _verdict_cell(fails[r], passes[r], args.rollouts, ab) for r in rules)
                 + f" | {optimum} |", flush=True)
             print(f"<!-- {sc.name}: {time.perf_counter() - began:.0f} s -->", file=sys.stderr)
     if args.only != "p99":

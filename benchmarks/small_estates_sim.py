@@ -17,12 +17,12 @@ baseline's. A rollout passes when some look passes.
   boundary) or 2 % (twice the tolerance), each pod's rate × lognormal(σ) with mean 1;
   200 calls per baseline pod per window. The fail side likewise, every window: false fails
   of a canary like the baseline or at the boundary, and how soon +1 pp fails.
-- p99 (`pod_exceed`'s cuts, pass track and fail track, as `pod_metrics` runs them, α/2
-  each): calls lognormal (median 50 ms, σ 0.5) × each pod's scale, uniform in 1 ± spread;
-  the canary's pods × a factor putting the version's p99 at 1.001 × the boundary
-  ×1.2 + 5 ms of the baseline version's (its population's) p99, or ×1.25; 100 calls per
-  baseline pod per window, each pod's calls pooled over time, a look every 20 windows of
-  240.
+- p99 (`pod_exceed`'s cuts and pass track, α/2 each, and `pod_profile`'s fail, as
+  `pod_metrics` runs them): calls lognormal (median 50 ms, σ 0.5) × each pod's scale,
+  uniform in 1 ± spread; the canary's pods × a factor putting the version's p99 at 1.001 ×
+  the boundary ×1.2 + 5 ms of the baseline version's (its population's) p99, or ×1.25; 100
+  calls per baseline pod per window, each pod's calls pooled over time, a look every 20
+  windows of 240.
 
     .venv/bin/python benchmarks/small_estates_sim.py            # 1,000-1,500 rollouts per row
     .venv/bin/python benchmarks/small_estates_sim.py --quick    # 200 per row
@@ -47,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from verdict_sim import cp_upper
 
 from probes.measure.histogram import LOWER, UPPER
-from probes.stats.pod_exceed import exceedance_cuts, exceedance_tracks, pass_tracks
+from probes.stats.pod_exceed import exceedance_cuts, pass_tracks
+from probes.stats.pod_profile import profile_cuts, profile_fails, profile_input, profile_threshold
 from probes.stats.pods import pod_track
 from probes.stats.quantile import Layout
 
@@ -153,11 +154,14 @@ def p99_passes(rng: np.random.Generator, row: P99Row, windows: int = 240, calls:
                                 np.zeros((*h.shape[:2], 1))], axis=-1)
         oks = pass_tracks(_sides(above, cuts.baseline_level, cuts.canary_pass, is_canary),
                           0.99, log_threshold=log_half, last_only=True)
-        fails = exceedance_tracks(_sides(above, cuts.baseline_fail, cuts.canary_fail,
-                                         is_canary), log_threshold=log_half, last_only=True)
+        profile = profile_cuts(cum_b, np.cumsum(h[:, is_canary].sum(axis=1), axis=-1), LAYOUT,
+                               0.99, RATIO, MARGIN_S, row.alpha)
+        below = above[..., :1] - above
+        fails = profile_fails([profile_input(below[k], is_canary, profile, k)
+                               for k in range(h.shape[0])], 0.99, row.alpha)[0]
         ok = np.flatnonzero([float(t.log_e_pass[-1]) >= log_half for t in oks])
         passed += bool(ok.size)
-        failed += any(float(t.log_e_fail[-1]) >= log_half for t in fails)
+        failed += bool((fails >= profile_threshold(row.alpha)).any())
         first.append(float((ok[0] + 1) * every) if ok.size else math.inf)
     return passed, failed, first
 

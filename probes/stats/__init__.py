@@ -8,7 +8,8 @@
   columns;
 - `pods`: pods × windows, time-stratified and pod-clustered (the pod as the unit);
 - `cohorts`: version-aware choice of baseline and canary;
-- `pod_exceed`, `pod_quantile`: p99 with the pod as the unit.
+- `pod_exceed`, `pod_profile`, `pod_quantile`: p99 with the pod as the unit (the pass's
+  cuts and track, the fail's profile e-value, the worst pod).
 
 Statistics only: the verdict's states, gates and per-metric verdicts built on these are
 `probes.verdict` (`rules`, `metrics`, `pod_metrics`).

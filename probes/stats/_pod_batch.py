@@ -22,7 +22,7 @@ from probes.stats._pod_spread import (
     tau2_upper,
 )
 
-__all__ = ["ONE_POD_BASELINE", "PodTrack", "pod_batch", "pod_states"]
+__all__ = ["ONE_POD_BASELINE", "PodTrack", "batch_looks", "pod_batch", "pod_states"]
 
 
 # Pseudo-calls at the running mean that smooth each window's mean for the variance.
@@ -99,6 +99,18 @@ def pod_states(track: PodTrack, log_threshold: float) -> npt.NDArray[np.str_]:
 def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
                scales: tuple[float, ...], log_threshold: float, acc: Acc,
                pod_ratio: float | None = None) -> list[PodTrack]:
+    """The batch's `PodTrack`s, one per grid."""
+    return _per_grid(*batch_looks(grids, ratio, margin, scales, log_threshold, acc, pod_ratio),
+                     acc.last_only)
+
+
+def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
+                scales: tuple[float, ...], log_threshold: float, acc: Acc,
+                pod_ratio: float | None = None) -> tuple[dict[str, Any], F64, Bool, I64]:
+    """The batch's (groups, looks) arrays named as `PodTrack`'s fields, the canary pods'
+    excess (groups, pods, looks), the cohort flags and each grid's windows: what
+    `pod_batch` cuts into one `PodTrack` per grid, for a caller that reads one field of many
+    grids (`pods.pod_fail_values`)."""
     g_n = len(grids)
     shapes = [np.shape(x[0]) for x in grids]
     rows = np.array([sh[0] for sh in shapes], dtype=np.int64)
@@ -191,7 +203,9 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
         z_b = np.where(pod_calls_b > 0, resid_b / np.sqrt(np.where(pod_calls_b > 0,
                                                                    pod_calls_b, 1.0)), -np.inf)
     several_b = base.sum(axis=1) > 1
-    drop_b = np.where(several_b[:, None], first_max(z_b, axis=1), -1)
+    # Only where another baseline pod has calls: a cohort whose rows are several but whose
+    # calls are one pod's (the others still warming up) has no window means without it.
+    drop_b = np.where(several_b[:, None] & (pods_b > 1), first_max(z_b, axis=1), -1)
     ex_pp, own_pp, sq_w_fail, worst_wo = _fail_side(
         nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, (v_t, u_t), acc)
     some_c = np.asarray(canary.any(axis=1))
@@ -280,7 +294,7 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
         "v_pods": vp_pass / sd2, "d_wo": d_wo / sd, "v_sampling_wo": vs_wo / sd2,
         "v_pods_wo": vp_wo / sd2,
     }
-    return _per_grid(looks, excess, canary, cols, acc.last_only)
+    return looks, excess, canary, cols
 
 
 def _pass_tau2(tau2: F64, q: tuple[F64, F64], df: F64, v: F64, weight: float) -> F64:

@@ -1,5 +1,9 @@
 """p99 with the pod as the unit: exceedances per pod × window through `pod_track`.
 
+The live verdict's pass is this module's; its fail is `pod_profile`'s profile e-value, which
+spends α once and cuts the canary at r·q + m for each candidate q (BENCHMARKS.md D18). The
+fail side below is the rule before it, kept for the benchmarks that compare the two.
+
 Why. A test on the cohorts' pooled histograms treats every call as independent: a canary
 pod on a slow node carries the canary's whole tail, and with pods ±30 % apart one or two
 canary pods make the canary's p99 a coin toss against the tolerance, both ways. The pooled

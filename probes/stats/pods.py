@@ -81,7 +81,13 @@ from typing import Any
 import numpy as np
 
 from probes.stats._num import F64, I64, Acc, Bool
-from probes.stats._pod_batch import ONE_POD_BASELINE, PodTrack, pod_batch, pod_states
+from probes.stats._pod_batch import (
+    ONE_POD_BASELINE,
+    PodTrack,
+    batch_looks,
+    pod_batch,
+    pod_states,
+)
 from probes.stats._pod_mixture import (
     MIXING_SCALES,
     log_e_one_sided,
@@ -104,6 +110,7 @@ __all__ = [
     "log_e_one_sided",
     "needs_factor",
     "needs_factors",
+    "pod_fail_values",
     "pod_grids",
     "pod_states",
     "pod_track",
@@ -149,6 +156,17 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
         out += pod_batch(grids[lo:hi], ratio, margin, scales, log_threshold, Acc(last_only),
                           pod_ratio)
     return out
+
+
+def pod_fail_values(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
+                    scales: tuple[float, ...] = MIXING_SCALES, *, log_threshold: float) -> F64:
+    """The last look's `log_e_fail` of `pod_tracks(grids, ..., last_only=True)`, one per
+    grid, without a `PodTrack` per grid: a profile over candidate cuts
+    (`probes.stats.pod_profile`) judges several grids per path and reads this figure of each,
+    and building the tracks cost more than judging them."""
+    out = [batch_looks(grids[lo:hi], ratio, margin, scales, log_threshold,
+                       Acc(True))[0]["log_e_fail"][:, -1] for lo, hi in _batches(grids)]
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 def _batches(grids: Sequence[tuple[F64, F64, Bool]]) -> list[tuple[int, int]]:

@@ -7,9 +7,10 @@ siblings here, each fed from the pods × windows grid's per-pod attempts and lat
 - attempts per request: the scaled retry volume (A − 1)/(A_max − 1) of each call, a
   [0, 1]-bounded value, through the same pod-clustered, time-stratified test and decision
   rule as the success rate (`metrics.pod_bounded_verdict`, `probes.stats.pods`);
-- p99 latency: each call an exceedance of a cut at the baseline's p99, per pod, through the
-  same test, so the spread between pods is noise on both sides: a fail with each cohort's
-  worst pod left out or capped, a pass that holds across the canary's pods
+- p99 latency: each call an exceedance of a cut near the baseline's p99, per pod, through
+  the same test, so the spread between pods is noise on both sides: a fail from the profile
+  e-value over candidate baseline p99s, each cohort's worst pod capped or left out
+  (`probes.stats.pod_profile`), a pass that holds across the canary's pods
   (`probes.stats.pod_exceed`); the worst pod's finding from the pods' histograms
   (`probes.stats.pod_quantile`).
 
@@ -29,12 +30,15 @@ import numpy.typing as npt
 
 from probes.measure.histogram import LOWER, UPPER
 from probes.spec import Tolerances
-from probes.stats.pod_exceed import (
-    ExceedanceCuts,
-    Exceedances,
-    exceedance_cuts,
-    exceedance_tracks,
-    pass_tracks,
+from probes.stats.pod_exceed import ExceedanceCuts, Exceedances, exceedance_cuts, pass_tracks
+from probes.stats.pod_profile import (
+    CS_SHARE,
+    ProfileCuts,
+    ProfileInput,
+    profile_cuts,
+    profile_fails,
+    profile_input,
+    profile_threshold,
 )
 from probes.stats.pod_quantile import WorstPods, worst_pods
 from probes.stats.pods import PodGrid, PodTrack, TrackMemo, batches, needs_factor
@@ -146,10 +150,11 @@ def _stacked(parts: Sequence[_P99Part]) -> tuple[F64, Bool, Bool]:
     return hist, canary, real
 
 
-def _by_pod(parts: Sequence[_P99Part], cuts: ExceedanceCuts) -> _ByPod:
-    """Each part's exceedances at `cuts` (part i at row i), each pod's warm calls pooled
-    over time (`probes.stats.pod_exceed`), and its worst canary pod (`worst_pods`). The
-    pods' histograms are stacked a batch of parts at a time (`pods.batches`) and dropped
+def _by_pod(parts: Sequence[_P99Part], cuts: ExceedanceCuts, profile: ProfileCuts) -> _ByPod:
+    """Each part's exceedances (part i at row i), each pod's warm calls pooled over time:
+    the fail side's at every candidate of the profile (`probes.stats.pod_profile`), the pass
+    side's at `cuts` (`probes.stats.pod_exceed`), and its worst canary pod (`worst_pods`).
+    The pods' histograms are stacked a batch of parts at a time (`pods.batches`) and dropped
     before the next, so the peak is a batch's copies of them, not every path's; each
     batch's numbers are what all parts at once give (sums of counts, exact in any order)."""
     out: _ByPod = ([], [], [])
@@ -164,17 +169,15 @@ def _by_pod(parts: Sequence[_P99Part], cuts: ExceedanceCuts) -> _ByPod:
         del hist
         calls = below[..., -1].copy()  # not a view: `below` is dropped with the batch
         rows = np.arange(hi - lo)
-        b_fail, c_fail, b_level, c_pass = (calls - below[rows, :, np.asarray(cut)[lo:hi]]
-                                           for cut in (cuts.baseline_fail, cuts.canary_fail,
-                                                       cuts.baseline_level, cuts.canary_pass))
-        del below
+        b_level, c_pass = (calls - below[rows, :, np.asarray(cut)[lo:hi]]
+                           for cut in (cuts.baseline_level, cuts.canary_pass))
         for row, part in enumerate(parts[lo:hi]):
             k = len(part.is_canary)
-            out[0].append((calls[row, :k, None], b_fail[row, :k, None], c_fail[row, :k, None],
-                           part.is_canary))
+            out[0].append(profile_input(below[row, :k], part.is_canary, profile, lo + row))
             out[1].append((calls[row, :k, None], b_level[row, :k, None], c_pass[row, :k, None],
                            part.is_canary))
             out[2].append((found, row))
+        del below
     return out
 
 
@@ -197,19 +200,21 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
         parts.append(_P99Part(g, rows, is_canary, hist[rows & ~of_canary].sum(axis=0),
                               hist[rows & of_canary].sum(axis=0)))
     judged = [p for p in parts if p.tot_b.sum() > 0 and p.tot_c.sum() > 0]
-    heads: dict[int, tuple[MetricVerdict, tuple[PodTrack, PodTrack], _Worst]] = {}
+    heads: dict[int, tuple[MetricVerdict, tuple[float, PodTrack], _Worst]] = {}
     if judged:
         cum_b = np.cumsum(np.stack([p.tot_b for p in judged]), axis=1)
         cum_c = np.cumsum(np.stack([p.tot_c for p in judged]), axis=1)
         warm = M.latency_p99(cum_b, cum_c, _LAYOUT, tol, alpha)
-        # α split in two: the baseline p99's confidence sequence that places the cuts, and
-        # the exceedance tracks (a decision needs both to hold).
+        r, m = tol.latency_p99_ratio, tol.latency_p99_margin_ms / 1000.0
+        # The pass splits α in two: the baseline p99's confidence sequence that places its
+        # cuts, and the exceedance track (a pass needs both to hold). The fail is the
+        # profile over the baseline's p99 (`pod_profile`).
         log_half = math.log(2.0 / alpha)
-        cuts = exceedance_cuts(cum_b, _LAYOUT, _P, tol.latency_p99_ratio,
-                               tol.latency_p99_margin_ms / 1000.0, log_half)
-        fails, passes, worst = _by_pod(judged, cuts)
+        cuts = exceedance_cuts(cum_b, _LAYOUT, _P, r, m, log_half)
+        fails, passes, worst = _by_pod(judged, cuts, profile_cuts(cum_b, cum_c, _LAYOUT, _P,
+                                                                  r, m, alpha))
         # Every part's tracks in one call per side, as `pod_tracks` batches them.
-        tracks = zip(exceedance_tracks(fails, log_threshold=log_half, last_only=True),
+        tracks = zip(profile_fails(fails, _P, alpha)[0].tolist(),
                      pass_tracks(passes, _P, log_threshold=log_half, last_only=True),
                      strict=True)
         heads = {id(p): (h, t, w) for p, h, t, w in zip(judged, warm, tracks, worst,
@@ -237,7 +242,7 @@ def pod_latency_p99(grid: PodGrid, baseline: str, canary: str, tol: Tolerances,
 # every judged part, and the part's row in it.
 _Worst = tuple[WorstPods, int]
 # Per judged part, the fail side's and the pass side's exceedances, and its worst canary pod.
-_ByPod = tuple[list[Exceedances], list[Exceedances], list[_Worst]]
+_ByPod = tuple[list[ProfileInput], list[Exceedances], list[_Worst]]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -254,21 +259,21 @@ class _P99Part:
 
 
 def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_s: float,
-             warm: MetricVerdict, tracks: tuple[PodTrack, PodTrack], worst_of: _Worst
+             warm: MetricVerdict, tracks: tuple[float, PodTrack], worst_of: _Worst
              ) -> MetricVerdict:
     """One grid's p99 verdict; `warm` is the pooled test on its warm calls (the estimates
-    that head the reason, and the evidence with every call counted as independent), and
-    `tracks` its fail and pass sides' exceedance tracks (`_exceed_tracks`, judged at α/2),
-    `worst_of` its worst canary pod (`_Worst`)."""
+    that head the reason, and the evidence with every call counted as independent),
+    `tracks` its fail side's log profile e-value (`pod_profile.profile_fails`) and its pass
+    side's exceedance track (judged at α/2), `worst_of` its worst canary pod (`_Worst`)."""
     grid, rows, is_canary = part.grid, part.rows, part.is_canary
     tot_c = part.tot_c
     log_thr = math.log(1.0 / alpha)
     log_half = math.log(2.0 / alpha)
-    fail, ok = tracks
+    lf, ok = tracks
     worst_pods_, row = worst_of
     # With every pod in, the evidence is the pooled test's (every call independent): what
     # the reason quotes when only the worst pod makes the canary look slow.
-    lf, lp = float(fail.log_e_fail[-1]), float(ok.log_e_pass[-1])
+    lp = float(ok.log_e_pass[-1])
     lfa = math.log(warm.e_fail) if warm.e_fail else -math.inf
     canary_names = [p for p, keep, c in zip(grid.pods, rows, grid.of(canary), strict=True)
                     if keep and c]
@@ -277,7 +282,8 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
     share = float(worst_pods_.worst_share[row])
     call_share = float(worst_pods_.worst_call_share[row])
     concentrated = pods_c >= 2 and share >= 0.5 and share >= 2 * call_share
-    verdict = M.FAIL if lf >= log_half else M.PASS if lp >= log_half else M.INCONCLUSIVE
+    verdict = (M.FAIL if lf >= profile_threshold(alpha) else M.PASS if lp >= log_half
+               else M.INCONCLUSIVE)
     pod_word = "pod" if pods_c == 1 else "pods"
     head = warm.reason.split(")")[0] + f"; {pods_c} canary {pod_word} vs {pods_b})"
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
@@ -312,8 +318,10 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
         reason += aside_found
     return replace(
         warm, verdict=verdict, reason=reason,
-        # Halved: what the JSON says is compared with 1/α, as every metric's is.
-        e_fail=float(log_clip(np.array(lf - _LOG2))), e_pass=float(log_clip(np.array(lp - _LOG2))),
+        # Scaled so that what the JSON says is compared with 1/α, as every metric's is: the
+        # fail by the share of α its profile has, the pass halved.
+        e_fail=float(log_clip(np.array(lf + math.log1p(-CS_SHARE)))),
+        e_pass=float(log_clip(np.array(lp - _LOG2))),
         pods={"baseline": pods_b, "canary": pods_c, "spread_pp": json_number(spread, 3),
               "worst": worst, "worst_share": json_number(share, 3),
               "concentrated": concentrated, "set_aside": aside,

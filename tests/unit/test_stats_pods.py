@@ -58,6 +58,19 @@ def test_a_regression_on_every_canary_pod_fails_and_a_healthy_one_passes() -> No
     assert not (track.log_e_fail >= LOG_THR).any()
 
 
+def test_a_baseline_whose_calls_are_one_pods_is_not_left_without_it() -> None:
+    # Two baseline rows, one still warming up (no calls): the fail side leaves the
+    # baseline's worst pod out only where another pod has calls, so the row without calls
+    # changes nothing (it used to drop the one pod with calls, and with it all evidence).
+    rng = np.random.default_rng(2)
+    n, s, canary = grid(rng, [0.001, 0.006, 0.006, 0.006], [False, True, True, True], 600)
+    alone = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR)
+    assert alone.log_e_fail[-1] >= LOG_THR
+    padded = pod_track(np.vstack([np.zeros((1, 600)), n]), np.vstack([np.zeros((1, 600)), s]),
+                       np.array([False, *canary]), 1.0, TOL, log_threshold=LOG_THR)
+    assert padded.log_e_fail[-1] == pytest.approx(alone.log_e_fail[-1])
+
+
 def test_one_sick_canary_pod_does_not_fail_the_version_and_is_named() -> None:
     rng = np.random.default_rng(2)
     n, s, canary = grid(rng, [0.001] * 6 + [0.05, 0.001, 0.001], [False] * 6 + [True] * 3, 600)

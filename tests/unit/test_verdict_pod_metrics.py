@@ -141,3 +141,25 @@ def test_batches_cover_every_array_in_order_within_the_bound(
             rows, cols = max(rows, shapes[hi][0]), max(cols, shapes[hi][1])
             assert (hi - lo + 1) * rows * cols > 600
     assert any(hi - lo > 1 for lo, hi in runs) and any(r * c > 600 for r, c in shapes)
+
+
+def test_a_p99_fail_names_the_worst_pod_and_is_compared_with_one_over_alpha() -> None:
+    """The live fail is the profile over the baseline's p99 (`probes.stats.pod_profile`):
+    a canary of one pod 3× slower than eight alike baseline pods fails, and the reason names
+    it with what would tell pod from version; a canary 3× slower on every pod fails with
+    its worst pod under `pods`; the e-value the JSON gives is at least 1/α when it fails and
+    below when it does not (a healthy canary)."""
+    rng = np.random.default_rng(6)
+    tol = Tolerances()
+    one = estate(rng, [OLD] * 8 + [NEW], [1.0] * 8 + [3.0], [0.02] * 9)
+    every = estate(rng, [OLD] * 6 + [NEW] * 4, [1.0] * 6 + [3.0, 3.1, 2.9, 3.4], [0.02] * 10)
+    healthy = estate(rng, [OLD] * 6 + [NEW] * 4, [1.0] * 10, [0.02] * 10)
+    one_v, every_v, healthy_v = pod_latency_p99s([one, every, healthy], OLD, NEW, tol, ALPHA,
+                                                 WINDOW_S)
+    assert one_v.verdict == "fail" and "restart p-8, or add a canary pod" in one_v.reason
+    assert every_v.verdict == "fail" and every_v.pods is not None
+    assert every_v.pods["worst"] == "p-9"
+    assert healthy_v.verdict != "fail"
+    assert one_v.e_fail is not None and one_v.e_fail >= 1 / ALPHA
+    assert every_v.e_fail is not None and every_v.e_fail >= 1 / ALPHA
+    assert healthy_v.e_fail is not None and healthy_v.e_fail < 1 / ALPHA

@@ -1,0 +1,149 @@
+"""p99's fail as a profile e-value over the baseline's p99 (`probes.stats.pod_profile`): its
+buckets are conservative on both factors, its mean is at most 1 at H0's edge with pods that
+differ, healthy canaries fail at most α, and it fails where the cuts at the confidence
+sequence's ends did, sooner."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from probes.stats.pod_profile import (
+    ProfileInput,
+    profile_cuts,
+    profile_fails,
+    profile_input,
+    profile_threshold,
+)
+from tests.unit.test_stats_pod_exceed import (
+    ALPHA,
+    LAYOUT,
+    MARGIN_S,
+    P99,
+    RATIO,
+    THR,
+    estate,
+    last_look,
+    near_the_boundary,
+)
+
+SPREAD = [0.7, 0.82, 0.94, 1.06, 1.18, 1.3]
+# The canary's scale whose p99 is the tolerance's boundary over the baseline's.
+EDGE = (RATIO * P99 + MARGIN_S) / P99
+
+
+def profile(hist: np.ndarray, canary_pods: int) -> tuple[float, int]:
+    """log inf_q E(q) at the last look and the candidates it was sought over, from each pod's
+    calls pooled over the windows (as the live verdict keeps them)."""
+    canary = np.arange(hist.shape[0]) >= hist.shape[0] - canary_pods
+    pooled = hist.sum(axis=1)
+    cuts = profile_cuts(np.cumsum(pooled[~canary].sum(axis=0)),
+                        np.cumsum(pooled[canary].sum(axis=0)), LAYOUT, 0.99, RATIO, MARGIN_S,
+                        ALPHA)
+    below = np.concatenate([np.zeros((hist.shape[0], 1)), np.cumsum(pooled, axis=-1)], axis=-1)
+    grid = profile_input(below, canary, cuts, 0)
+    return float(profile_fails([grid], 0.99, ALPHA)[0][0]), len(grid.at_q)
+
+
+def fails(hist: np.ndarray, canary_pods: int) -> bool:
+    return profile(hist, canary_pods)[0] >= profile_threshold(ALPHA)
+
+
+def test_each_candidates_cuts_are_conservative_for_every_q_in_its_bucket() -> None:
+    # The baseline counted from the bucket's lower edge (at least the calls at or beyond any
+    # q in it), the canary from a bucket wholly at or above r·U + m (only calls beyond r·q + m
+    # for every q in it); and the candidates hold the true p99 (the sequence at α/20).
+    rng = np.random.default_rng(21)
+    cum = np.cumsum(estate(rng, [1.0] * 6).sum(axis=(0, 1)))
+    cuts = profile_cuts(cum, cum, LAYOUT, 0.99, RATIO, MARGIN_S, ALPHA)
+    js = np.arange(int(cuts.first[0]), int(cuts.last[0]) + 1)
+    assert js.size > 1
+    assert (LAYOUT.lower[cuts.canary[js]] >= RATIO * LAYOUT.upper[js] + MARGIN_S).all()
+    assert (LAYOUT.lower[cuts.canary[js] - 1] < RATIO * LAYOUT.upper[js] + MARGIN_S).all()
+    assert LAYOUT.lower[js[0]] <= P99 < LAYOUT.upper[js[-1]]
+    assert profile_threshold(ALPHA) < THR + math.log(2.0)  # α is no longer halved
+
+
+def test_its_mean_is_at_most_one_at_the_edge_of_h0() -> None:
+    # E[inf_q E(q)] ≤ E[E(q_b)] ≤ 1 where the canary's p99 is the tolerance's boundary:
+    # three canary pods answering 5 % of their calls just inside r·q_b + m (pods alike), and
+    # six canary pods whose scales are the baseline's ±10 % pods' × the boundary's ratio.
+    # The sup over q instead of the inf has a mean of e^hundreds on the first.
+    rng = np.random.default_rng(22)
+    at_edge = [near_the_boundary(rng, -1e-4, 0.05) for _ in range(30)]
+    assert np.mean(np.exp([profile(h, 3)[0] for h in at_edge])) <= 1.0
+    spread = [0.9, 0.94, 0.98, 1.02, 1.06, 1.1]
+    apart = [estate(rng, [*spread, *(s * EDGE for s in spread)]) for _ in range(30)]
+    assert np.mean(np.exp([profile(h, 6)[0] for h in apart])) <= 1.0
+
+
+def test_healthy_canaries_fail_at_most_alpha_pods_alike_one_pod_and_a_slow_node() -> None:
+    # Each rollout's fail is an event of chance at most α, so fails over K rollouts are at
+    # most Binomial(K, α) (bounded at its 1 − 1e-6 quantile): pods alike; a canary of one
+    # pod within the baseline's spread; a slow node (2×) under one of three canary pods.
+    rng = np.random.default_rng(23)
+    rollouts = 40
+    cases = [([1.0] * 9, 3), ([*SPREAD, 1.3], 1), ([*SPREAD, 1.0, 2.0, 0.9], 3)]
+    for scales, canary_pods in cases:
+        failed = sum(fails(estate(rng, scales, windows=30), canary_pods)
+                     for _ in range(rollouts))
+        assert failed <= binom.ppf(1 - 1e-6, rollouts, ALPHA), scales
+
+
+def test_a_canary_twice_as_slow_fails_on_its_pods_or_its_one_pod() -> None:
+    rng = np.random.default_rng(24)
+    assert fails(estate(rng, [1.0] * 6 + [2.0] * 3), 3)
+    assert fails(estate(rng, [1.0] * 6 + [2.0]), 1)
+
+
+def test_it_decides_as_the_sequences_ends_did_on_clear_cases_and_sooner() -> None:
+    # Clear cases keep their direction: a canary 2× slower fails both ways, a healthy one
+    # neither. At ×1.5 with 30 calls per pod and window the cuts at the sequence's ends
+    # cannot fail yet (the premise, checked) and the profile does.
+    rng = np.random.default_rng(25)
+    slow = estate(rng, [1.0] * 6 + [2.0] * 3)
+    healthy = estate(rng, [1.0] * 9)
+    assert fails(slow, 3) and last_look(slow, 3) >= THR
+    assert not fails(healthy, 3) and last_look(healthy, 3) < THR
+    sooner = estate(rng, [1.0] * 6 + [1.5] * 3, calls=30)
+    assert last_look(sooner, 3) < THR
+    assert fails(sooner, 3)
+
+
+def test_nothing_fails_where_a_cohort_has_no_calls_or_the_sequence_is_unbounded() -> None:
+    rng = np.random.default_rng(26)
+    hist = estate(rng, [1.0] * 6 + [2.0] * 3, windows=1, calls=3)
+    assert profile(hist, 3) == (-math.inf, 0)
+    hist = estate(rng, [1.0] * 6 + [2.0] * 3)
+    hist[-3:] = 0.0
+    assert not fails(hist, 3)
+
+
+def test_trying_the_estimates_candidate_first_decides_as_the_whole_infimum() -> None:
+    # `profile_fails` reads a grid's other candidates only where its guess reaches the
+    # threshold: where it fails the figure is the infimum over every candidate, and where
+    # it does not it is at least that infimum and below the threshold.
+    rng = np.random.default_rng(27)
+    hists = [estate(rng, [1.0] * 6 + [f] * 3, windows=20) for f in (1.0, 1.3, 1.5, 2.0)]
+    grids = []
+    for hist in hists:
+        pooled = hist.sum(axis=1)
+        canary = np.arange(9) >= 6
+        cuts = profile_cuts(np.cumsum(pooled[~canary].sum(axis=0)),
+                            np.cumsum(pooled[canary].sum(axis=0)), LAYOUT, 0.99, RATIO,
+                            MARGIN_S, ALPHA)
+        below = np.concatenate([np.zeros((9, 1)), np.cumsum(pooled, axis=-1)], axis=-1)
+        grids.append(profile_input(below, canary, cuts, 0))
+    got, _ = profile_fails(grids, 0.99, ALPHA)
+    thr = profile_threshold(ALPHA)
+    for g, value in zip(grids, got, strict=True):
+        each = [profile_fails([ProfileInput(g.calls, g.at_q[j:j + 1], g.at_level, g.canary)],
+                              0.99, ALPHA)[0][0] for j in range(len(g.at_q))]
+        assert value >= min(each) - 1e-9
+        assert (value >= thr) == (min(each) >= thr)
+        if value >= thr:
+            assert value == pytest.approx(min(each))
+    assert (got >= thr).any() and (got < thr).any()
