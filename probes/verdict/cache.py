@@ -214,23 +214,25 @@ def _recoded(r: EndpointLatency, own: tuple[Sequence[str], ...],
 _DENSE_MAX = 1 << 24
 
 
-def _unique_ints(x: npt.NDArray[np.int64], size: int
+def _unique_ints(x: npt.NDArray[np.int64], size: int, *, first: bool = True
                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """`np.unique(x, return_index=True, return_inverse=True)` of integers in [0, `size`),
     by a table of `size` instead of a sort: a restarted probe pools tens of millions of
-    latency records, and their sorts were half its first verdict's CPU."""
+    latency records, and their sorts were half its first verdict's CPU. Without `first`,
+    the indices returned are empty (finding them is a third of the work)."""
     if size > _DENSE_MAX or not len(x):
-        uniq, first, inverse = np.unique(x, return_index=True, return_inverse=True)
-        return uniq, first, inverse.ravel()
+        uniq, at, inverse = np.unique(x, return_index=True, return_inverse=True)
+        return uniq, at, inverse.ravel()
     present = np.zeros(size, dtype=bool)
     present[x] = True
     uniq = np.flatnonzero(present)
     lut = np.zeros(size, dtype=np.int32)
     lut[uniq] = np.arange(len(uniq), dtype=np.int32)
     inverse = lut[x].astype(np.int64)
-    first = np.full(len(uniq), len(x), dtype=np.int64)
-    np.minimum.at(first, inverse, np.arange(len(x), dtype=np.int64))
-    return uniq.astype(np.int64), first, inverse
+    at = np.full(len(uniq) if first else 0, len(x), dtype=np.int64)
+    if first:
+        np.minimum.at(at, inverse, np.arange(len(x), dtype=np.int64))
+    return uniq.astype(np.int64), at, inverse
 
 
 def _unique_floats(x: F64, times: F64) -> tuple[F64, npt.NDArray[np.int64]]:
@@ -271,9 +273,18 @@ class _PooledLatency:
         self._key_rows = np.zeros(0, dtype=np.int64)
         self.pooled = EndpointLatency.empty()
         self.pooled_first: F64 = np.zeros(0)
-        self.loose = EndpointLatency.empty()
+        self._loose: list[EndpointLatency] = []  # joined when read (`loose`)
         self.spans: frozenset[tuple[float, float]] = frozenset()
         self.generation = 0  # bumped by every `add`
+
+    @property
+    def loose(self) -> EndpointLatency:
+        """The records not pooled, as stored: joined once when read, not at every `add`
+        (a day's cold read adds a chunk at a time)."""
+        if len(self._loose) != 1:
+            self._loose = [EndpointLatency.joined(self._loose) if self._loose
+                           else EndpointLatency.empty()]
+        return self._loose[0]
 
     @property
     def names(self) -> tuple[list[str], list[str], list[str]]:
@@ -316,7 +327,8 @@ class _PooledLatency:
         # Each pod's first stratum looked up once per pod, not once per record (a day's
         # cold read is tens of millions of records).
         sizes = [len(w) for w in self._where]
-        pods, _, which = _unique_ints((p * sizes[1] + e) * sizes[2] + c, math.prod(sizes))
+        pods, _, which = _unique_ints((p * sizes[1] + e) * sizes[2] + c, math.prod(sizes),
+                                      first=False)
         seen = np.array([self._first_seen.get(
             (x // sizes[2] // sizes[1], x // sizes[2] % sizes[1], x % sizes[2]), -math.inf)
             for x in pods.tolist()], dtype=np.float64)[which]
@@ -324,7 +336,7 @@ class _PooledLatency:
         settled = ((start > began + self._warmup + self._MARGIN)
                    & (start > self._origin + self._warmup + self._MARGIN)
                    & ~overlapping(start, length_s, spans))
-        self.loose = _join_latency(self.loose, _records(rec, ~settled))
+        self._loose.append(_records(rec, ~settled))
         s = np.flatnonzero(settled)
         if not s.size:
             return
@@ -332,7 +344,7 @@ class _PooledLatency:
         # Each record's pod (codes and start time) named once per distinct pod, not per record.
         times, when = _unique_floats(started, self._row_starts)
         pod = ((p[s] * sizes[1] + e[s]) * sizes[2] + c[s]) * len(times) + when
-        pods, _, which = _unique_ints(pod, math.prod(sizes) * len(times))
+        pods, _, which = _unique_ints(pod, math.prod(sizes) * len(times), first=False)
         ids = np.array([self._pod_id.setdefault(
             (int(x // len(times) // sizes[2] // sizes[1]), int(x // len(times) // sizes[2]
                                                                % sizes[1]),
@@ -368,7 +380,10 @@ class _PooledLatency:
             self.pooled_first = np.concatenate([self.pooled_first,
                                                 np.full(len(fresh), math.inf)])
         assert len(self.pooled) == grown + len(fresh) == len(self._keys)
-        np.add.at(self.pooled.count, rows, rec.count[s].astype(np.int64))
+        # Float sums of counts are exact below 2**53; a bincount, not a ufunc.at.
+        self.pooled.count[:] += np.rint(np.bincount(rows, weights=rec.count[s],
+                                                    minlength=len(self.pooled))
+                                        ).astype(np.int64)
         np.maximum.at(self.pooled.start, rows, start[s])
         np.minimum.at(self.pooled_first, rows, start[s])
 
