@@ -15,7 +15,9 @@ interned in `names`; outcome and reset counts and the latency histogram are blob
 fixed-width records (`probes.measure.sparse`), which `read_table` decodes a chunk at a time
 in numpy: 24 h x 50 paths x 2 cohorts of 10 s windows (864,000 rows, ~340 MB) loads in
 about 3 s into ~360 MB of arrays. `read_windows` builds `PathWindow`s (a 15 KB dense latency
-tuple each) and is for bounded ranges: ~40 µs a window.
+tuple each) and is for bounded ranges: ~40 µs a window. Schema v3 and v4 add the endpoint and
+path windows' per-minute rollups (`_strata`, `_path_rollups`): `path_rollup_keys` and
+`read_path_rollups` give a cold verdict the path windows' whole minutes pooled already.
 
 Errors: every sqlite3 error is mapped here to `StoreError` (full disk, locked, unreadable)
 or `StoreCorrupt` (not a database, malformed), with a one-line message naming the file.
