@@ -171,7 +171,7 @@ def pooled_windows(store: Store, since: float | None, seal: float, spans: Spans,
     else:
         lo, end, keys, names = rolled
         _read_raw(store, since, lo, paths, cohorts, spans, read)
-        lead = len(read.parts)
+        lead = (len(read.parts), len(read.empty))
         _read_raw(store, end, hi, paths, cohorts, spans, read)
         _read_rolled(store, _Rollups(lo, end, keys, names), read, lead, seal, spans, tail,
                      paths, cohorts)
@@ -235,12 +235,12 @@ class _Rows:
     cohort: npt.NDArray[np.int64]
 
 
-def _read_rolled(store: Store, rolled: _Rollups, read: _Read, lead: int, seal: float,
-                 spans: Spans, tail: WindowTable | None, paths: Iterable[str] | None,
-                 cohorts: Iterable[str] | None) -> None:
-    """The minutes of `rolled` into `read` (between its first `lead` parts and the rest):
-    from the rollups, but the minutes `_raw_minutes` says from the stored windows, each
-    range of rows pooled at the whole span's cuts."""
+def _read_rolled(store: Store, rolled: _Rollups, read: _Read, lead: tuple[int, int],
+                 seal: float, spans: Spans, tail: WindowTable | None,
+                 paths: Iterable[str] | None, cohorts: Iterable[str] | None) -> None:
+    """The minutes of `rolled` into `read`, in time order (after the `lead` parts and
+    empty rows read before them): from the rollups, but the minutes `_raw_minutes` says
+    from the stored windows, each range of rows pooled at the whole span's cuts."""
     raw, cuts = _raw_minutes(store, rolled, read, seal, spans, tail, paths, cohorts)
     k = rolled.keys
     used = ~np.isin(k["start"], list(raw))
@@ -269,9 +269,9 @@ def _read_rolled(store: Store, rolled: _Rollups, read: _Read, lead: int, seal: f
         out.add(table, first, spans, cuts)
     for m in sorted(raw):
         read.lengths.append(raw[m].length)
-    read.parts[lead:lead] = out.parts
-    read.firsts[lead:lead] = out.firsts
-    read.empty.extend(out.empty)
+    read.parts[lead[0]:lead[0]] = out.parts
+    read.firsts[lead[0]:lead[0]] = out.firsts
+    read.empty[lead[1]:lead[1]] = out.empty
 
 
 def _raw_minutes(store: Store, rolled: _Rollups, read: _Read, seal: float, spans: Spans,
