@@ -476,7 +476,8 @@ class Store:
             done = rolled_until(conn, self._path, PATH_ROLLS)
             if done is None:
                 return None
-            lo = math.ceil(args[0] / ROLLUP_S) * ROLLUP_S
+            # No lower bound (-inf: the cache before a rollout) stays none.
+            lo = math.ceil(args[0] / ROLLUP_S) * ROLLUP_S if math.isfinite(args[0]) else args[0]
             hi = minute(min(args[1], done))
             if not lo < hi:
                 return None

@@ -288,8 +288,8 @@ def _raw_paths(db: Path, to: Path) -> Path:
     return _dropped(db, to, "path_rollups", "paths_rolled_until")
 
 
-def _pooled(db: Path, since: float = T0, spans: tuple[tuple[float, float], ...] = ()
-            ) -> dict[str, Any]:
+def _pooled(db: Path, since: float | None = T0,
+            spans: tuple[tuple[float, float], ...] = ()) -> dict[str, Any]:
     """Every column of the path windows a cold verdict pools, their first starts and the
     stored windows' lengths."""
     with Store.open(db, readonly=True) as store:
@@ -311,9 +311,11 @@ def _path_meta(db: Path) -> tuple[str | None, int, int]:
     return (None if row is None else row[0]), int(n), int(regular)
 
 
-# Comparisons from T0 and from inside a minute, with overload spans that touch windows in
+# Comparisons from T0, from inside a minute and from no start at all (a cohort alone,
+# before a rollout: the cache pools from -inf), with overload spans that touch windows in
 # the middle of minutes, and one that spans a minute and a half.
-POOLED = [(T0, ()), (T0 + 95.0, ()), (T0, ((T0 + 101.0, T0 + 117.0),)),
+POOLED = [(T0, ()), (T0 + 95.0, ()), (-math.inf, ()), (None, ()),
+          (T0, ((T0 + 101.0, T0 + 117.0),)),
           (T0 + 33.0, ((T0 + 150.0, T0 + 240.0), (T0 + 401.0, T0 + 402.0)))]
 
 
