@@ -4,9 +4,9 @@ and `/gate`, through its verdict cache, after one more window arrived).
 
 Uses the store `benchmarks/report_speed.py` builds (24 h × 50 paths of 10 s windows, six
 pods per path unless `--pods` says otherwise, with their endpoint windows; cached), as
-schema v3 keeps it: a copy of the cached v2 file, migrated (endpoint windows rolled up per
-minute) once and cached beside it, the migration's CPU said. Each figure is the median of
-`--repeat`:
+the current schema keeps it: a copy of the newest cached older file, migrated (endpoint and
+path windows rolled up per minute) once and cached beside it, the migration's CPU said.
+Each figure is the median of `--repeat`:
 
 - cold, in a fresh Python process per repeat (modules imported, the file in the page cache,
   nothing of the store in memory): read the path windows, read the endpoint windows into
@@ -49,7 +49,7 @@ from report_speed import NEW, OLD, PODS, T0, build, store_file  # noqa: E402
 
 from probes._parsing import rfc3339  # noqa: E402
 from probes.spec import JudgingSettings  # noqa: E402
-from probes.store import Store  # noqa: E402
+from probes.store import SCHEMA_VERSION, Store  # noqa: E402
 from probes.verdict.cache import VerdictCache  # noqa: E402
 from probes.verdict.judge import judge  # noqa: E402
 from probes.verdict.service import (  # noqa: E402
@@ -207,18 +207,23 @@ def main() -> int:
 
 
 def migrated(v2: str) -> str:
-    """The v3 copy of the cached store `v2` (report_speed's files are v2), made once: the
-    v2 file stays as it is for code that reads v2."""
-    v3 = v2.replace("report-v2-", "report-v3-")
-    if not Path(v3).exists():
-        shutil.copy(v2, v3 + ".migrating")
+    """The current schema's copy of the cached store `v2` (report_speed's files are v2),
+    made once from the newest older copy cached (migrated, then rolled up at once): the
+    older files stay as they are for code that reads them."""
+    current = v2.replace("report-v2-", f"report-v{SCHEMA_VERSION}-")
+    if not Path(current).exists():
+        older = (v2.replace("report-v2-", f"report-v{v}-")
+                 for v in range(SCHEMA_VERSION - 1, 2, -1))
+        source = next((p for p in older if Path(p).exists()), v2)
+        shutil.copy(source, current + ".migrating")
         t, c = time.perf_counter(), time.process_time()
-        with Store.open(v3 + ".migrating") as store:  # migrated, then rolled up at once
+        with Store.open(current + ".migrating") as store:  # migrated, then rolled up at once
             store.roll_up()
-        print(f"migrated {Path(v2).name} to schema v3: {time.process_time() - c:.1f} s CPU,"
-              f" {time.perf_counter() - t:.1f} s wall", flush=True)
-        Path(v3 + ".migrating").replace(v3)
-    return v3
+        print(f"migrated {Path(source).name} to schema v{SCHEMA_VERSION}:"
+              f" {time.process_time() - c:.1f} s CPU, {time.perf_counter() - t:.1f} s wall",
+              flush=True)
+        Path(current + ".migrating").replace(current)
+    return current
 
 
 def run(args: argparse.Namespace, hours: float, pods: int) -> None:

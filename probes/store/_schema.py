@@ -1,4 +1,4 @@
-"""The store's schema (v3), its version check and migration, and the sqlite3 -> store
+"""The store's schema (v4), its version check and migration, and the sqlite3 -> store
 error mapping.
 
 The schema is versioned in the `meta` table (`application`, `schema_version`) and mirrored
@@ -15,8 +15,11 @@ Versions:
   per-pod data", which the verdict reads as a reason to pool those metrics, never as zero.
 - v3: `endpoint_rollups`, the endpoint windows summed per minute (`probes.store._strata`),
   and meta `rolled_until`, up to which they hold every raw row. A cold verdict over a day
-  reads its strata from them; a v2 store is rolled up when opened for writing (a day of
-  50 paths x 12 pods in seconds), and read raw when opened read-only.
+  reads its strata from them; a v2 store gets the table empty when opened for writing (the
+  writer then rolls the old windows up a few minutes a write), and is read raw when opened
+  read-only.
+- v4: `path_rollups`, the path windows summed per minute (`probes.store._path_rollups`),
+  and meta `paths_rolled_until`, kept and migrated as the endpoint rollups are.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from probes.errors import StoreCorrupt, StoreError
+from probes.store._path_rollups import PATH_ROLLUP_TABLE, PATH_ROLLUPS
 from probes.store._strata import ROLLUP_TABLE
 
 __all__ = [
@@ -38,7 +42,7 @@ __all__ = [
     "migrate",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _APPLICATION = "skewprobe"
 _APPLICATION_ID = 0x736B6577  # "skew": lets file(1) and sqlite tools tell our files apart
 
@@ -73,7 +77,7 @@ CREATE TABLE inventory (
     at REAL NOT NULL, namespace TEXT NOT NULL, workload TEXT NOT NULL,
     proxy_version TEXT NOT NULL, pods INTEGER NOT NULL, max_age_s REAL NOT NULL,
     PRIMARY KEY (at, namespace, workload, proxy_version)) WITHOUT ROWID;
-""" + ROLLUP_TABLE
+""" + ROLLUP_TABLE + ";" + PATH_ROLLUP_TABLE
 
 UPSERT_WINDOW = """
 INSERT INTO path_windows (start, path_id, cohort_id, length, requests, successes,
@@ -168,7 +172,7 @@ def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
 
 def migrate(conn: sqlite3.Connection, path: str) -> None:
     """Bring an older store (or one whose rollups were dropped) to the current schema in
-    place, in one transaction: the rollups' table made empty, the writer rolling the old
+    place, in one transaction: the rollups' tables made empty, the writer rolling the old
     windows up a few minutes a write (`_strata.CATCH_UP_S`), read raw until then. The
     version is read again inside it, so two processes opening the same old store migrate it
     once."""
@@ -181,6 +185,10 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
                         ).fetchone() is None:
             conn.execute(ROLLUP_TABLE)
             conn.execute("DELETE FROM meta WHERE key = 'rolled_until'")
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (PATH_ROLLUPS,)
+                        ).fetchone() is None:
+            conn.execute(PATH_ROLLUP_TABLE)
+            conn.execute("DELETE FROM meta WHERE key = 'paths_rolled_until'")
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                      (str(SCHEMA_VERSION),))
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,9 +33,10 @@ import numpy.typing as npt
 from probes.errors import StoreCorrupt
 from probes.measure.sparse import LATENCY
 
-__all__ = ["CATCH_UP_S", "RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE", "Range", "ints",
-           "latency_blobs", "reroll", "roll", "roll_up", "rolled_until", "segments",
-           "strata_rows", "stratum_index", "stratum_sql", "summed", "within"]
+__all__ = ["CATCH_UP_S", "ENDPOINT_ROLLS", "RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE",
+           "Range", "Rolls", "blobs", "ints", "latency_blobs", "merged_records", "minute",
+           "reroll", "roll", "roll_up", "rolled_until", "segments", "strata_rows",
+           "stratum_index", "stratum_sql", "summed", "within"]
 
 RAW = "endpoint_windows"
 ROLLUPS = "endpoint_rollups"
@@ -164,14 +166,22 @@ def latency_blobs(conn: sqlite3.Connection, table: str, where: str, args: list[A
     """The latency blobs of `table`'s rows of `where` that have any, joined, with each
     row's length in bytes and its (stratum index, path, endpoint, cohort id): one blob and
     one text column per key (`group_concat`), not a Python tuple per row. None: no rows."""
-    blob, sizes, *keys = conn.execute(
-        "SELECT CAST(group_concat(latency, x'') AS BLOB), group_concat(LENGTH(latency)),"
-        f" group_concat({stratum_sql(stratum_s)}), group_concat(path_id),"
-        " group_concat(endpoint_id), group_concat(cohort_id)"
-        f" FROM {table} WHERE {where} AND LENGTH(latency) > 0", args).fetchone()
+    return blobs(conn, table, "latency", (stratum_sql(stratum_s), "path_id", "endpoint_id",
+                                         "cohort_id"), where, args)
+
+
+def blobs(conn: sqlite3.Connection, table: str, column: str, keys: Sequence[str], where: str,
+          args: Sequence[Any]
+          ) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The blobs of `column` of `table`'s rows of `where` that have any, joined, with each
+    row's length in bytes and its `keys` (SQL integer expressions) as columns."""
+    blob, sizes, *found = conn.execute(
+        f"SELECT CAST(group_concat({column}, x'') AS BLOB), group_concat(LENGTH({column})),"
+        f" {', '.join(f'group_concat({k})' for k in keys)}"
+        f" FROM {table} WHERE {where} AND LENGTH({column}) > 0", args).fetchone()
     if blob is None:
         return None
-    return blob, ints(sizes), np.stack([ints(x) for x in keys], axis=1)
+    return blob, ints(sizes), np.stack([ints(x) for x in found], axis=1)
 
 
 def summed(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -214,8 +224,7 @@ CREATE TABLE endpoint_rollups (
 _V2 = ("attempts_sum", "attempts_count", "latency")
 # Raw rows rolled up at once: an hour of a day's store (50 paths x 12 pods) is ~216,000
 # rows and ~2 M latency records, tens of MB while it is summed.
-_ROLL_S = 3600.0
-_COUNT_MAX = int(np.iinfo(LATENCY["c"]).max)  # a larger merged count takes several records
+ROLL_S = 3600.0
 # How much of the minutes not rolled up yet one write catches up on (a store migrated from
 # v2, a probe that was down): twice what a running probe adds a minute, so a write never
 # holds the writer much longer than a steady roll does, and a migration is no work at a
@@ -223,47 +232,65 @@ _COUNT_MAX = int(np.iinfo(LATENCY["c"]).max)  # a larger merged count takes seve
 CATCH_UP_S = 120.0
 
 
-def _minute(t: float) -> float:
+def minute(t: float) -> float:
+    """The start of the minute of `t` (a rollup row's start)."""
     return math.floor(t / ROLLUP_S) * ROLLUP_S
 
 
-def rolled_until(conn: sqlite3.Connection, path: str) -> float | None:
-    """Meta `rolled_until`: every raw row before it is in a rollup (None: none is)."""
-    row = conn.execute("SELECT value FROM meta WHERE key = 'rolled_until'").fetchone()
+@dataclass(frozen=True, slots=True)
+class Rolls:
+    """One kind of rollup kept: the raw table it sums, the meta key that says up to which
+    minute every raw row is in a rollup, and `roll(conn, lo, hi, path)`, which makes the
+    rollups of the minutes [lo, hi) anew from the raw rows."""
+
+    raw: str
+    key: str
+    roll: Callable[[sqlite3.Connection, float, float, str], None]
+
+
+def rolled_until(conn: sqlite3.Connection, path: str, kind: Rolls | None = None
+                 ) -> float | None:
+    """Meta `rolled_until` (or `kind`'s key): every raw row before it is in a rollup
+    (None: none is)."""
+    key = (kind or ENDPOINT_ROLLS).key
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
     if row is None:
         return None
     try:
         return float(row[0])
     except ValueError:
-        raise StoreCorrupt(f"{path}: meta rolled_until {row[0]!r} is not a time") from None
+        raise StoreCorrupt(f"{path}: meta {key} {row[0]!r} is not a time") from None
 
 
 def roll_up(conn: sqlite3.Connection, before: float, path: str,
-            most_s: float | None = None) -> None:
+            most_s: float | None = None, kind: Rolls | None = None) -> None:
     """Roll up the whole minutes before `before` not rolled up yet, oldest first, at most
     `most_s` of them (None: all), inside the caller's write transaction."""
-    end = _minute(before)
-    done = rolled_until(conn, path)
+    kind = kind or ENDPOINT_ROLLS
+    end = minute(before)
+    done = rolled_until(conn, path, kind)
     if done is None:
-        first = conn.execute(f"SELECT MIN(start) FROM {RAW}").fetchone()[0]
-        done = end if first is None else min(_minute(first), end)
+        first = conn.execute(f"SELECT MIN(start) FROM {kind.raw}").fetchone()[0]
+        done = end if first is None else min(minute(first), end)
     if most_s is not None:
         end = min(end, done + most_s)
     if end <= done:
         return
-    roll(conn, done, end, path)
-    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('rolled_until', ?)",
-                 (repr(end),))
+    kind.roll(conn, done, end, path)
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                 (kind.key, repr(end)))
 
 
-def reroll(conn: sqlite3.Connection, starts: Iterable[float], path: str) -> None:
+def reroll(conn: sqlite3.Connection, starts: Iterable[float], path: str,
+           kind: Rolls | None = None) -> None:
     """Roll up again the minutes of raw rows just written at `starts` that lie under
     `rolled_until` (a window written again late, a prune that cut a minute)."""
-    done = rolled_until(conn, path)
+    kind = kind or ENDPOINT_ROLLS
+    done = rolled_until(conn, path, kind)
     if done is None:
         return
-    for m in sorted({_minute(t) for t in starts if t < done}):
-        roll(conn, m, m + ROLLUP_S, path)
+    for m in sorted({minute(t) for t in starts if t < done}):
+        kind.roll(conn, m, m + ROLLUP_S, path)
 
 
 def roll(conn: sqlite3.Connection, lo: float, hi: float, path: str) -> None:
@@ -271,43 +298,48 @@ def roll(conn: sqlite3.Connection, lo: float, hi: float, path: str) -> None:
     conn.execute(f"DELETE FROM {ROLLUPS} WHERE start >= ? AND start < ?", (lo, hi))
     at = lo
     while at < hi:
-        to = min(at + _ROLL_S, hi)
+        to = min(at + ROLL_S, hi)
         args: list[float] = [at, to]
         rows, _ = strata_rows(conn, "start >= ? AND start < ?", args, ROLLUP_S, _V2,
                               rows=1 << 30)
         if len(rows):
             found = latency_blobs(conn, RAW, "start >= ? AND start < ?", args, ROLLUP_S)
-            blobs = _merged(rows, found, path) if found is not None else [b""] * len(rows)
+            keys = np.column_stack([rows[:, 0] // ROLLUP_S, rows[:, 1:4]]).astype(np.int64)
+            merged = (merged_records(keys, found, LATENCY, path, "endpoint windows")
+                      if found is not None else [b""] * len(rows))
             conn.executemany(
                 f"INSERT INTO {ROLLUPS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 ((t, *r, b) for t, r, b in zip(rows[:, 0].tolist(),
                                                rows[:, 1:].astype(np.int64).tolist(),
-                                               blobs, strict=True)))
+                                               merged, strict=True)))
         at = to
 
 
-def _merged(rows: npt.NDArray[np.float64],
-            found: tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]], path: str
-            ) -> list[bytes]:
-    """Per row of `rows` (`strata_rows` of one range, in minutes), its raw windows' latency
-    records (`latency_blobs` of the same range) merged per bucket, as a blob."""
+ENDPOINT_ROLLS = Rolls(RAW, "rolled_until", roll)
+
+
+def merged_records(key_rows: npt.NDArray[np.int64],
+                   found: tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]],
+                   record: np.dtype[Any], path: str, what: str) -> list[bytes]:
+    """Per row of `key_rows` (the rolled rows' integer keys, sorted), the records of its raw
+    rows (`blobs` of the same range, by the same keys) merged per id, as a blob."""
     blob, size, keys = found
-    if np.any(size % LATENCY.itemsize):
-        raise StoreCorrupt(f"{path}: roll up endpoint windows: malformed latency (sparse"
-                           " blob is not a whole number of records)")
-    rec = np.frombuffer(blob, dtype=LATENCY)
-    per = size // LATENCY.itemsize
-    # Each record's row of `rows`: the keys in dense ranks (`rows` is sorted by them, so
-    # their mixed-radix codes are increasing), then searched.
-    key_rows = np.column_stack([rows[:, 0] // ROLLUP_S, rows[:, 1:4]]).astype(np.int64)
-    codes = np.zeros(len(rows), dtype=np.int64)
+    if np.any(size % record.itemsize):
+        raise StoreCorrupt(f"{path}: roll up {what}: malformed blob (not a whole number of"
+                           " records)")
+    rec = np.frombuffer(blob, dtype=record)
+    per = size // record.itemsize
+    # Each record's row of `key_rows`: the keys in dense ranks (`key_rows` is sorted by them,
+    # so their mixed-radix codes are increasing), then searched.
+    codes = np.zeros(len(key_rows), dtype=np.int64)
     record_codes = np.zeros(len(keys), dtype=np.int64)
-    for j in range(4):
+    for j in range(key_rows.shape[1]):
         present = np.unique(key_rows[:, j])
         codes = codes * len(present) + np.searchsorted(present, key_rows[:, j])
         record_codes = record_codes * len(present) + np.searchsorted(present, keys[:, j])
     row = np.repeat(np.searchsorted(codes, record_codes), per)
-    # Summed per (row, bucket), in order; a count over a record's u8 split as the
+    count_max = int(np.iinfo(record["c"]).max)  # a larger merged count takes several records
+    # Summed per (row, id), in order; a count over a record's width split as the
     # store's writer splits it (`probes.measure.sparse.encode`).
     cell = row * (1 << 16) + rec["i"]
     order = np.argsort(cell, kind="stable")
@@ -317,12 +349,12 @@ def _merged(rows: npt.NDArray[np.float64],
     at = np.flatnonzero(new)
     total = np.add.reduceat(rec["c"][order].astype(np.int64), at)
     cell = cell[at]
-    parts = (total + _COUNT_MAX - 1) // _COUNT_MAX
+    parts = (total + count_max - 1) // count_max
     entry = np.repeat(np.arange(len(cell)), parts)
     k = np.arange(len(entry)) - np.repeat(np.cumsum(parts) - parts, parts)
-    out = np.empty(len(entry), dtype=LATENCY)
+    out = np.empty(len(entry), dtype=record)
     out["i"] = cell[entry] & 0xFFFF
-    out["c"] = np.minimum(_COUNT_MAX, total[entry] - _COUNT_MAX * k)
-    bounds = np.searchsorted(cell[entry] >> 16, np.arange(len(rows) + 1)) * LATENCY.itemsize
+    out["c"] = np.minimum(count_max, total[entry] - count_max * k)
+    bounds = np.searchsorted(cell[entry] >> 16, np.arange(len(key_rows) + 1)) * record.itemsize
     data = out.tobytes()
-    return [data[bounds[i]:bounds[i + 1]] for i in range(len(rows))]
+    return [data[bounds[i]:bounds[i + 1]] for i in range(len(key_rows))]

@@ -15,7 +15,9 @@ interned in `names`; outcome and reset counts and the latency histogram are blob
 fixed-width records (`probes.measure.sparse`), which `read_table` decodes a chunk at a time
 in numpy: 24 h x 50 paths x 2 cohorts of 10 s windows (864,000 rows, ~340 MB) loads in
 about 3 s into ~360 MB of arrays. `read_windows` builds `PathWindow`s (a 15 KB dense latency
-tuple each) and is for bounded ranges: ~40 µs a window.
+tuple each) and is for bounded ranges: ~40 µs a window. Schema v3 and v4 add the endpoint and
+path windows' per-minute rollups (`_strata`, `_path_rollups`): `path_rollup_keys` and
+`read_path_rollups` give a cold verdict the path windows' whole minutes pooled already.
 
 Errors: every sqlite3 error is mapped here to `StoreError` (full disk, locked, unreadable)
 or `StoreCorrupt` (not a database, malformed), with a one-line message naming the file.
@@ -42,6 +44,7 @@ from probes.errors import StoreCorrupt, StoreError
 from probes.measure.histogram import sparse_from_tuple
 from probes.measure.sparse import LATENCY, decode, decode_many, encode_latency_map, encode_map
 from probes.spec import DEFAULT_STORE_PATH
+from probes.store._path_rollups import PATH_ROLLS, PATH_ROLLUPS, TABLE_COLUMNS, keys
 from probes.store._schema import (
     ENDPOINT_V2_COLUMNS,
     SCHEMA_VERSION,
@@ -53,9 +56,12 @@ from probes.store._schema import (
 )
 from probes.store._strata import (
     CATCH_UP_S,
+    ENDPOINT_ROLLS,
+    ROLLUP_S,
     ROLLUPS,
     Range,
     latency_blobs,
+    minute,
     reroll,
     roll_up,
     rolled_until,
@@ -117,13 +123,15 @@ class Store:
     """
 
     def __init__(self, conn: sqlite3.Connection, path: str, readonly: bool,
-                 version: int = SCHEMA_VERSION, *, rollups: bool = True) -> None:
+                 version: int = SCHEMA_VERSION, *, rollups: bool = True,
+                 path_rollups: bool = True) -> None:
         self._conn = conn
         self._path = path
         self._readonly = readonly
         # Whether the endpoint windows' rollups exist (a v2 store or one whose rollups
         # were dropped, opened read-only, is read raw).
         self._rollups = rollups
+        self._path_rollups = path_rollups  # likewise the path windows' (schema v4)
         # A v1 store opened read-only is read as it is: its endpoint windows lack the v2
         # columns, which its reads then take as NULL.
         self._endpoint_v2 = ", ".join(
@@ -170,17 +178,19 @@ class Store:
                     create_schema(conn)
                 else:
                     version = check_schema(conn, p, tables)
-                    if not readonly and (version < SCHEMA_VERSION or ROLLUPS not in tables):
+                    if not readonly and (version < SCHEMA_VERSION
+                                         or not {ROLLUPS, PATH_ROLLUPS} <= tables):
                         migrate(conn, p)
                         version = SCHEMA_VERSION
-                        tables.add(ROLLUPS)
+                        tables |= {ROLLUPS, PATH_ROLLUPS}
                 if not readonly:
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
             conn.close()
             raise
-        return cls(conn, p, readonly, version, rollups=ROLLUPS in tables or not tables)
+        return cls(conn, p, readonly, version, rollups=ROLLUPS in tables or not tables,
+                   path_rollups=PATH_ROLLUPS in tables or not tables)
 
     @property
     def path(self) -> str:
@@ -259,9 +269,11 @@ class Store:
         """
         n = 0
         starts: set[float] = set()
+        path_starts: set[float] = set()
         with self._transaction("write windows") as conn:
             rows = []
             for w in path_windows:
+                path_starts.add(w.start)
                 rows.append((
                     w.start, self._intern(conn, "path", w.path),
                     self._intern(conn, "cohort", w.cohort), w.length, w.requests, w.successes,
@@ -287,19 +299,23 @@ class Store:
                 " cohort_id, requests, errors, attempts_sum, attempts_count, latency)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", endpoint_rows())
             reroll(conn, starts, self._path)
+            reroll(conn, path_starts, self._path, PATH_ROLLS)
             if roll_before is not None:
                 roll_up(conn, roll_before, self._path, most_s=CATCH_UP_S)
+                roll_up(conn, roll_before, self._path, most_s=CATCH_UP_S, kind=PATH_ROLLS)
         return n
 
     def roll_up(self, before: float | None = None) -> None:
-        """Roll up the endpoint windows' whole minutes before `before` (default: the newest
-        window's minute) at once, in one transaction: what the writer catches up on a few
-        minutes a write (a store prepared ahead of its first cold verdict)."""
+        """Roll up the endpoint and path windows' whole minutes before `before` (default:
+        each table's newest window's minute) at once, in one transaction: what the writer
+        catches up on a few minutes a write (a store prepared ahead of its first cold
+        verdict)."""
         with self._transaction("roll up windows") as conn:
-            if before is None:
-                before = conn.execute("SELECT MAX(start) FROM endpoint_windows").fetchone()[0]
-            if before is not None:
-                roll_up(conn, before, self._path)
+            for kind in (ENDPOINT_ROLLS, PATH_ROLLS):
+                until = before if before is not None else conn.execute(
+                    f"SELECT MAX(start) FROM {kind.raw}").fetchone()[0]
+                if until is not None:
+                    roll_up(conn, until, self._path, kind=kind)
 
     def _endpoint_id(self, conn: sqlite3.Connection, name: str, labels: Any) -> int:
         # By the labels object first: an endpoint's windows share its labels mapping, and
@@ -362,6 +378,8 @@ class Store:
             conn.execute("DELETE FROM endpoint_windows WHERE start < ?", (before,))
             conn.execute(f"DELETE FROM {ROLLUPS} WHERE start < ?", (before,))
             reroll(conn, [before], self._path)  # the minute `before` cuts, if it does
+            conn.execute(f"DELETE FROM {PATH_ROLLUPS} WHERE start < ?", (before,))
+            reroll(conn, [before], self._path, PATH_ROLLS)
             conn.execute("DELETE FROM events WHERE at < ?", (before,))
             row = conn.execute(
                 "SELECT MAX(at) FROM inventory_snapshots WHERE at <= ?", (before,)
@@ -411,31 +429,71 @@ class Store:
     ) -> WindowTable:
         """Path windows with start in [since, until) as numpy columns: the bulk read."""
         where, args = self._where(since, until, paths, cohorts)
-        names = dict(self._read("read names", "SELECT id, name FROM names"))
-        sizes = ", ".join(f"COALESCE(SUM(LENGTH({c})), 0)" for c in TableBuilder.blob_columns())
-        select = (
-            f"SELECT {', '.join(TableBuilder.COLUMNS)} FROM path_windows WHERE {where}"
-            " ORDER BY start, path_id, cohort_id"
-        )
-        with self._lock, mapped(self._path, "read windows"):
+        with self._read_transaction("read windows") as conn:
+            return self._table(conn, "path_windows", TableBuilder.COLUMNS, where, args)
+
+    @contextmanager
+    def _read_transaction(self, action: str) -> Iterator[sqlite3.Connection]:
+        """One read transaction: what is counted first is what is then fetched."""
+        with self._lock, mapped(self._path, action):
             conn = self._conn
-            # One read transaction: the sizes counted first are the sizes then fetched.
             conn.execute("BEGIN")
             try:
-                counted = conn.execute(
-                    f"SELECT COUNT(*), {sizes} FROM path_windows WHERE {where}", args
-                ).fetchone()
-                builder = TableBuilder(names, int(counted[0]), [int(x) for x in counted[1:]])
-                cur = conn.execute(select, args)
-                while rows := cur.fetchmany(_CHUNK):
-                    builder.add_rows(rows)
-                table = builder.build()
-            except (ValueError, KeyError) as exc:
-                raise StoreCorrupt(f"{self._path}: read windows: malformed row ({exc})") from exc
+                yield conn
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")  # a read: nothing to keep
-        return table
+
+    def _table(self, conn: sqlite3.Connection, table: str, select: Sequence[str], where: str,
+               args: list[Any]) -> WindowTable:
+        """The rows of `table` of `where` (by start, path and cohort id) as a `WindowTable`,
+        `select` naming its columns as `TableBuilder.COLUMNS` reads them."""
+        names = dict(conn.execute("SELECT id, name FROM names").fetchall())
+        sizes = ", ".join(f"COALESCE(SUM(LENGTH({c})), 0)" for c in TableBuilder.blob_columns())
+        try:
+            counted = conn.execute(
+                f"SELECT COUNT(*), {sizes} FROM {table} WHERE {where}", args).fetchone()
+            builder = TableBuilder(names, int(counted[0]), [int(x) for x in counted[1:]])
+            cur = conn.execute(f"SELECT {', '.join(select)} FROM {table} WHERE {where}"
+                               " ORDER BY start, path_id, cohort_id", args)
+            while rows := cur.fetchmany(_CHUNK):
+                builder.add_rows(rows)
+            return builder.build()
+        except (ValueError, KeyError) as exc:
+            raise StoreCorrupt(f"{self._path}: read windows: malformed row ({exc})") from exc
+
+    def path_rollup_keys(
+        self, since: float | None, until: float | None, paths: Iterable[str] | None = None,
+        cohorts: Iterable[str] | None = None,
+    ) -> tuple[float, float, dict[str, npt.NDArray[np.float64]], dict[int, str]] | None:
+        """The whole minutes [lo, hi) of [since, until) that the path windows' rollups hold
+        (schema v4, `probes.store._path_rollups`), their rows' `KEYS` (one row each) and
+        the names of their ids; None when they hold none of it (read it raw)."""
+        if not self._path_rollups:
+            return None
+        where, args = self._where(since, until, paths, cohorts)
+        with self._read_transaction("read path rollups") as conn:
+            done = rolled_until(conn, self._path, PATH_ROLLS)
+            if done is None:
+                return None
+            # No lower bound (-inf: the cache before a rollout) stays none.
+            lo = math.ceil(args[0] / ROLLUP_S) * ROLLUP_S if math.isfinite(args[0]) else args[0]
+            hi = minute(min(args[1], done))
+            if not lo < hi:
+                return None
+            names = dict(conn.execute("SELECT id, name FROM names").fetchall())
+            return lo, hi, keys(conn, where, within(args, lo, hi)), names
+
+    def read_path_rollups(
+        self, since: float, until: float, paths: Iterable[str] | None = None,
+        cohorts: Iterable[str] | None = None,
+    ) -> WindowTable:
+        """The path rollups of the minutes [since, until) as pooled rows, one a minute, path
+        and cohort (each row's start and length its newest window's), in the order of
+        `path_rollup_keys`' rows."""
+        where, args = self._where(since, until, paths, cohorts)
+        with self._read_transaction("read path rollups") as conn:
+            return self._table(conn, PATH_ROLLUPS, TABLE_COLUMNS, where, args)
 
     def read_windows(
         self,

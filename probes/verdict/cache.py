@@ -40,8 +40,6 @@ the endpoint windows are then read from the store, as before.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import itertools
 import math
 import os
 import threading
@@ -56,14 +54,15 @@ import numpy.typing as npt
 
 from probes.measure.histogram import BUCKET_COUNT
 from probes.stats.pods import PodGrid, TrackMemo
-from probes.stats.series import columns, overlapping
+from probes.stats.series import overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
 from probes.store.sqlite import stratum_index
 from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
 from probes.verdict.grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
+from probes.verdict.pooling import StalePool, check, pool, pooled_windows
 
-__all__ = ["POOL_ROWS", "REREAD_S", "CachedSource", "VerdictCache", "pooled_windows"]
+__all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
 
 F64 = npt.NDArray[np.float64]
 # The aggregator re-writes a window while it retains it (60 s after its end, plus 5 s of
@@ -71,10 +70,6 @@ F64 = npt.NDArray[np.float64]
 REREAD_S = 130.0
 # Queries whose pod-level sums are kept at once (a metric of each counts once).
 _MEMOS = 8
-
-
-class _Stale(Exception):
-    """A pooled row no longer holds: read the store afresh."""
 
 
 @dataclass(slots=True)
@@ -131,135 +126,6 @@ def _select(cols: Any, until: float | None, paths: Iterable[str] | None,
     if until is not None:
         m &= cols.start < until
     return cols if m.all() else take(cols, m)
-
-
-def _after(t: float) -> float:
-    return float(np.nextafter(t, math.inf))
-
-
-def _cuts(table: WindowTable, seal: float, spans: Sequence[tuple[float, float]],
-          rows: npt.NDArray[np.bool_] | None = None) -> dict[str, F64]:
-    """Per path name, the times at which a pooled stretch must end (module docstring),
-    from the rows of `table` (those in `rows`, if given)."""
-    out: dict[str, F64] = {}
-    touch = overlapping(table.start, table.length, spans)
-    if rows is not None:
-        touch &= rows
-    for p in np.unique(table.path if rows is None else table.path[rows]):
-        on = table.path == p
-        if rows is not None:
-            on &= rows
-        start, cohort = table.start[on], table.cohort[on]
-        cut = [*table.start[on & touch], *map(_after, table.start[on & touch])]
-        per = {c: np.unique(start[cohort == c]) for c in np.unique(cohort)}
-        cut += [_after(s[-1]) for s in per.values() if s[-1] < seal]
-        for a, b in itertools.combinations(per.values(), 2):
-            common = np.intersect1d(a, b, assume_unique=True)
-            if common.size:
-                cut += [float(common[0]), _after(float(common[0]))]
-        out[table.paths[int(p)]] = np.unique(np.asarray(cut, dtype=np.float64))
-    return out
-
-
-def _check(sealed: WindowTable, first: F64, spans: Sequence[tuple[float, float]]) -> None:
-    """_Stale when an overload span reaches into a row that pools several windows."""
-    several = first < sealed.start
-    if several.any() and spans:
-        ends = sealed.start + sealed.length
-        if (overlapping(first, ends - first, spans) & several).any():
-            raise _Stale
-
-
-def _pool(sealed: WindowTable, first: F64, moving: WindowTable, tail: WindowTable | None,
-          seal: float, spans: Sequence[tuple[float, float]],
-          cuts: dict[str, F64] | None = None) -> tuple[WindowTable, F64]:
-    """`sealed` (pooled rows) and `moving` (stored rows now before `seal`) pooled anew, at
-    `cuts` if given (`pooled_windows`: placed from every row), else from these and `tail`."""
-    moving = take(moving, columns(moving).has_data)
-    rows = concat(sealed, moving)
-    firsts = np.concatenate([first, moving.start])
-    if not len(rows.start):
-        return rows, firsts
-    if cuts is None:
-        assert tail is not None
-        cuts = _cuts(concat(rows, take(tail, columns(tail).has_data)), seal, spans)
-    pooled = np.arange(len(rows.start)) < len(sealed.start)
-    several = pooled & (firsts < rows.start)
-    code = {name: i for i, name in enumerate(rows.paths)}
-    if several.any():
-        hit = np.zeros(len(rows.start), dtype=bool)
-        for p, cut in cuts.items():
-            on = several & (rows.path == code.get(p, -1))
-            hit |= on & (np.searchsorted(cut, firsts, "right")
-                         != np.searchsorted(cut, rows.start, "right"))
-        if hit.any():
-            raise _Stale
-    stretch = np.zeros(len(rows.start), dtype=np.int64)
-    for p, cut in cuts.items():
-        on = rows.path == code.get(p, -1)
-        stretch[on] = np.searchsorted(cut, rows.start[on], "right")
-    key = (rows.path.astype(np.int64) * len(rows.cohorts) + rows.cohort) * (
-        int(stretch.max()) + 1) + stretch
-    uniq, group = np.unique(key, return_inverse=True)
-    low = np.full(uniq.size, np.inf)
-    np.minimum.at(low, group, firsts)
-    return reduce(rows, group, uniq.size), low
-
-
-# Stored path windows pooled at once by `pooled_windows`: their latency entries (~50 a
-# window) are most of a day's table, so a range of this many rows holds tens of MB.
-POOL_ROWS = 65_536
-
-
-def pooled_windows(store: Store, since: float | None, seal: float,
-                   spans: Sequence[tuple[float, float]], *, until: float | None = None,
-                   paths: Iterable[str] | None = None, cohorts: Iterable[str] | None = None,
-                   tail: WindowTable | None = None) -> tuple[WindowTable, F64, WindowTable, F64]:
-    """The path windows of [since, until) with data that start before `seal`, pooled as
-    the module docstring says (`tail`: the rows from `seal` on, which place cuts too),
-    with each pooled row's first start; the stored rows without data (no call was made:
-    nothing to pool), and every stored row's length.
-
-    Read and pooled a range of about `POOL_ROWS` rows at a time (a day's table held
-    whole, and the copies made of it, were most of a cold verdict's memory: BENCHMARKS.md
-    D23): each range at its own cuts, which include every cut of the whole span (a
-    window the spans touch, the first window two cohorts share, a cut after each
-    cohort's last window: within its range, it is its last there), then the ranges'
-    rows pooled again at the whole span's cuts, read from them: a pooled row's start is
-    its newest window, so their starts still show each cohort's last window and the
-    first window two cohorts share."""
-    hi = seal if until is None else min(seal, until)
-    span = store.window_span(since, hi, paths, cohorts)
-    parts: list[WindowTable] = []
-    empty: list[WindowTable] = []
-    firsts: list[F64] = []
-    lengths: list[F64] = []
-    if span is not None:
-        lo, last, stored = span
-        step = max((last - lo) * POOL_ROWS / stored, 1e-3)
-        while lo <= last:
-            part = store.read_table(lo, min(lo + step, _after(last)), paths, cohorts)
-            lo += step
-            data = columns(part).has_data
-            lengths.append(part.length)
-            empty.append(take(part, ~data))
-            if data.any():
-                none = take(part, np.zeros(len(part.start), dtype=bool))
-                pooled, first = _pool(none, np.zeros(0), part, None, math.inf, spans,
-                                      _cuts(part, math.inf, spans, data))
-                parts.append(pooled)
-                firsts.append(first)
-    if not parts:
-        table = (functools.reduce(concat, empty) if empty
-                 else store.read_table(since, hi, paths, cohorts))
-        return (take(table, np.zeros(len(table.start), dtype=bool)), np.zeros(0), table,
-                table.length)
-    rows: WindowTable = functools.reduce(concat, parts)
-    whole = rows if tail is None else concat(rows, take(tail, columns(tail).has_data))
-    none = take(rows, np.zeros(len(rows.start), dtype=bool))
-    sealed, first = _pool(rows, np.concatenate(firsts), none, None, seal, spans,
-                          _cuts(whole, seal, spans))
-    return sealed, first, functools.reduce(concat, empty), np.concatenate(lengths)
 
 
 def _strata(raw: EndpointColumns, stratum_s: float | None) -> EndpointColumns:
@@ -348,23 +214,25 @@ def _recoded(r: EndpointLatency, own: tuple[Sequence[str], ...],
 _DENSE_MAX = 1 << 24
 
 
-def _unique_ints(x: npt.NDArray[np.int64], size: int
+def _unique_ints(x: npt.NDArray[np.int64], size: int, *, first: bool = True
                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """`np.unique(x, return_index=True, return_inverse=True)` of integers in [0, `size`),
     by a table of `size` instead of a sort: a restarted probe pools tens of millions of
-    latency records, and their sorts were half its first verdict's CPU."""
+    latency records, and their sorts were half its first verdict's CPU. Without `first`,
+    the indices returned are empty (finding them is a third of the work)."""
     if size > _DENSE_MAX or not len(x):
-        uniq, first, inverse = np.unique(x, return_index=True, return_inverse=True)
-        return uniq, first, inverse.ravel()
+        uniq, at, inverse = np.unique(x, return_index=True, return_inverse=True)
+        return uniq, at, inverse.ravel()
     present = np.zeros(size, dtype=bool)
     present[x] = True
     uniq = np.flatnonzero(present)
     lut = np.zeros(size, dtype=np.int32)
     lut[uniq] = np.arange(len(uniq), dtype=np.int32)
     inverse = lut[x].astype(np.int64)
-    first = np.full(len(uniq), len(x), dtype=np.int64)
-    np.minimum.at(first, inverse, np.arange(len(x), dtype=np.int64))
-    return uniq.astype(np.int64), first, inverse
+    at = np.full(len(uniq) if first else 0, len(x), dtype=np.int64)
+    if first:
+        np.minimum.at(at, inverse, np.arange(len(x), dtype=np.int64))
+    return uniq.astype(np.int64), at, inverse
 
 
 def _unique_floats(x: F64, times: F64) -> tuple[F64, npt.NDArray[np.int64]]:
@@ -405,9 +273,18 @@ class _PooledLatency:
         self._key_rows = np.zeros(0, dtype=np.int64)
         self.pooled = EndpointLatency.empty()
         self.pooled_first: F64 = np.zeros(0)
-        self.loose = EndpointLatency.empty()
+        self._loose: list[EndpointLatency] = []  # joined when read (`loose`)
         self.spans: frozenset[tuple[float, float]] = frozenset()
         self.generation = 0  # bumped by every `add`
+
+    @property
+    def loose(self) -> EndpointLatency:
+        """The records not pooled, as stored: joined once when read, not at every `add`
+        (a day's cold read adds a chunk at a time)."""
+        if len(self._loose) != 1:
+            self._loose = [EndpointLatency.joined(self._loose) if self._loose
+                           else EndpointLatency.empty()]
+        return self._loose[0]
 
     @property
     def names(self) -> tuple[list[str], list[str], list[str]]:
@@ -450,7 +327,8 @@ class _PooledLatency:
         # Each pod's first stratum looked up once per pod, not once per record (a day's
         # cold read is tens of millions of records).
         sizes = [len(w) for w in self._where]
-        pods, _, which = _unique_ints((p * sizes[1] + e) * sizes[2] + c, math.prod(sizes))
+        pods, _, which = _unique_ints((p * sizes[1] + e) * sizes[2] + c, math.prod(sizes),
+                                      first=False)
         seen = np.array([self._first_seen.get(
             (x // sizes[2] // sizes[1], x // sizes[2] % sizes[1], x % sizes[2]), -math.inf)
             for x in pods.tolist()], dtype=np.float64)[which]
@@ -458,7 +336,7 @@ class _PooledLatency:
         settled = ((start > began + self._warmup + self._MARGIN)
                    & (start > self._origin + self._warmup + self._MARGIN)
                    & ~overlapping(start, length_s, spans))
-        self.loose = _join_latency(self.loose, _records(rec, ~settled))
+        self._loose.append(_records(rec, ~settled))
         s = np.flatnonzero(settled)
         if not s.size:
             return
@@ -466,7 +344,7 @@ class _PooledLatency:
         # Each record's pod (codes and start time) named once per distinct pod, not per record.
         times, when = _unique_floats(started, self._row_starts)
         pod = ((p[s] * sizes[1] + e[s]) * sizes[2] + c[s]) * len(times) + when
-        pods, _, which = _unique_ints(pod, math.prod(sizes) * len(times))
+        pods, _, which = _unique_ints(pod, math.prod(sizes) * len(times), first=False)
         ids = np.array([self._pod_id.setdefault(
             (int(x // len(times) // sizes[2] // sizes[1]), int(x // len(times) // sizes[2]
                                                                % sizes[1]),
@@ -502,7 +380,10 @@ class _PooledLatency:
             self.pooled_first = np.concatenate([self.pooled_first,
                                                 np.full(len(fresh), math.inf)])
         assert len(self.pooled) == grown + len(fresh) == len(self._keys)
-        np.add.at(self.pooled.count, rows, rec.count[s].astype(np.int64))
+        # Float sums of counts are exact below 2**53; a bincount, not a ufunc.at.
+        self.pooled.count[:] += np.rint(np.bincount(rows, weights=rec.count[s],
+                                                    minlength=len(self.pooled))
+                                        ).astype(np.int64)
         np.maximum.at(self.pooled.start, rows, start[s])
         np.minimum.at(self.pooled_first, rows, start[s])
 
@@ -624,7 +505,7 @@ class VerdictCache:
             return _Windows(w.since, w.sealed, w.first, fresh, w.seal)
         old = fresh.start < seal
         tail = take(fresh, ~old)
-        sealed, first = _pool(w.sealed, w.first, take(fresh, old), tail, seal, spans)
+        sealed, first = pool(w.sealed, w.first, take(fresh, old), tail, seal, spans)
         return _Windows(w.since, sealed, first, tail, seal)
 
     def windows(self, store: Store, since: float, spans: Sequence[tuple[float, float]],
@@ -634,9 +515,9 @@ class VerdictCache:
             if w is None or w.since != since:
                 w = self._build_windows(store, since, spans)
             elif refresh:
-                _check(w.sealed, w.first, spans)
+                check(w.sealed, w.first, spans)
                 w = self._refresh_windows(store, w, spans)
-        except _Stale:
+        except StalePool:
             w = self._build_windows(store, since, spans)
         self._windows = w
         return w

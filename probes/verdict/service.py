@@ -24,8 +24,8 @@ from probes.stats.pods import PodGrid, read_pod_grids
 from probes.store import Store
 from probes.store.columns import concat
 from probes.store.table import WindowTable
-from probes.verdict.cache import pooled_windows
 from probes.verdict.judge import judge
+from probes.verdict.pooling import pooled_windows
 from probes.verdict.rules import State
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def compute_verdict(
 
 class _PooledStore:
     """The store as a cold verdict reads it: the path windows pooled a range at a time to
-    what the verdict needs (`cache.pooled_windows`, the cuts `exclude` asks for),
+    what the verdict needs (`pooling.pooled_windows`, the cuts `exclude` asks for),
     not a day's table held whole; everything else read from the store as it is."""
 
     def __init__(self, store: Store, exclude: Sequence[tuple[float, float]]) -> None:

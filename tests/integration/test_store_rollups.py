@@ -1,8 +1,10 @@
-"""The endpoint windows' 60 s rollups (schema v3, `probes.store._strata`): each holds its
-minute's windows summed, latency merged per bucket; the writer rolls minutes past its
-horizon, a window written again under them re-rolls its minute, a prune deletes them with
-the rows, a v2 store is migrated when opened for writing (read raw read-only) and rolled up
-by the writer a few minutes a write, and a damaged rollup is refused in one line.
+"""The endpoint windows' 60 s rollups (schema v3, `probes.store._strata`) and the path
+windows' (v4, `probes.store._path_rollups`): each holds its minute's windows summed, records
+merged per id; the writer rolls minutes past its horizon, a window written again under them
+re-rolls its minute, a prune deletes them with the rows, an older store is migrated when
+opened for writing (read raw read-only) and rolled up by the writer a few minutes a write,
+and a damaged rollup is refused in one line. The path windows a verdict pools from them
+(`probes.verdict.pooling`) are those it pools from the raw windows.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +24,11 @@ import pytest
 
 from probes._parsing import rfc3339
 from probes.errors import StoreCorrupt
-from probes.store import Store
+from probes.store import SCHEMA_VERSION, Store
 from probes.store._strata import CATCH_UP_S
-from probes.types import EndpointWindow
+from probes.store.columns import concat
+from probes.types import EndpointWindow, PathWindow
+from probes.verdict.pooling import pooled_windows
 from tests.unit.test_verdict_cache import NEW, OLD, T0, W, windows_at
 
 WINDOWS = 60  # ten minutes from 20 s past a minute
@@ -47,13 +52,14 @@ def _written(db: Path, *, roll: bool = True, windows: int = WINDOWS) -> None:
                         roll_before=T0 + k * W - HORIZON_S if roll else None)
 
 
-def _dropped(db: Path, to: Path) -> Path:
-    """A copy of `db` without its rollups: read raw."""
+def _dropped(db: Path, to: Path, table: str = "endpoint_rollups",
+             key: str = "rolled_until") -> Path:
+    """A copy of `db` without the rollups of `table` (meta `key` their bound): read raw."""
     shutil.copy(db, to)
     conn = sqlite3.connect(to)
     with conn:
-        conn.execute("DELETE FROM endpoint_rollups")
-        conn.execute("DELETE FROM meta WHERE key = 'rolled_until'")
+        conn.execute(f"DELETE FROM {table}")
+        conn.execute("DELETE FROM meta WHERE key = ?", (key,))
     conn.close()
     return to
 
@@ -100,13 +106,19 @@ def test_the_writer_rolls_up_minutes_past_its_horizon(tmp_path: Path) -> None:
     assert 1200 in {v for k, v in whole.items() if k[4] == 500}
 
 
+def _retried(store: Store) -> list[PathWindow]:
+    """Window 3 written again long after (a retry), with more calls; its path windows."""
+    paths, cells = windows_at(3, np.random.default_rng(9), bump=11)
+    store.write(paths, cells, roll_before=T0 + (WINDOWS - 1) * W - HORIZON_S)
+    return paths
+
+
 def test_a_window_written_again_under_the_rollups_rolls_its_minute_again(
         tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     _written(db)
-    with Store.open(db) as store:  # a retry of window 3, long after, with more calls
-        paths, cells = windows_at(3, np.random.default_rng(9), bump=11)
-        store.write(paths, cells, roll_before=T0 + (WINDOWS - 1) * W - HORIZON_S)
+    with Store.open(db) as store:
+        _retried(store)
         # A second writer of the same file, one transaction each, keeps them true too.
         with Store.open(db) as other:
             other.write([], [dataclasses.replace(_hot(4), requests=999)])
@@ -149,16 +161,23 @@ def test_a_v2_store_is_migrated_at_once_and_rolled_up_a_few_minutes_a_write(
     before = _strata(db)  # read-only: read raw, as it is
     assert _meta(db, "schema_version")[0] == "2"
     Store.open(db).close()  # writable: migrated, nothing rolled up yet
-    assert _meta(db, "schema_version")[0] == "3"
+    assert _meta(db, "schema_version")[0] == str(SCHEMA_VERSION)
     assert _meta(db, "rolled_until") == (None, (0, None, None))
     assert _strata(db) == before
+    _caught_up(db, lambda: float(_meta(db, "rolled_until")[0]), lambda: _strata(db), before)
+
+
+def _caught_up(db: Path, mark: Callable[[], float], read: Callable[[], Any], before: Any
+               ) -> None:
+    """Writes that catch up `CATCH_UP_S` of the old windows each, oldest first, to the
+    newest window's minute (`mark()` their bound), each read (`read()`) as `before`."""
     newest_minute = math.floor((T0 + (WINDOWS - 1) * W) / 60) * 60
-    marks = []
+    marks: list[float] = []
     with Store.open(db) as store:
         while not marks or marks[-1] < newest_minute:
             store.write([], [], roll_before=T0 + (WINDOWS - 1) * W)
-            marks.append(float(_meta(db, "rolled_until")[0]))
-            assert _strata(db) == before, marks
+            marks.append(mark())
+            assert read() == before, marks
             assert len(marks) <= WINDOWS, marks  # a bound against a loop that never ends
     steps = np.diff([math.floor(T0 / 60) * 60, *marks])
     assert (steps <= CATCH_UP_S).all() and (steps[:-1] == CATCH_UP_S).all(), marks
@@ -179,18 +198,24 @@ def test_a_store_rolled_up_at_once_reads_as_raw(tmp_path: Path) -> None:
     assert _meta(db, "rolled_until")[1][0] == n
 
 
+def _refused(db: Path, table: str, read: Callable[[], Any]) -> str:
+    """What `read()` says, in one line naming the file, of a rollup of `table` whose
+    latency is not a whole number of records."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(f"UPDATE {table} SET latency = x'0102' WHERE start ="
+                     f" (SELECT MIN(start) + 60 FROM {table})")
+    conn.close()
+    with pytest.raises(StoreCorrupt) as err:
+        read()
+    assert "\n" not in str(err.value) and str(db) in str(err.value)
+    return str(err.value)
+
+
 def test_a_damaged_rollup_is_refused_in_one_line(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     _written(db)
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute("UPDATE endpoint_rollups SET latency = x'0102' WHERE start ="
-                     " (SELECT MIN(start) + 60 FROM endpoint_rollups)")
-    conn.close()
-    with pytest.raises(StoreCorrupt) as err:
-        _strata(db)
-    assert "\n" not in str(err.value) and str(db) in str(err.value)
-    assert "malformed latency" in str(err.value)
+    assert "malformed latency" in _refused(db, "endpoint_rollups", lambda: _strata(db))
     conn = sqlite3.connect(db)
     with conn:
         conn.execute("UPDATE meta SET value = 'soon' WHERE key = 'rolled_until'")
@@ -222,3 +247,143 @@ def test_the_command_says_a_damaged_rollup_in_one_line_and_exits_4(tmp_path: Pat
     assert done.returncode == 4, (done.stdout, done.stderr)
     [line] = done.stderr.strip().splitlines()
     assert str(db) in line and "malformed latency" in line, line
+
+
+# --- the path windows' rollups --------------------------------------------------------------
+
+def _odd(k: int) -> list[PathWindow]:
+    """Windows that keep their minute raw: one without calls (window 33), one shorter
+    (window 27)."""
+    t = T0 + k * W
+    if k == 33:
+        return [PathWindow(start=t, length=W, path="checkout", cohort=OLD, outcomes={},
+                           latency=(0,) * len(windows_at(0, np.random.default_rng(0))[0][0]
+                                              .latency))]
+    if k == 27:
+        paths, _ = windows_at(k, np.random.default_rng(k))
+        return [dataclasses.replace(paths[-1], length=W / 2)]
+    return []
+
+
+def _gone(k: int, w: PathWindow) -> bool:
+    """The canary misses the last window of its first minute (the first window both
+    cohorts share is then inside a minute whose newest windows differ), and that of
+    `search` stops in the middle of a minute (after window 42) while the baseline goes on."""
+    return w.cohort == NEW and (k == 15 or (w.path == "search" and k > 42))
+
+
+def _written_paths(db: Path, windows: int = WINDOWS, *, roll: bool = True) -> None:
+    rng = np.random.default_rng(5)
+    with Store.open(db) as store:
+        for k in range(windows):
+            paths, cells = windows_at(k, rng)
+            odd = {(w.path, w.cohort): w for w in _odd(k)}
+            paths = [odd.pop((w.path, w.cohort), w) for w in paths if not _gone(k, w)]
+            store.write([*paths, *odd.values()], cells,
+                        roll_before=T0 + k * W - HORIZON_S if roll else None)
+
+
+def _raw_paths(db: Path, to: Path) -> Path:
+    """A copy of `db` without its path rollups: read raw."""
+    return _dropped(db, to, "path_rollups", "paths_rolled_until")
+
+
+def _pooled(db: Path, since: float | None = T0,
+            spans: tuple[tuple[float, float], ...] = ()) -> dict[str, Any]:
+    """Every column of the path windows a cold verdict pools, their first starts and the
+    stored windows' lengths."""
+    with Store.open(db, readonly=True) as store:
+        sealed, first, empty, lengths = pooled_windows(store, since, math.inf, spans)
+    table = concat(sealed, empty)
+    out = {f.name: getattr(table, f.name) for f in dataclasses.fields(table)}
+    return {**{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in out.items()},
+            "first": first.tolist(), "lengths": sorted(lengths.tolist())}
+
+
+def _path_meta(db: Path) -> tuple[str | None, int, int]:
+    """Meta `paths_rolled_until`, the path rollups and how many of them are regular."""
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'paths_rolled_until'").fetchone()
+        n, regular = conn.execute("SELECT COUNT(*), TOTAL(regular) FROM path_rollups").fetchone()
+    finally:
+        conn.close()
+    return (None if row is None else row[0]), int(n), int(regular)
+
+
+# Comparisons from T0, from inside a minute and from no start at all (a cohort alone,
+# before a rollout: the cache pools from -inf), with overload spans that touch windows in
+# the middle of minutes, and one that spans a minute and a half.
+POOLED = [(T0, ()), (T0 + 95.0, ()), (-math.inf, ()), (None, ()),
+          (T0, ((T0 + 101.0, T0 + 117.0),)),
+          (T0 + 33.0, ((T0 + 150.0, T0 + 240.0), (T0 + 401.0, T0 + 402.0)))]
+
+
+def test_path_windows_pooled_from_rollups_are_those_pooled_from_raw_windows(
+        tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    _written_paths(db)
+    rolled, n, regular = _path_meta(db)
+    newest = T0 + (WINDOWS - 1) * W
+    assert rolled is not None and float(rolled) == math.floor((newest - HORIZON_S) / 60) * 60
+    assert n > regular > 0  # the minutes of windows 33 and 27 are not regular
+    raw = _raw_paths(db, tmp_path / "raw.db")
+    for since, spans in POOLED:
+        assert _pooled(db, since, spans) == _pooled(raw, since, spans), (since, spans)
+    pooled = _pooled(db)
+    assert len(pooled["start"]) < WINDOWS and W / 2 in pooled["lengths"]
+    # The rollups were read: changing them changes what is pooled.
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE path_rollups SET churn = churn + 1")
+    conn.close()
+    assert _pooled(db) != pooled
+
+
+def test_a_path_window_written_again_under_the_rollups_rolls_its_minute_again(
+        tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    _written_paths(db)
+    with Store.open(db) as store:
+        paths = _retried(store)
+    raw = _raw_paths(db, tmp_path / "raw.db")
+    assert _pooled(db) == _pooled(raw)
+    with Store.open(raw, readonly=True) as store:
+        retried = store.read_table(T0 + 3 * W, T0 + 4 * W)
+    assert retried.requests.sum() == sum(w.requests for w in paths)
+
+
+def test_a_prune_deletes_path_rollups_with_their_rows(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    _written_paths(db)
+    with Store.open(db) as store:
+        store.prune(T0 + 25 * W + 5)  # inside a minute: its rollup is made anew
+    conn = sqlite3.connect(db)
+    first = conn.execute("SELECT MIN(start), MIN(first) FROM path_rollups").fetchone()
+    conn.close()
+    assert first == (math.floor((T0 + 25 * W + 5) / 60) * 60, T0 + 26 * W)
+    raw = _raw_paths(db, tmp_path / "raw.db")
+    assert _pooled(db) == _pooled(raw)
+
+
+def test_a_v3_store_gets_path_rollups_and_the_writer_catches_up(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    _written_paths(db, roll=False)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("DROP TABLE path_rollups")
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        conn.execute("PRAGMA user_version = 3")
+    conn.close()
+    before = _pooled(db)  # read-only: read raw, as it is
+    Store.open(db).close()  # writable: migrated, nothing rolled up yet
+    assert _meta(db, "schema_version")[0] == str(SCHEMA_VERSION)
+    assert _path_meta(db) == (None, 0, 0)
+    assert _pooled(db) == before
+    _caught_up(db, lambda: float(_path_meta(db)[0] or "nan"), lambda: _pooled(db), before)
+
+
+def test_a_damaged_path_rollup_is_refused_in_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    _written_paths(db)
+    assert "malformed" in _refused(db, "path_rollups", lambda: _pooled(db))

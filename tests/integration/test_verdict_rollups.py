@@ -1,10 +1,12 @@
 """A cold verdict reads whole minutes of endpoint windows from the store's 60 s rollups
-(schema v3) and the rest raw: the verdict is the one the raw windows give, byte for byte.
+(schema v3), whole minutes of path windows from theirs (v4), and the rest raw: the verdict
+is the one the raw windows give, byte for byte.
 
 One store, written as the probe writes it (a window at a time, minutes rolled up past the
 rewrite horizon): pods moving to the canary one by one, a pod joining, a pod restarted
 under its own name, a window written again under the rolled minutes (a retry), and two
-overload spans of late sends. Judged as written and with its rollups dropped or emptied,
+overload spans of late sends. Judged as written and with its rollups dropped or emptied
+(and with each kind of rollup tampered with, to show it was read),
 at several `--at`, warm-ups, origins and both cohort orders, in strata (`MAX_STRATA`
 patched low), by `skewprobe verdict --store` and by a restarted probe's first verdict.
 """
@@ -67,16 +69,19 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             Event(OVERLOAD_EVENT, T0 + 104 * W, detail={"reason": "late"}),
             Event(OVERLOAD_EVENT, T0 + 125 * W, detail={"reason": None})])
     out = {"written": db}
-    for name, sql in (("dropped", "DROP TABLE endpoint_rollups"),
-                      ("emptied", "DELETE FROM endpoint_rollups"),
-                      ("tampered", "UPDATE endpoint_rollups SET errors = errors + 1")):
+    for name, sql in (
+            ("dropped", "DROP TABLE endpoint_rollups; DROP TABLE path_rollups"),
+            ("emptied", "DELETE FROM endpoint_rollups; DELETE FROM path_rollups"),
+            ("tampered", "UPDATE endpoint_rollups SET errors = errors + 1"),
+            ("paths tampered", "UPDATE path_rollups SET requests = requests + 5")):
         copy = str(base / f"{name}.db")
         shutil.copy(db, copy)
         conn = sqlite3.connect(copy)
         with conn:
-            conn.execute(sql)
-            if name != "tampered":
-                conn.execute("DELETE FROM meta WHERE key = 'rolled_until'")
+            conn.executescript(sql)
+            if "tampered" not in name:
+                conn.execute("DELETE FROM meta WHERE key IN ('rolled_until',"
+                             " 'paths_rolled_until')")
         conn.close()
         out[name] = copy
     return out
@@ -118,6 +123,7 @@ def test_the_verdict_from_rollups_is_the_verdict_from_raw_windows(
     assert written == _verdict(stores["dropped"], warmup_s, query, now)
     assert written == _verdict(stores["emptied"], warmup_s, query, now)
     assert written != _verdict(stores["tampered"], warmup_s, query, now)  # rollups were read
+    assert written != _verdict(stores["paths tampered"], warmup_s, query, now)
     # A verdict that judges pods, in strata, with a canary.
     result = json.loads(written)
     assert result["canary"] == (OLD if swapped else NEW)
@@ -148,6 +154,10 @@ def test_a_restarted_probes_first_verdict_from_rollups_is_the_one_from_raw_windo
     first = _verdict(stores["written"], 30.0, query, now, cache=True)
     assert first == _verdict(stores["dropped"], 30.0, query, now, cache=True)
     assert first != _verdict(stores["tampered"], 30.0, query, now, cache=True)
+    # Asked at the store's end, the cache pools the path windows from their rollups too
+    # (asked before its end, it reads the stored windows up to then).
+    tampered = _verdict(stores["paths tampered"], 30.0, query, now, cache=True)
+    assert (first != tampered) == (at == WINDOWS)
     assert first == _verdict(stores["dropped"], 30.0, query, now)
 
 

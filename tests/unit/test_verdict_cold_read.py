@@ -24,6 +24,7 @@ from probes.store import Event, Store, _strata
 from probes.store import sqlite as store_sqlite
 from probes.types import EndpointWindow
 from probes.verdict import cache as verdict_cache
+from probes.verdict import pooling
 from probes.verdict import service as verdict_service
 from probes.verdict.service import compute_verdict, overload_spans
 from tests.unit.test_verdict_cache import NEW, SETTINGS, T0, W, _same_grids, windows_at
@@ -199,14 +200,14 @@ def test_the_verdict_from_path_windows_pooled_in_ranges_is_the_verdict_read_whol
     db = request.getfixturevalue(store)
     now = T0 + at * W + 1
     pooled: list[int] = []
-    pool = verdict_cache.pooled_windows
+    pool = pooling.pooled_windows
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         out = pool(*args, **kwargs)
         pooled.append(len(out[0]))
         return out
 
-    monkeypatch.setattr(verdict_cache, "POOL_ROWS", 9)
+    monkeypatch.setattr(pooling, "POOL_ROWS", 9)
     monkeypatch.setattr(verdict_cache, "pooled_windows", counted)
     monkeypatch.setattr(verdict_service, "pooled_windows", counted)
     ranged = compute_verdict(db, SETTINGS, now=now, since=since, overload=None)
