@@ -18,7 +18,7 @@ Versions:
   reads its strata from them; a v2 store gets the table empty when opened for writing (the
   writer then rolls the old windows up a few minutes a write), and is read raw when opened
   read-only.
-- v4: `path_rollups`, the path windows summed per minute (`probes.store._path_rollups`),
+- v4: `path_rollups`, the path windows summed per minute (`probes.store._strata`),
   and meta `paths_rolled_until`, kept and migrated as the endpoint rollups are.
 """
 
@@ -29,8 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from probes.errors import StoreCorrupt, StoreError
-from probes.store._path_rollups import PATH_ROLLUP_TABLE, PATH_ROLLUPS
-from probes.store._strata import ROLLUP_TABLE
+from probes.store._strata import PATH_ROLLUP_TABLE, PATH_ROLLUPS, ROLLUP_TABLE
 
 __all__ = [
     "ENDPOINT_V2_COLUMNS",

@@ -1,6 +1,7 @@
-"""Endpoint rows summed by time: into the verdict's strata in numpy, a range of start at a
-time, from the raw windows (`endpoint_windows`) or the 60 s rollups (`endpoint_rollups`,
-schema v3), and the rollups kept.
+"""Windows rolled up by the minute, and endpoint rows summed by time: into the verdict's
+strata in numpy, a range of start at a time, from the raw windows (`endpoint_windows`) or
+the 60 s rollups (`endpoint_rollups`, schema v3), and the rollups kept; the path windows'
+rollups (`path_rollups`, schema v4) kept by the same machinery (`Rolls`).
 
 A stratum is `stratum_s` long from the epoch (`stratum_index`), so a stratum that is a
 whole number of minutes is the sum of its minutes' rollups: a read takes whole minutes
@@ -17,6 +18,16 @@ the writer rolls the minutes past its rewrite horizon in the transaction that wr
 window (`roll_up`), a window written under `rolled_until` (a retry) re-rolls its minute in
 that transaction (`reroll`), and a prune deletes rollups with the rows. A store without
 `rolled_until` is read raw.
+
+The path windows' 60 s rollups (schema v4): one row per minute, path and cohort, its
+windows summed as a pooled row of the verdict sums them (`probes.store.columns.reduce`):
+counts added, `lag_max_s` the largest, the latency, outcome and reset records merged per id,
+and `last` / `length` the newest window's, `first` the oldest's start. A cold verdict pools
+a day of path windows into a few hundred rows; a minute's rollup is such a pooled row
+already, so it reads six times fewer rows (`probes.verdict.pooling`). It uses a rollup only
+where pooling the minute's windows is what the raw read would do: `regular` says every
+window of it had data and the same length (else the minute is read raw), and the reader
+reads raw the minutes that a cut of the verdict's falls into. Meta `paths_rolled_until`.
 """
 
 from __future__ import annotations
@@ -31,11 +42,12 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.errors import StoreCorrupt
-from probes.measure.sparse import LATENCY
+from probes.measure.sparse import COUNTS, LATENCY
 
-__all__ = ["CATCH_UP_S", "ENDPOINT_ROLLS", "RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE",
-           "Range", "Rolls", "blobs", "ints", "latency_blobs", "merged_records", "minute",
-           "reroll", "roll", "roll_up", "rolled_until", "segments", "strata_rows",
+__all__ = ["CATCH_UP_S", "ENDPOINT_ROLLS", "KEYS", "PATH_ROLLS", "PATH_ROLLUPS",
+           "PATH_ROLLUP_TABLE", "RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE", "TABLE_COLUMNS",
+           "Range", "Rolls", "blobs", "ints", "keys", "latency_blobs", "merged_records",
+           "minute", "reroll", "roll", "roll_up", "rolled_until", "segments", "strata_rows",
            "stratum_index", "stratum_sql", "summed", "within"]
 
 RAW = "endpoint_windows"
@@ -358,3 +370,77 @@ def merged_records(key_rows: npt.NDArray[np.int64],
     bounds = np.searchsorted(cell[entry] >> 16, np.arange(len(key_rows) + 1)) * record.itemsize
     data = out.tobytes()
     return [data[bounds[i]:bounds[i + 1]] for i in range(len(key_rows))]
+
+
+PATH_ROLLUPS = "path_rollups"
+_PATH_RAW = "path_windows"
+
+PATH_ROLLUP_TABLE = """
+CREATE TABLE path_rollups (
+    start REAL NOT NULL, path_id INTEGER NOT NULL, cohort_id INTEGER NOT NULL,
+    -- the oldest and newest window's start, and the newest's length
+    first REAL NOT NULL, last REAL NOT NULL, length REAL NOT NULL,
+    windows INTEGER NOT NULL,
+    -- 1: every window had data and the same length (else the minute is read raw)
+    regular INTEGER NOT NULL,
+    requests INTEGER NOT NULL, successes INTEGER NOT NULL,
+    attempts_sum INTEGER NOT NULL, attempts_count INTEGER NOT NULL, churn INTEGER NOT NULL,
+    lag_max_s REAL NOT NULL, streams_opened INTEGER NOT NULL, stream_seconds REAL NOT NULL,
+    -- as path_windows', merged per id
+    outcomes BLOB NOT NULL, stream_resets BLOB NOT NULL, latency BLOB NOT NULL,
+    PRIMARY KEY (start, path_id, cohort_id)) WITHOUT ROWID
+"""
+
+# A rollup row as `probes.store.table.TableBuilder.COLUMNS` reads a path window: a pooled
+# row's start is its newest window's.
+TABLE_COLUMNS = ("last", "length", "path_id", "cohort_id", "requests", "successes",
+                 "attempts_sum", "attempts_count", "churn", "lag_max_s", "streams_opened",
+                 "stream_seconds", "outcomes", "stream_resets", "latency")
+# What a reader decides from before it reads the rows (`keys`), in this order.
+KEYS = ("start", "path_id", "cohort_id", "first", "last", "length", "windows", "regular")
+
+_HAS_DATA = "(requests > 0 OR stream_seconds > 0 OR streams_opened > 0)"
+_SUMS = (f"{stratum_sql(ROLLUP_S)} AS m, path_id, cohort_id, MIN(start), MAX(start),"
+         " MIN(length), COUNT(*),"
+         f" MIN(length) = MAX(length) AND SUM({_HAS_DATA}) = COUNT(*),"
+         " SUM(requests), SUM(successes), SUM(attempts_sum), SUM(attempts_count), SUM(churn),"
+         " MAX(lag_max_s), SUM(streams_opened), SUM(stream_seconds)")
+_BLOBS = (("outcomes", COUNTS), ("stream_resets", COUNTS), ("latency", LATENCY))
+
+
+def _roll_paths(conn: sqlite3.Connection, lo: float, hi: float, path: str) -> None:
+    """The path rollups of the minutes [lo, hi) made anew from the raw rows, an hour at a
+    time: the counts summed in SQLite, the records merged in numpy."""
+    conn.execute(f"DELETE FROM {PATH_ROLLUPS} WHERE start >= ? AND start < ?", (lo, hi))
+    at = lo
+    while at < hi:
+        to = min(at + ROLL_S, hi)
+        where, args = "start >= ? AND start < ?", [at, to]
+        rows = conn.execute(f"SELECT {_SUMS} FROM {_PATH_RAW} WHERE {where}"
+                            " GROUP BY m, path_id, cohort_id ORDER BY m, path_id, cohort_id",
+                            args).fetchall()
+        if rows:
+            key_rows = np.array([r[:3] for r in rows], dtype=np.int64)
+            merged = []
+            for column, record in _BLOBS:
+                found = blobs(conn, _PATH_RAW, column, (stratum_sql(ROLLUP_S), "path_id",
+                                                   "cohort_id"), where, args)
+                merged.append(merged_records(key_rows, found, record, path, "path windows")
+                              if found is not None else [b""] * len(rows))
+            conn.executemany(
+                f"INSERT INTO {PATH_ROLLUPS} VALUES ({', '.join('?' * 19)})",
+                ((r[0] * ROLLUP_S, *r[1:], *b) for r, *b in zip(rows, *merged, strict=True)))
+        at = to
+
+
+PATH_ROLLS = Rolls(_PATH_RAW, "paths_rolled_until", _roll_paths)
+
+
+def keys(conn: sqlite3.Connection, where: str, args: list[Any]
+         ) -> dict[str, npt.NDArray[np.float64]]:
+    """The `KEYS` of the rollup rows of `where` as columns, by start, path and cohort id."""
+    a: npt.NDArray[np.float64] = np.fromiter(
+        conn.execute(f"SELECT {', '.join(KEYS)} FROM {PATH_ROLLUPS} WHERE {where}"
+                     " ORDER BY start, path_id, cohort_id", args),
+        dtype=np.dtype((np.float64, len(KEYS)))).reshape(-1, len(KEYS)).astype(np.float64)
+    return {name: a[:, i].copy() for i, name in enumerate(KEYS)}

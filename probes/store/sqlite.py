@@ -16,7 +16,7 @@ fixed-width records (`probes.measure.sparse`), which `read_table` decodes a chun
 in numpy: 24 h x 50 paths x 2 cohorts of 10 s windows (864,000 rows, ~340 MB) loads in
 about 3 s into ~360 MB of arrays. `read_windows` builds `PathWindow`s (a 15 KB dense latency
 tuple each) and is for bounded ranges: ~40 µs a window. Schema v3 and v4 add the endpoint and
-path windows' per-minute rollups (`_strata`, `_path_rollups`): `path_rollup_keys` and
+path windows' per-minute rollups (`_strata`): `path_rollup_keys` and
 `read_path_rollups` give a cold verdict the path windows' whole minutes pooled already.
 
 Errors: every sqlite3 error is mapped here to `StoreError` (full disk, locked, unreadable)
@@ -44,7 +44,6 @@ from probes.errors import StoreCorrupt, StoreError
 from probes.measure.histogram import sparse_from_tuple
 from probes.measure.sparse import LATENCY, decode, decode_many, encode_latency_map, encode_map
 from probes.spec import DEFAULT_STORE_PATH
-from probes.store._path_rollups import PATH_ROLLS, PATH_ROLLUPS, TABLE_COLUMNS, keys
 from probes.store._schema import (
     ENDPOINT_V2_COLUMNS,
     SCHEMA_VERSION,
@@ -57,9 +56,13 @@ from probes.store._schema import (
 from probes.store._strata import (
     CATCH_UP_S,
     ENDPOINT_ROLLS,
+    PATH_ROLLS,
+    PATH_ROLLUPS,
     ROLLUP_S,
     ROLLUPS,
+    TABLE_COLUMNS,
     Range,
+    keys,
     latency_blobs,
     minute,
     reroll,
@@ -467,7 +470,7 @@ class Store:
         cohorts: Iterable[str] | None = None,
     ) -> tuple[float, float, dict[str, npt.NDArray[np.float64]], dict[int, str]] | None:
         """The whole minutes [lo, hi) of [since, until) that the path windows' rollups hold
-        (schema v4, `probes.store._path_rollups`), their rows' `KEYS` (one row each) and
+        (schema v4, `probes.store._strata`), their rows' `KEYS` (one row each) and
         the names of their ids; None when they hold none of it (read it raw)."""
         if not self._path_rollups:
             return None

@@ -1,7 +1,7 @@
 """Path windows pooled to what the verdict needs: one row per path, cohort and stretch of
 windows between the times the verdict's arithmetic turns on (`probes.verdict.cache`'s
 docstring says which), read from the store a range at a time, whole minutes from the path
-windows' rollups where the store keeps them (schema v4, `probes.store._path_rollups`).
+windows' rollups where the store keeps them (schema v4, `probes.store._strata`).
 
 A minute's rollup is its windows pooled already, so it stands for them wherever no cut
 falls inside it; `_raw_minutes` finds the minutes that must be read raw: those whose

@@ -1,5 +1,5 @@
 """The endpoint windows' 60 s rollups (schema v3, `probes.store._strata`) and the path
-windows' (v4, `probes.store._path_rollups`): each holds its minute's windows summed, records
+windows' (v4, `probes.store._strata`): each holds its minute's windows summed, records
 merged per id; the writer rolls minutes past its horizon, a window written again under them
 re-rolls its minute, a prune deletes them with the rows, an older store is migrated when
 opened for writing (read raw read-only) and rolled up by the writer a few minutes a write,
