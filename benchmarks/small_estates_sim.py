@@ -16,16 +16,19 @@ baseline's. A rollout passes when some look passes.
   windows of 60): the baseline's pods at 1 % errors and the canary's at 1.5 % (the
   boundary) or 2 % (twice the tolerance), each pod's rate × lognormal(σ) with mean 1;
   200 calls per baseline pod per window. The fail side likewise, every window: false fails
-  of a canary like the baseline or at the boundary, and how soon +1 pp fails.
+  within 1 h of a canary like the baseline or at the boundary, and how soon +1 pp and +3 pp
+  fail.
 - p99 (`pod_exceed`'s cuts and pass track, α/2 each, and `pod_profile`'s fail, as
   `pod_metrics` runs them): calls lognormal (median 50 ms, σ 0.5) × each pod's scale,
   uniform in 1 ± spread; the canary's pods × a factor putting the version's p99 at 1.001 ×
   the boundary ×1.2 + 5 ms of the baseline version's (its population's) p99, or ×1.25; 100
   calls per baseline pod per window, each pod's calls pooled over time, a look every 20
-  windows of 240.
+  windows of 240. The fail side on pods ±30 % apart at 50 calls/s per baseline pod: false
+  fails of a canary like the baseline within 4 h, and how soon ×2 fails.
 
     .venv/bin/python benchmarks/small_estates_sim.py            # 1,000-1,500 rollouts per row
     .venv/bin/python benchmarks/small_estates_sim.py --quick    # 200 per row
+    .venv/bin/python benchmarks/small_estates_sim.py --fails    # the fail side's tables alone
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,47 +127,123 @@ def _mixture_p99(lo: float, hi: float) -> float:
     return float(brentq(below, 1e-3, 10.0))
 
 
+def _p99_histograms(rng: np.random.Generator, row: P99Row, looks: Sequence[int], calls: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """One rollout's pods drawn anew: each pod's calls per bucket pooled over time at each
+    look, after `looks` windows (looks, pods, buckets), and the canary flags."""
+    spread_c = row.spread if row.canary_spread is None else row.canary_spread
+    factor = row.factor
+    if row.edge is not None:
+        boundary = RATIO * _mixture_p99(1 - row.spread, 1 + row.spread) + MARGIN_S
+        factor = (1 + row.edge) * boundary / _mixture_p99(1 - spread_c, 1 + spread_c)
+    pods = row.baseline + row.canary
+    is_canary = np.arange(pods) >= row.baseline
+    per = np.where(is_canary, calls * row.baseline / row.canary, calls)
+    scales = np.concatenate([1 + rng.uniform(-row.spread, row.spread, row.baseline),
+                             (1 + rng.uniform(-spread_c, spread_c, row.canary)) * factor])
+    probs = [_bucket_probs(s) for s in scales]
+    hist = np.zeros((pods, LAYOUT.size))
+    out, done = [], 0
+    for look in looks:
+        for i in range(pods):
+            hist[i] += rng.multinomial(round(per[i] * (look - done)), probs[i])
+        done = look
+        out.append(hist.copy())
+    return np.array(out), is_canary
+
+
+def _profile_fails(h: np.ndarray, is_canary: np.ndarray, alpha: float) -> np.ndarray:
+    """Whether `pod_profile`'s fail reaches its threshold at each look of `h` (looks, pods,
+    buckets), as `pod_metrics` runs it."""
+    cum_b = np.cumsum(h[:, ~is_canary].sum(axis=1), axis=-1)
+    profile = profile_cuts(cum_b, np.cumsum(h[:, is_canary].sum(axis=1), axis=-1), LAYOUT,
+                           0.99, RATIO, MARGIN_S, alpha)
+    below = np.concatenate([np.zeros((*h.shape[:2], 1)), np.cumsum(h, axis=-1)], axis=-1)
+    fails = profile_fails([profile_input(below[k], is_canary, profile, k)
+                           for k in range(h.shape[0])], 0.99, alpha)[0]
+    return np.asarray(fails >= profile_threshold(alpha))
+
+
 def p99_passes(rng: np.random.Generator, row: P99Row, windows: int = 240, calls: int = 100,
                every: int = 20) -> tuple[int, int, list[float]]:
     """Rollouts passed and failed at some look, and each one's first passing window."""
-    spread_c = row.spread if row.canary_spread is None else row.canary_spread
-    boundary = RATIO * _mixture_p99(1 - row.spread, 1 + row.spread) + MARGIN_S
-    factor = row.factor
-    if row.edge is not None:
-        factor = (1 + row.edge) * boundary / _mixture_p99(1 - spread_c, 1 + spread_c)
     log_half = math.log(2.0 / row.alpha)
-    pods = row.baseline + row.canary
-    is_canary = np.arange(pods) >= row.baseline
-    per = np.where(is_canary, calls * row.baseline / row.canary, calls) * every
     passed = failed = 0
     first = []
     for _ in range(row.rollouts):
-        scales = np.concatenate([1 + rng.uniform(-row.spread, row.spread, row.baseline),
-                                 (1 + rng.uniform(-spread_c, spread_c, row.canary)) * factor])
-        probs = [_bucket_probs(s) for s in scales]
-        hist = np.zeros((pods, LAYOUT.size))
-        looks = []
-        for _look in range(windows // every):
-            for i in range(pods):
-                hist[i] += rng.multinomial(round(per[i]), probs[i])
-            looks.append(hist.copy())
-        h = np.array(looks)  # (looks, pods, buckets)
+        h, is_canary = _p99_histograms(rng, row, range(every, windows + 1, every), calls)
         cum_b = np.cumsum(h[:, ~is_canary].sum(axis=1), axis=-1)
         cuts = exceedance_cuts(cum_b, LAYOUT, 0.99, RATIO, MARGIN_S, log_half)
         above = np.concatenate([np.cumsum(h[..., ::-1], axis=-1)[..., ::-1],
                                 np.zeros((*h.shape[:2], 1))], axis=-1)
         oks = pass_tracks(_sides(above, cuts.baseline_level, cuts.canary_pass, is_canary),
                           0.99, log_threshold=log_half, last_only=True)
-        profile = profile_cuts(cum_b, np.cumsum(h[:, is_canary].sum(axis=1), axis=-1), LAYOUT,
-                               0.99, RATIO, MARGIN_S, row.alpha)
-        below = above[..., :1] - above
-        fails = profile_fails([profile_input(below[k], is_canary, profile, k)
-                               for k in range(h.shape[0])], 0.99, row.alpha)[0]
         ok = np.flatnonzero([float(t.log_e_pass[-1]) >= log_half for t in oks])
         passed += bool(ok.size)
-        failed += bool((fails >= profile_threshold(row.alpha)).any())
+        failed += bool(_profile_fails(h, is_canary, row.alpha).any())
         first.append(float((ok[0] + 1) * every) if ok.size else math.inf)
     return passed, failed, first
+
+
+def p99_fails(rng: np.random.Generator, row: P99Row, looks: Sequence[int], calls: int
+              ) -> tuple[int, list[float]]:
+    """Rollouts failed at some look (after `looks` windows), and each one's first failing
+    window (inf: none)."""
+    first = []
+    for _ in range(row.rollouts):
+        hit = np.flatnonzero(_profile_fails(*_p99_histograms(rng, row, looks, calls), row.alpha))
+        first.append(float(looks[hit[0]]) if hit.size else math.inf)
+    return sum(math.isfinite(x) for x in first), first
+
+
+def fail_tables(seed: int, big: int, quick: bool) -> None:
+    """The fail side on few pods: the success rate's (α = 1 %, `rate_passes`), then p99's
+    (`p99_fail_table`)."""
+    rollouts = big // 2
+    print("\nSuccess rate, the fail side (each cohort's worst pod left out or capped, τ² with "
+          "the few-pods allowance), α = 1 %: false fails within 360 windows (1 h) of a canary "
+          "like the baseline (A/A) or at the boundary (+0.5 pp), and a canary +1 pp or +3 pp "
+          "failed within 120 windows (20 min)\n")
+    print("| baseline vs canary pods | pods' spread σ | A/A false fails | at the boundary | "
+          "+1 pp: failed, median | +3 pp: failed, median |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for b, c in ((2, 2), (3, 2), (4, 2), (3, 3), (2, 4), (6, 6)):
+        for spread in (0.0, 0.3):
+            cells = []
+            for worse in (0.0, 0.5, 1.0, 3.0):
+                rng = np.random.default_rng([seed, 7, b, c, int(spread * 10),
+                                             int(worse * 10)])
+                k, first = rate_passes(rng, RateRow(b, c, spread, worse, rollouts),
+                                       windows=120 if worse >= 1.0 else 360, every=1,
+                                       side="fail")
+                cells.append(_share(k, rollouts) if worse < 1.0 else
+                             f"{100 * k / rollouts:.0f} %, {_median(first)}")
+            print(f"| {b} vs {c} | {spread:g} | " + " | ".join(cells) + " |")
+    p99_fail_table(seed, rollouts if quick else big // 3)
+
+
+def p99_fail_table(seed: int, rollouts: int) -> None:
+    """p99's fail (`pod_profile`) on few pods ±30 % apart, drawn per rollout, α = 0.25 %, 50
+    calls/s per baseline pod: false fails of a canary like the baseline within 4 h (looks
+    after 1, 5, 15, 30, 60, 120 and 240 min: a healthy canary's false fails came early, while
+    τ² rests on few calls), and a canary ×2 failed within 1 h (a look a minute)."""
+    print("\np99's fail, α = 0.25 %, pods ±30 % apart: false fails of a canary like the "
+          "baseline within 4 h, and a canary ×2 failed within 1 h\n")
+    print("| baseline vs canary pods | A/A false fails | ×2: failed, median |")
+    print("| --- | --- | --- |")
+    for b, c in ((2, 2), (3, 2), (4, 2), (2, 4), (4, 4), (6, 1)):
+        rng = np.random.default_rng([seed, 98, b, c])
+        k, _ = p99_fails(rng, P99Row(b, c, 0.3, 0.0025, rollouts, edge=None),
+                         (6, 30, 90, 180, 360, 720, 1440), calls=500)
+        cells = [_share(k, rollouts)]
+        if (b, c) == (2, 2):
+            rng = np.random.default_rng([seed, 98, b, c, 2])
+            k, first = p99_fails(rng, P99Row(b, c, 0.3, 0.0025, rollouts // 3, edge=None,
+                                              factor=2.0), range(6, 361, 6), calls=500)
+            cells.append(f"{100 * k / (rollouts // 3):.0f} %, {_median(first)}")
+        else:
+            cells.append("")
+        print(f"| {b} vs {c} | " + " | ".join(cells) + " |")
 
 
 def one_pod_table(rng: np.random.Generator, rollouts: int) -> None:
@@ -205,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="200 rollouts per row (make bench)")
     ap.add_argument("--seed", type=int, default=20261205)
+    ap.add_argument("--fails", action="store_true",
+                    help="only the fail side's tables (success rate and p99, few pods)")
     ap.add_argument("--one-pod", action="store_true",
                     help="only the table of a canary of one pod (BENCHMARKS.md D21)")
     args = ap.parse_args(argv)
@@ -212,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         one_pod_table(np.random.default_rng(args.seed), 200 if args.quick else 600)
         return 0
     big = 200 if args.quick else 1000
+    if args.fails:
+        fail_tables(args.seed, big, args.quick)
+        return 0
     edge_n = 200 if args.quick else 1500
     started = time.monotonic()
     cmd = "python benchmarks/small_estates_sim.py" + (" --quick" if args.quick else "")
@@ -245,25 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                                alpha=0.0025, windows=120, every=1)
             cells.append(_share(k, big))
         print(f"| {b} vs {c} | 0.3 pp | " + " | ".join(cells) + " |")
-    print("\nSuccess rate, the fail side (each cohort's worst pod left out; the few-pods "
-          "allowance is the pass's only), α = 1 %: false fails within 60 windows of a canary "
-          "like the baseline (A/A) or at the boundary (+0.5 pp), and a canary +1 pp failed "
-          "within 120 windows (20 min)\n")
-    print("| baseline vs canary pods | pods' spread σ | A/A false fails | at the boundary | "
-          "+1 pp: failed, median |")
-    print("| --- | --- | --- | --- | --- |")
-    for b, c in ((2, 2), (3, 3), (4, 2), (2, 4), (6, 6)):
-        for spread in (0.0, 0.3):
-            cells = []
-            for worse in (0.0, 0.5, 1.0):
-                rng = np.random.default_rng([args.seed, 7, b, c, int(spread * 10),
-                                             int(worse * 10)])
-                k, first = rate_passes(rng, RateRow(b, c, spread, worse, big // 2),
-                                       windows=120 if worse == 1.0 else 60, every=1,
-                                       side="fail")
-                cells.append(_share(k, big // 2) if worse < 1.0 else
-                             f"{100 * k / (big // 2):.0f} %, {_median(first)}")
-            print(f"| {b} vs {c} | {spread:g} | " + " | ".join(cells) + " |")
+    fail_tables(args.seed, big, args.quick)
     print("\np99, each side at α/2: wrong passes of a canary just beyond the tolerance, and "
           "healthy passes within 240 windows (40 min)\n")
     print("| baseline vs canary pods | pods' spread | α | canary | passes | fails |")

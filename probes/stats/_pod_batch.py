@@ -15,6 +15,7 @@ from probes.stats._pod_mixture import POINT_WEIGHT, log_e_one_sided, log_e_pass
 from probes.stats._pod_spread import (
     capped,
     dl_tau2,
+    few_pods_factor,
     outlier,
     pick,
     spread_term,
@@ -209,8 +210,8 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     ex_pp, own_pp, sq_w_fail, worst_wo = _fail_side(
         nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, (v_t, u_t), acc)
     some_c = np.asarray(canary.any(axis=1))
-    tau2_fail, _, _, dropped, _ = dl_tau2([(*cohorts[0], worst_wo, some_c),
-                                      (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")
+    tau2_fail, df_wo, _, dropped, _ = dl_tau2([(*cohorts[0], worst_wo, some_c),
+                                          (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")
     # A worst pod the others' spread cannot account for is sick, not the version's: set
     # aside (out of the window means, τ² and D) and named. The canary keeps its only pod.
     aside_c = np.where(outlier(*dropped[0], tau2_fail, v_pool) & (pods_c >= _ASIDE_MIN_PODS),
@@ -230,9 +231,7 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     vs_p = own_p.sum(axis=1) - pick(own_p, aside_c)
     weights_p = (sq_calls - n_aside ** 2
                  + r_pods * r_pods * np.where(aside_b >= 0, sq_w_fail, sq_w) * keep_share ** 2)
-    # Only the pass, and a canary of one pod, allow for τ² from few pods: a pass is the
-    # claim a gate must not make wrongly, and the fail side of several canary pods already
-    # trims each cohort's worst pod (BENCHMARKS.md D19 has what the allowance cost it).
+    # Both sides allow for τ² from few pods (`spread_term`, BENCHMARKS.md D19).
     # The pass's point alternative (`log_e_pass`) is a canary like the baseline, whose drift
     # per unit of V this is with the cohorts' calls alike (as cohort balance keeps them).
     # Against a constant (ratio 0: p99's pass side) no such canary is known: the mixture
@@ -262,9 +261,19 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     two = pods_c == 2
     d_wo = np.where(two, ex_pp.sum(axis=1) - pick(ex_pp, worst_wo), d_cap)
     vs_wo = own_pp.sum(axis=1) - np.where(two, pick(own_pp, worst_wo), 0.0)
-    vp_wo = tau2_fail * np.where(
-        two, sq_calls - n_w ** 2 + ratio * ratio * sq_w_fail * share_wo ** 2,
-        sq_calls + ratio * ratio * sq_w_fail)
+    weights_wo = np.where(two, sq_calls - n_w ** 2 + ratio * ratio * sq_w_fail * share_wo ** 2,
+                          sq_calls + ratio * ratio * sq_w_fail)
+    # With few pods the fail is allowed for as the pass is (D19), and τ² without each
+    # cohort's worst pod is never taken below the pass's (every pod but those set aside as
+    # sick): with two pods a cohort it has no degrees of freedom (τ² 0, a per-call test of
+    # one pod), and with three the pods left are the two that agree. With many pods (the
+    # factor 1) it stays the trimmed τ².
+    few = few_pods_factor(df_p, (vs_wo + tau2_fail * weights_wo) / sd2, log_threshold,
+                          scales) > 1.0
+    tau2_wo = np.where(few | (df_wo < 1), np.maximum(tau2_fail, tau2_p), tau2_fail)
+    vp_wo, vs_floor_wo = spread_term(tau2_wo, df_p, se_p, weights_wo, vs_wo, sd2,
+                                     log_threshold, scales)
+    vs_wo = vs_wo + vs_floor_wo
     # A canary of one pod (`_one_pod`) needs `ONE_POD_BASELINE` baseline pods on either side
     # to measure the spread a new pod is judged against.
     one_pod = pods_b >= ONE_POD_BASELINE

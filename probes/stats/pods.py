@@ -34,12 +34,13 @@ out. Under H0 at its boundary E[D] ≤ 0. Its variance has two parts:
   own cohort's window means, so time effects do not count) by DerSimonian and Laird's
   moment estimator. This term grows with the square of the calls: evidence saturates at
   what the number of pods can say, which is the honest answer when pods differ. With few
-  pods τ² is itself uncertain: for a pass the term is scaled by a t-type factor for τ²'s
+  pods τ² is itself uncertain: on both sides the term is scaled by a t-type factor for τ²'s
   degrees of freedom and τ² taken as at least half its standard error (`few_pods_factor`),
-  so a few pods that happen to agree do not make it a per-call test; and τ² is taken at an
-  upper confidence bound (`tau2_upper`, χ²-type, from how many pods and how many calls each
-  has), so that the pass's point alternative (below) is charged for τ² where it is poorly
-  known.
+  so a few pods that happen to agree do not make it a per-call test (a fail's τ², which
+  leaves each cohort's worst pod out, is then never below the pass's); and a pass takes τ²
+  at an upper confidence bound (`tau2_upper`, χ²-type, from how many pods and how many
+  calls each has), so that its point alternative (below) is charged for τ² where it is
+  poorly known.
 
 D/√V is tested with a one-sided normal-mixture e-process (Robbins' mixture, as in Johari,
 Pekelis & Walsh's always-valid p-values and Howard et al.'s asymptotic confidence
@@ -127,7 +128,7 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
     `n`, `s`: (pods, windows) calls and sums, windows in time order (a window where no pod
     has calls may be left out or kept, it changes nothing); `canary`: (pods,) cohort flags.
     `log_threshold`: log 1/α of the decisions to be taken on the track (`pod_states`), for
-    the pass's allowance for τ² from few pods (`few_pods_factor`).
+    the allowance for τ² from few pods (`few_pods_factor`).
     `last_only`: the last look alone (the live verdict), the same numbers as the last
     entry of the full track (the report's replay) at a fraction of its cost.
     """

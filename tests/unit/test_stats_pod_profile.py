@@ -1,7 +1,7 @@
 """p99's fail as a profile e-value over the baseline's p99 (`probes.stats.pod_profile`): its
 buckets are conservative on both factors, its mean is at most 1 at H0's edge with pods that
-differ, healthy canaries fail at most α, and it fails where the cuts at the confidence
-sequence's ends did, sooner."""
+differ, healthy canaries fail at most α (two pods against two included), and it fails where
+the cuts at the confidence sequence's ends did, sooner."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import binom
+from scipy.stats import binom, norm
 
 from probes.stats.pod_profile import (
     ProfileInput,
@@ -147,3 +147,53 @@ def test_trying_the_estimates_candidate_first_decides_as_the_whole_infimum() -> 
         if value >= thr:
             assert value == pytest.approx(min(each))
     assert (got >= thr).any() and (got < thr).any()
+
+
+def few_pod_rollouts(rng: np.random.Generator, rollouts: int, baseline: int, canary: int,
+                     spread: float, factor: float, looks: tuple[int, ...], alpha: float
+                     ) -> int:
+    """Rollouts whose profile fails at some look (after `looks` calls per baseline pod, each
+    pod's calls pooled over time, the canary's balanced to the baseline's), pods' latency
+    scales uniform in 1 ± `spread` drawn anew per rollout (H0 is about the version's pods),
+    the canary's × `factor`. All rollouts' looks are judged in one call."""
+    flags = np.arange(baseline + canary) >= baseline
+    per = np.where(flags, baseline / canary, 1.0)
+    grids: list[ProfileInput] = []
+    for _ in range(rollouts):
+        scales = (1 + rng.uniform(-spread, spread, flags.size)) * np.where(flags, factor, 1.0)
+        cdf = norm.cdf(np.log(LAYOUT.upper[:-1] / (0.05 * scales[:, None])) / 0.5)
+        probs = np.diff(cdf, axis=1, prepend=0.0, append=1.0)
+        hist, done, looked = np.zeros((flags.size, LAYOUT.size)), 0, []
+        for k in looks:
+            hist += np.array([rng.multinomial(round(m * (k - done)), p / p.sum())
+                              for m, p in zip(per, probs, strict=True)])
+            done = k
+            looked.append(hist.copy())
+        h = np.array(looked)
+        cuts = profile_cuts(np.cumsum(h[:, ~flags].sum(axis=1), axis=-1),
+                            np.cumsum(h[:, flags].sum(axis=1), axis=-1), LAYOUT, 0.99, RATIO,
+                            MARGIN_S, alpha)
+        below = np.concatenate([np.zeros((*h.shape[:2], 1)), np.cumsum(h, axis=-1)], axis=-1)
+        grids += [profile_input(below[j], flags, cuts, j) for j in range(len(looks))]
+    hit = profile_fails(grids, 0.99, alpha)[0] >= profile_threshold(alpha)
+    return int(hit.reshape(rollouts, len(looks)).any(axis=1).sum())
+
+
+# Calls per baseline pod at 1, 5, 15, 30 min and 1, 2, 4 h of 50 calls/s.
+LOOKS = (3000, 15000, 45000, 90000, 180000, 360000, 720000)
+
+
+def test_two_pods_against_two_apart_fail_a_healthy_canary_at_most_alpha() -> None:
+    # Pods ±30 % apart, drawn per rollout, α 0.25 %: each rollout's fail is an event of
+    # chance at most α. Each cohort's worst pod left out of τ² left two pods a side no
+    # degrees of freedom (τ² 0: one canary pod against the known rate, call by call), and
+    # 20 of these 600 failed.
+    alpha = 0.0025
+    failed = few_pod_rollouts(np.random.default_rng(41), 600, 2, 2, 0.3, 1.0, LOOKS, alpha)
+    assert failed <= binom.ppf(1 - 1e-6, 600, alpha)
+
+
+def test_two_pods_against_two_still_fail_a_canary_twice_as_slow() -> None:
+    # Pods alike: every rollout fails within the hour.
+    rng = np.random.default_rng(43)
+    assert few_pod_rollouts(rng, 20, 2, 2, 0.0, 2.0, LOOKS[:5], 0.0025) == 20
