@@ -2,23 +2,24 @@
 version retries, probed by a real `ProbeRunner`, fail the path on attempts per request while
 the success rate stays equal.
 
-Why the success rates are equal by construction (targets/examples/haproxy-profiles.yaml, used
-as shipped): the app fails 10 % of /api/checkout request ids *persistently* (`error_rate`:
-every attempt of that id fails, whoever retries it). The old version (1.20.3, `retries 0`)
-answers those 503s after one attempt; the new one (1.21.0, `retries 2` on
-all-retryable-errors) tries each of them three times and still answers 503. So both cohorts
-fail the same 10 % of calls, and the only difference is 1 + 2 × 0.1 = 1.2 attempts per
-request against 1.0, beyond the default allowance of ×1.1. A *transient* failure (the first
+Why the success rates are equal by construction (targets/examples/haproxy-profiles.yaml,
+its versions as shipped, its app's error rate raised to 30 %): the app fails 30 % of
+/api/checkout request ids *persistently* (`error_rate`: every attempt of that id fails,
+whoever retries it). The old version (1.20.3, `retries 0`) answers those 503s after one
+attempt; the new one (1.21.0, `retries 2` on all-retryable-errors) tries each of them three
+times and still answers 503. So both cohorts fail the same 30 % of calls, and the only
+difference is 1 + 2 × 0.3 = 1.6 attempts per request against 1.0, beyond the default
+allowance of ×1.1. A *transient* failure (the first
 attempt fails, a retry succeeds) would not do: the retrying version would turn it into a
 success, and the canary would look better on success rate as well as worse on attempts.
 
 How long it takes: the attempts test (`probes.stats.bounded`, Y = (A − 1)/4 per call, null
-μ_c ≤ 1.1 μ_b + 0.025) reaches 1/α_share = 400 at about 1,200 canary calls when μ_c = 0.05;
-the verdict judges it with the pod as the unit, its worst canary pod left out, so on one of
-the two canary pods, and with two pods a side the spread between pods rests on two degrees
-of freedom, which the fail allows for (a t-type factor and a floor on τ², BENCHMARKS.md
-D19): about 22,500 canary calls (19,000-28,000 in a simulation of this estate with
-`probes.stats.pods.pod_track`), some 4 minutes at 50 calls/s per pod.
+μ_c ≤ 1.1 μ_b + 0.025) is judged with the pod as the unit, its worst canary pod left out, so
+on one of the two canary pods, and with two pods a side the spread between pods rests on two
+degrees of freedom, which the fail allows for (a t-type factor and a floor on τ², BENCHMARKS.md
+D19): at μ_c = 0.15 it reaches 1/α_share = 400 after about 2,400 canary calls (2,200-2,600 in
+a simulation of this estate with `probes.stats.pods.pod_track`; at 10 % errors, μ_c = 0.05,
+it took 22,500), some 24 s at 50 calls/s per pod.
 The fleet's apps answer from one process: at 100 calls/s each, on a machine busy with other
 work (load 10 on two cores), 87 % of calls timed out after 1 s, in both cohorts alike. At
 50/s, under a 5 s timeout, a slow answer stays a slow answer.
@@ -26,7 +27,7 @@ work (load 10 on two cores), 87 % of calls timed out after 1 s, in both cohorts 
 Every bound below follows from the calls actually made, never from a fixed count or a time
 budget (a loaded machine makes fewer calls per second, and the test then simply judges
 later): the test waits, window by window, until the attempts test fails *and* the cohorts
-hold enough calls to tell a 90 % success rate from 100 % (the transient-failure mistake
+hold enough calls to tell a 70 % success rate from 100 % (the transient-failure mistake
 above), and it fails if the canary has made `GIVE_UP_FACTOR` times the calls the attempts
 test needs on average without failing, or after the windows those calls take
 (`windows_for`). Each estimate is then checked against its true value within `Z` standard
@@ -65,13 +66,13 @@ from tests.servers.probe_run import Windows, http_config, probe_runner, running,
 pytestmark = [needs_haproxy, pytest.mark.slow]
 
 BASELINE, CANARY = "1.20.3", "1.21.0"
-# The profile's truth: 10 % of calls fail persistently; the canary tries each of them 3 times.
-ERROR_RATE, CANARY_TRIES = 0.1, 3
+# The profile's truth: 30 % of calls fail persistently; the canary tries each of them 3 times.
+ERROR_RATE, CANARY_TRIES = 0.3, 3
 # Standard errors allowed between an estimate and its true value (two-sided 7e-6 each).
 Z = 4.5
-# The attempts test needs ~22,500 canary calls on average (docstring); not failing after this
+# The attempts test needs ~2,400 canary calls on average (docstring); not failing after this
 # many times as many is a broken test, not a slow machine.
-EXPECTED_CANARY_CALLS, GIVE_UP_FACTOR = 22_500, 2
+EXPECTED_CANARY_CALLS, GIVE_UP_FACTOR = 2_400, 5
 RATE, CANARY_PODS = 50.0, 2  # calls/s per pod; the pods rolled out (`--batch 2`)
 
 
@@ -89,7 +90,7 @@ def _se_rate(n: int) -> float:
 
 def _precise_enough(counts: dict[str, Any]) -> bool:
     """Whether both cohorts' success rates are within Z standard errors of half the gap
-    between 90 % and 100 %: enough calls to tell the two apart."""
+    between 70 % and 100 %: enough calls to tell the two apart."""
     # A metric with no warm window in common yet has no counts.
     n = min(counts.get(side, {}).get("requests", 0) for side in ("baseline", "canary"))
     return n > 0 and Z * _se_rate(n) <= ERROR_RATE / 2
@@ -99,9 +100,13 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
     tmp_path: Path,
 ) -> None:
     endpoints = tmp_path / "endpoints.json"
-    versions_file = default_versions_file()
+    shipped = default_versions_file().read_text()
+    assert shipped.count("/api/checkout: {error_rate: 0.1}") == 1
+    versions_file = tmp_path / "haproxy-profiles.yaml"
+    versions_file.write_text(shipped.replace("/api/checkout: {error_rate: 0.1}",
+                                             f"/api/checkout: {{error_rate: {ERROR_RATE}}}"))
     versions = load_haproxy_versions(versions_file)
-    assert versions.app_routes["/api/checkout"].error_rate == 0.1  # the docstring's premise
+    assert versions.app_routes["/api/checkout"].error_rate == ERROR_RATE  # the premise
     assert versions.app_routes["/api/checkout"].transient_error_rate == 0.0
     haproxy_dir = tmp_path / "haproxy"
     config = http_config(endpoints, rate=f"{RATE:g}/s", timeout="5s",
@@ -171,7 +176,7 @@ async def test_retrying_version_fails_on_attempts_with_equal_success_rate(
         n_attempts), attempts
     assert checkout["reasons"][0].startswith("attempts per request")
     # Success rate: equal (the same persistent 10 %), so it never fails. Each rate is within
-    # Z standard errors of 90 % for its own count of calls, and so is their difference.
+    # Z standard errors of 70 % for its own count of calls, and so is their difference.
     success = metrics["success_rate"]
     assert success["verdict"] != "fail", success
     n = {side: success["counts"][side]["requests"] for side in ("baseline", "canary")}
