@@ -57,6 +57,7 @@ __all__ = [
     "attempts_per_request",
     "concentration_finding",
     "duration",
+    "fails_against_one_pod",
     "json_number",
     "latency_p99",
     "log_clip",
@@ -464,6 +465,18 @@ def too_few_for_one_pod(pods_canary: int, pods_baseline: int) -> str | None:
     return (f": a canary of one pod is judged against {ONE_POD_BASELINE} baseline pods "
             f"or more ({pods_baseline} here: too few to show the spread a new pod may have); "
             "a second canary pod would decide")
+
+
+def fails_against_one_pod(pods_canary: int, pods_baseline: int) -> str | None:
+    """Why p99 cannot fail where the baseline has one pod with calls: its p99 is tested as
+    a pod of the baseline's version against the canary pods' spread, which takes
+    `ONE_POD_BASELINE` canary pods to show (as a canary of one pod needs as many baseline
+    pods)."""
+    if pods_baseline != 1 or pods_canary >= ONE_POD_BASELINE:
+        return None
+    return (f"; it cannot fail against a baseline of one pod ({pods_canary} canary pods: "
+            f"{ONE_POD_BASELINE} or more show the spread one pod is judged against); a second "
+            "baseline pod would decide")
 
 
 def pod_reason(head: str, verdict: str, fails_with_every_pod: bool, pods_canary: int,

@@ -316,6 +316,8 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
             reason = head + ": not enough evidence yet to pass or fail" + found
     if verdict != M.FAIL or pods_c == 1:
         reason += aside_found
+    if verdict != M.FAIL and (cannot := M.fails_against_one_pod(pods_c, pods_b)) is not None:
+        reason += cannot
     return replace(
         warm, verdict=verdict, reason=reason,
         # Scaled so that what the JSON says is compared with 1/α, as every metric's is: the

@@ -13,7 +13,7 @@ import pytest
 from probes.measure.histogram import BUCKET_COUNT, index_of
 from probes.spec import Tolerances
 from probes.stats import pods as pods_module
-from probes.stats.pods import PodGrid, batches
+from probes.stats.pods import ONE_POD_BASELINE, PodGrid, batches
 from probes.verdict import pod_metrics
 from probes.verdict.pod_metrics import pod_attempts_many, pod_latency_p99s
 
@@ -163,3 +163,21 @@ def test_a_p99_fail_names_the_worst_pod_and_is_compared_with_one_over_alpha() ->
     assert one_v.e_fail is not None and one_v.e_fail >= 1 / ALPHA
     assert every_v.e_fail is not None and every_v.e_fail >= 1 / ALPHA
     assert healthy_v.e_fail is not None and healthy_v.e_fail < 1 / ALPHA
+
+
+def test_p99_against_a_baseline_of_one_pod_says_it_cannot_fail() -> None:
+    """A baseline of one pod is tested as a pod of its version against the canary pods'
+    spread, which takes `ONE_POD_BASELINE` canary pods: with three, a canary 3× slower on
+    every pod stays inconclusive, and the reason says why and what would decide (rather
+    than "not yet"); with six, or with a second baseline pod, it fails."""
+    rng = np.random.default_rng(6)
+    tol = Tolerances()
+    grids = [estate(rng, [OLD] * nb + [NEW] * nc, [1.0] * nb + [3.0] * nc,
+                    [0.02] * (nb + nc), calls=20_000)
+             for nb, nc in ((1, 3), (1, ONE_POD_BASELINE), (2, 3))]
+    few, many, two = pod_latency_p99s(grids, OLD, NEW, tol, ALPHA, WINDOW_S)
+    assert few.verdict == "inconclusive"
+    assert "cannot fail against a baseline of one pod" in few.reason
+    assert "a second baseline pod would decide" in few.reason
+    assert many.verdict == "fail" and "baseline of one pod" not in many.reason
+    assert two.verdict == "fail" and "baseline of one pod" not in two.reason
