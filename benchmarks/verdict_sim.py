@@ -46,12 +46,14 @@ each method, the share of healthy canaries passed within 30 min / 1 h (and 4 h f
 verdict) and the median time to pass of those that passed (the verdict's p90 over all runs,
 "–" when more than 10 % never passed), the share of canaries at twice the tolerance failed
 within 1 h, and the median time to fail +0.5 pp. `--floors` prints the limits that hold
-with unlimited calls (`floors`).
+with unlimited calls (`floors`); `--edge`, wrong passes of a canary at the tolerance over
+the pods' spreads (`edge_sweep`).
 
     .venv/bin/python benchmarks/verdict_sim.py                    # 300 rollouts per row
     .venv/bin/python benchmarks/verdict_sim.py --rollouts 60      # a quick look
     .venv/bin/python benchmarks/verdict_sim.py --verdict-only     # the verdict's columns
     .venv/bin/python benchmarks/verdict_sim.py --floors
+    .venv/bin/python benchmarks/verdict_sim.py --edge --rollouts 600   # wrong passes by σ
 """
 
 from __future__ import annotations
@@ -307,6 +309,50 @@ def learned_time(r: Rollout, spread: float, delta: float, log_thr: float) -> flo
     return first(log_m[0] - log_m[1] >= log_thr)
 
 
+def passed_first(t_fail: float, t_pass: float) -> bool:
+    """Whether a run passed before any fail (times in windows, nan: never)."""
+    return not math.isnan(t_pass) and (math.isnan(t_fail) or t_pass < t_fail)
+
+
+# The pods' spreads (lognormal σ) the edge sweep runs: τ² from nothing the baseline's pods
+# can show beside their sampling, through undetectable for an hour, to plainly apart.
+EDGE_SPREADS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
+
+
+def edge_passes(rng: np.random.Generator, est: Estate, sc: Scenario, rollouts: int,
+                log_thr: float, delta: float | None = None, balance: float = 10.0,
+                warmup_s: float = 120.0) -> int:
+    """Rollouts of a canary `delta` worse (default: exactly at the tolerance) that passed
+    before any fail: a pass that treats τ² more sharply must hold this at every spread,
+    the ones the baseline's pods cannot yet tell from none included (`edge_sweep`)."""
+    shift = TOL.success_rate_drop_pp / 100 if delta is None else delta
+    wrong = 0
+    for _ in range(rollouts):
+        fail, ok = run_pods(warm_only(simulate(rng, est, sc, shift, balance), warmup_s),
+                            log_thr)
+        wrong += passed_first(first(fail), first(ok))
+    return wrong
+
+
+def edge_sweep(rollouts: int, seed: int, est: Estate) -> None:
+    """Wrong passes at H0's edge over the pods' spreads `EDGE_SPREADS`, a canary of one pod
+    and the usual ramp to six, `est.hours` each."""
+    log_thr = math.log(SLOTS / ALPHA)
+    print(f"A canary at the tolerance, {rollouts} rollouts per cell of {est.hours:g} h: "
+          "passed before any fail, by the pods' spread σ\n")
+    print("| canary | " + " | ".join(f"σ {s:g}" for s in EDGE_SPREADS) + " |")
+    print("|---|" + "---|" * len(EDGE_SPREADS))
+    for one in (True, False):
+        cells = []
+        for i, spread in enumerate(EDGE_SPREADS):
+            rng = np.random.default_rng([seed, 77, i, int(one)])
+            k = edge_passes(rng, est, Scenario("edge", spread=spread, one_pod=one), rollouts,
+                            log_thr)
+            cells.append(f"{100 * k / rollouts:.1f} % ({100 * cp_upper(k, rollouts):.1f} %)")
+        print(f"| {'one pod' if one else 'one to six pods'} | " + " | ".join(cells) + " |",
+              flush=True)
+
+
 def cp_upper(k: int, n: int, level: float = 0.95) -> float:
     return 1.0 if k >= n else float(beta_dist.ppf(level, k + 1, n - k))
 
@@ -385,11 +431,17 @@ def main() -> None:
                     help="the verdict's columns alone (the optima do not depend on it)")
     ap.add_argument("--floors", action="store_true",
                     help="print the limits with unlimited calls (`floors`) and stop")
+    ap.add_argument("--edge", action="store_true",
+                    help="wrong passes at the tolerance over the pods' spreads (`edge_sweep`), "
+                         "2 h rollouts, and stop")
     args = ap.parse_args()
     if args.floors:
         floors()
         return
     est = Estate(move_every_s=args.move_every)
+    if args.edge:
+        edge_sweep(args.rollouts, args.seed, replace(est, hours=2.0))
+        return
     log_thr = math.log(SLOTS / ALPHA)
     tol = TOL.success_rate_drop_pp / 100
     print(f"{args.rollouts} rollouts per row; 12 pods × {est.rate_per_s:g}/s "
@@ -421,7 +473,7 @@ def main() -> None:
                 fail, ok = run_pods(r, log_thr)
                 tf, tp = first(fail), first(ok)
                 if kind == "wrong1":
-                    res[kind].append(float(not math.isnan(tp) and (math.isnan(tf) or tp < tf)))
+                    res[kind].append(float(passed_first(tf, tp)))
                     continue
                 if kind == "aa":
                     res["ff"].append(float(not math.isnan(tf)))
@@ -429,8 +481,7 @@ def main() -> None:
                 else:
                     key, mine = ("fail2" if kind == "wrong2" else "fail"), tf
                     if kind == "wrong2":
-                        res[kind].append(float(not math.isnan(tp)
-                                               and (math.isnan(tf) or tp < tf)))
+                        res[kind].append(float(passed_first(tf, tp)))
                 optima = (() if args.verdict_only else (
                     sprt_time(r, delta, log_thr), oracle_time(r, sc.spread, delta, log_thr),
                     learned_time(r, sc.spread, delta, log_thr), sprt_time(full, delta, log_thr)))

@@ -65,3 +65,15 @@ def test_the_oracles_fail_twice_the_tolerance_and_not_the_tolerance(sim: ModuleT
         assert all(math.isnan(x) for x in at)
         beyond = [oracle(sim.simulate(rng, est, sc, 3 * TOL, 10.0)) for _ in range(10)]
         assert sum(not math.isnan(x) for x in beyond) >= 8
+
+
+def test_the_edge_sweep_counts_passes_before_any_fail(sim: ModuleType) -> None:
+    # A healthy canary passes before it fails, one far beyond the tolerance fails first,
+    # and one at the tolerance (the sweep's cells) does neither on these seeds.
+    assert sim.passed_first(math.nan, 40.0) and sim.passed_first(90.0, 40.0)
+    assert not sim.passed_first(10.0, 40.0) and not sim.passed_first(10.0, math.nan)
+    est = sim.Estate(move_every_s=300.0, hours=1.0)
+    one_pod = sim.Scenario("one pod", one_pod=True)
+    for delta, want in ((0.0, 3), (0.01, 0), (None, 0)):
+        assert sim.edge_passes(np.random.default_rng(9), est, one_pod, 3, LOG_THR,
+                               delta) == want
