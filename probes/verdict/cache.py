@@ -40,6 +40,7 @@ the endpoint windows are then read from the store, as before.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import threading
@@ -251,6 +252,28 @@ def _unique_floats(x: F64, times: F64) -> tuple[F64, npt.NDArray[np.int64]]:
     return uniq, inverse.ravel().astype(np.int64)
 
 
+# `_extremes` scatters a run of equal times at a time up to this many runs (a chunk of
+# strata has a few dozen); more runs, or times out of order, take ufunc.at.
+_RUNS_MAX = 256
+
+
+def _extremes(t: F64, group: npt.NDArray[np.int64], n: int) -> tuple[F64, F64]:
+    """The largest and smallest of `t` per group (`group` in [0, `n`); +-inf where none):
+    records come in order of their stratum, so each run of one stratum is scattered whole,
+    later runs over earlier ones, instead of a ufunc.at over every record."""
+    newest, oldest = np.full(n, -math.inf), np.full(n, math.inf)
+    cuts = np.flatnonzero(t[1:] != t[:-1]) + 1
+    if len(cuts) < _RUNS_MAX and not np.any(t[cuts] < t[cuts - 1]):
+        for lo, hi in itertools.pairwise([0, *cuts.tolist(), len(t)]):
+            g = group[lo:hi]
+            newest[g] = t[lo]
+            oldest[g] = np.minimum(oldest[g], t[lo])
+        return newest, oldest
+    np.maximum.at(newest, group, t)
+    np.minimum.at(oldest, group, t)
+    return newest, oldest
+
+
 class _PooledLatency:
     """The latency records of the strata before the seal: each settled record (out of its
     pod's warm-up by the verdict's rule, at or after the comparison's origin, and clear of
@@ -352,40 +375,39 @@ class _PooledLatency:
             len(self._pod_id)) for x in pods.tolist()], dtype=np.int64)
         bucket = lat.bucket[s].astype(np.int64)
         per = max(BUCKET_COUNT, int(bucket.max()) + 1)
-        dense, first_at, inverse = _unique_ints(ids[which] * per + bucket,
-                                                (int(ids.max()) + 1) * per)
+        dense, _, inverse = _unique_ints(ids[which] * per + bucket, (int(ids.max()) + 1) * per,
+                                         first=False)
         uniq = ((dense // per) << 32) | (dense % per)  # (id << 32 | bucket), in the same order
+        # Per key, one of its records, the sum of their counts (exact in floats below 2**53)
+        # and their newest and oldest stratum: scatters and a bincount over the records.
+        some = np.empty(len(uniq), dtype=np.int64)
+        some[inverse] = s
+        total = np.rint(np.bincount(inverse, weights=rec.count[s], minlength=len(uniq)))
+        newest, oldest = _extremes(start[s], inverse, len(uniq))
         at_key = np.searchsorted(self._keys, uniq)
         known = at_key < len(self._keys)
         known[known] = self._keys[at_key[known]] == uniq[known]
         grown = len(self.pooled)
         row_of = np.empty(len(uniq), dtype=np.int64)
         row_of[known] = self._key_rows[at_key[known]]
-        # New keys get rows in the order the records first show them.
+        # New keys get rows in the order of their keys.
         new = np.flatnonzero(~known)
-        new = new[np.argsort(first_at[new], kind="stable")]
         row_of[new] = grown + np.arange(len(new))
-        fresh = first_at[new]
-        rows = row_of[inverse.ravel()]
         if len(new):
-            added = np.sort(new)
-            self._keys = np.insert(self._keys, at_key[added], uniq[added])
-            self._key_rows = np.insert(self._key_rows, at_key[added], row_of[added])
-        if len(fresh):
-            at = s[fresh]
+            self._keys = np.insert(self._keys, at_key[new], uniq[new])
+            self._key_rows = np.insert(self._key_rows, at_key[new], row_of[new])
+            at = some[new]
             self.pooled = _join_latency(self.pooled, EndpointLatency(
-                np.full(len(fresh), -math.inf), rec.path[at], rec.endpoint[at],
+                np.full(len(new), -math.inf), rec.path[at], rec.endpoint[at],
                 rec.cohort[at], rec.started[at], rec.bucket[at],
-                np.zeros(len(fresh), dtype=np.int64)))
+                np.zeros(len(new), dtype=np.int64)))
             self.pooled_first = np.concatenate([self.pooled_first,
-                                                np.full(len(fresh), math.inf)])
-        assert len(self.pooled) == grown + len(fresh) == len(self._keys)
-        # Float sums of counts are exact below 2**53; a bincount, not a ufunc.at.
-        self.pooled.count[:] += np.rint(np.bincount(rows, weights=rec.count[s],
-                                                    minlength=len(self.pooled))
-                                        ).astype(np.int64)
-        np.maximum.at(self.pooled.start, rows, start[s])
-        np.minimum.at(self.pooled_first, rows, start[s])
+                                                np.full(len(new), math.inf)])
+        assert len(self.pooled) == grown + len(new) == len(self._keys)
+        # `row_of` names each row once: plain indexed updates, not ufunc.at.
+        self.pooled.count[row_of] += total.astype(np.int64)
+        self.pooled.start[row_of] = np.maximum(self.pooled.start[row_of], newest)
+        self.pooled_first[row_of] = np.minimum(self.pooled_first[row_of], oldest)
 
     def stale(self, spans: Sequence[tuple[float, float]], length_s: float) -> bool:
         """True when the pooled records no longer hold: a span known when they were pooled
