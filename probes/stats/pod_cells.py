@@ -261,11 +261,11 @@ class LatencyFold:
         self._held += n
 
     def _sum(self) -> None:
-        """The records gathered summed into the histograms."""
+        """The records gathered summed into the histograms, in place: a bincount's array as
+        large as every pod's histograms (77 MB at 50 pods of 50 paths), made and faulted in
+        at every sum, cost ten times the sum (exact: float sums of counts below 2**53)."""
         if self._held:
-            self._hist += np.bincount(self._cells[:self._held],
-                                      weights=self._counts[:self._held],
-                                      minlength=len(self._hist))
+            np.add.at(self._hist, self._cells[:self._held], self._counts[:self._held])
             self._held = 0
 
     def grids(self, grids: dict[str, PodGrid]) -> dict[str, PodGrid]:
