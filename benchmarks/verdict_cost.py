@@ -105,8 +105,11 @@ def phases(now: float, settings: JudgingSettings, opened: Callable[[], Any],
 
 
 def _peak_mb() -> float:
-    """This process's peak RSS (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's own peak RSS: its memory's high-water mark (`VmHWM`, KiB), not
+    `ru_maxrss`, which a child started by a large parent (one that built a store) inherits
+    through fork and exec."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 def cold(db: str, now: float) -> dict[str, Any]:
@@ -134,8 +137,9 @@ def first(db: str, now: float) -> dict[str, Any]:
 
 
 # The whole command in a child that reports its own peak RSS (on stderr, as it exits).
-_COMMAND = ("import atexit, resource, runpy, sys; atexit.register(lambda: print("
-            "'PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr));"
+_COMMAND = ("import atexit, runpy, sys; atexit.register(lambda: print('PEAK_KB', next("
+            "int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM:')),"
+            " file=sys.stderr));"
             " sys.argv = ['skewprobe', *sys.argv[1:]]; runpy.run_module('probes.cli',"
             " run_name='__main__')")
 
@@ -206,14 +210,18 @@ def main() -> int:
     return 0
 
 
+def _versions(v2: str) -> list[str]:
+    """The cached copies of the store `v2` under each schema, the current one first: a
+    newer copy is read as it is, so the v2 file is built only when none is cached."""
+    return [v2.replace("report-v2-", f"report-v{v}-") for v in range(SCHEMA_VERSION, 1, -1)]
+
+
 def migrated(v2: str) -> str:
     """The current schema's copy of the cached store `v2` (report_speed's files are v2),
     made once from the newest older copy cached (migrated, then rolled up at once): the
     older files stay as they are for code that reads them."""
-    current = v2.replace("report-v2-", f"report-v{SCHEMA_VERSION}-")
+    current, *older = _versions(v2)
     if not Path(current).exists():
-        older = (v2.replace("report-v2-", f"report-v{v}-")
-                 for v in range(SCHEMA_VERSION - 1, 2, -1))
         source = next((p for p in older if Path(p).exists()), v2)
         shutil.copy(source, current + ".migrating")
         t, c = time.perf_counter(), time.process_time()
@@ -230,7 +238,7 @@ def run(args: argparse.Namespace, hours: float, pods: int) -> None:
     """The figures for one store: `hours` × `args.paths` paths × `pods` pods per path."""
     Path(args.cache).mkdir(parents=True, exist_ok=True)
     db = store_file(args.cache, hours, args.paths, 10.0, pods)
-    if not Path(db).exists():
+    if not any(Path(p).exists() for p in _versions(db)):
         print(f"building {db} ...", flush=True)
         Path(db + ".building").unlink(missing_ok=True)  # a build cut short before
         build(db + ".building", hours=hours, paths=args.paths, window_s=10.0, pods=pods)

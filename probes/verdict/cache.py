@@ -40,6 +40,7 @@ the endpoint windows are then read from the store, as before.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import threading
@@ -58,7 +59,7 @@ from probes.stats.series import overlapping
 from probes.store import Store
 from probes.store.columns import concat, reduce, take
 from probes.store.sqlite import stratum_index
-from probes.store.table import EndpointColumns, EndpointLatency, WindowTable
+from probes.store.table import EndpointColumns, EndpointLatency, LatencyRows, WindowTable
 from probes.verdict.grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
 from probes.verdict.pooling import StalePool, check, pool, pooled_windows
 
@@ -185,6 +186,19 @@ def _records(r: EndpointLatency, keep: npt.NDArray[np.bool_]) -> EndpointLatency
     return EndpointLatency(*(getattr(r, f.name)[keep] for f in dataclasses.fields(r)))
 
 
+def _as_rows(r: EndpointLatency) -> LatencyRows:
+    """`r` as rows of one record each."""
+    return LatencyRows(r.start, r.path, r.endpoint, r.cohort, r.started,
+                       np.ones(len(r), dtype=np.int64), r.bucket, r.count)
+
+
+def _rows_taken(r: LatencyRows, keep: npt.NDArray[np.bool_]) -> LatencyRows:
+    """The rows of `r` in `keep`, with their records."""
+    taken = np.repeat(keep, r.per)
+    return LatencyRows(r.start[keep], r.path[keep], r.endpoint[keep], r.cohort[keep],
+                       r.started[keep], r.per[keep], r.bucket[taken], r.count[taken])
+
+
 def _join_latency(a: EndpointLatency, b: EndpointLatency) -> EndpointLatency:
     return EndpointLatency(*(np.concatenate([getattr(a, f.name), getattr(b, f.name)])
                              for f in dataclasses.fields(EndpointLatency)))
@@ -251,6 +265,28 @@ def _unique_floats(x: F64, times: F64) -> tuple[F64, npt.NDArray[np.int64]]:
     return uniq, inverse.ravel().astype(np.int64)
 
 
+# `_extremes` scatters a run of equal times at a time up to this many runs (a chunk of
+# strata has a few dozen); more runs, or times out of order, take ufunc.at.
+_RUNS_MAX = 256
+
+
+def _extremes(t: F64, group: npt.NDArray[np.int64], n: int) -> tuple[F64, F64]:
+    """The largest and smallest of `t` per group (`group` in [0, `n`); +-inf where none):
+    records come in order of their stratum, so each run of one stratum is scattered whole,
+    later runs over earlier ones, instead of a ufunc.at over every record."""
+    newest, oldest = np.full(n, -math.inf), np.full(n, math.inf)
+    cuts = np.flatnonzero(t[1:] != t[:-1]) + 1
+    if len(cuts) < _RUNS_MAX and not np.any(t[cuts] < t[cuts - 1]):
+        for lo, hi in itertools.pairwise([0, *cuts.tolist(), len(t)]):
+            g = group[lo:hi]
+            newest[g] = t[lo]
+            oldest[g] = np.minimum(oldest[g], t[lo])
+        return newest, oldest
+    np.maximum.at(newest, group, t)
+    np.minimum.at(oldest, group, t)
+    return newest, oldest
+
+
 class _PooledLatency:
     """The latency records of the strata before the seal: each settled record (out of its
     pod's warm-up by the verdict's rule, at or after the comparison's origin, and clear of
@@ -292,9 +328,11 @@ class _PooledLatency:
         return paths, endpoints, cohorts
 
     def add(self, moving: EndpointColumns, length_s: float,
-            spans: Sequence[tuple[float, float]], *, summed: bool = False) -> None:
+            spans: Sequence[tuple[float, float]], *, summed: bool = False,
+            records: LatencyRows | None = None) -> None:
         """The latency records of `moving` (endpoint windows now before the seal, as stored;
-        `summed`: read in strata already), each read `length_s` long against `spans`."""
+        `summed`: read in strata already), each read `length_s` long against `spans`;
+        `records`: theirs by row instead of `moving.latency` (a cold read's chunk)."""
         self.generation += 1
         stratum = None if summed else self._stratum
         self._row_starts = np.union1d(self._row_starts, np.where(
@@ -314,7 +352,9 @@ class _PooledLatency:
                 name = (int(codes[0][r]), int(codes[1][r]), int(codes[2][r]))
                 if lo < self._first_seen.get(name, math.inf):
                     self._first_seen[name] = lo
-        lat = moving.latency
+        # Decided a row at a time (its records share its stratum, pod and start time), each
+        # row's records taken whole: a day's cold read is tens of millions of records.
+        lat = records if records is not None else _as_rows(moving.latency)
         self.spans = frozenset(spans)
         if not len(lat):
             return
@@ -322,10 +362,7 @@ class _PooledLatency:
             _names_of(moving), self._where, (lat.path, lat.endpoint, lat.cohort),
             strict=True))
         start = _stratum_of(lat.start, stratum)
-        rec = EndpointLatency(start, p.astype(np.int32), e.astype(np.int32),
-                              c.astype(np.int32), lat.started, lat.bucket, lat.count)
-        # Each pod's first stratum looked up once per pod, not once per record (a day's
-        # cold read is tens of millions of records).
+        # Each pod's first stratum looked up once per pod, not once per row.
         sizes = [len(w) for w in self._where]
         pods, _, which = _unique_ints((p * sizes[1] + e) * sizes[2] + c, math.prod(sizes),
                                       first=False)
@@ -336,12 +373,19 @@ class _PooledLatency:
         settled = ((start > began + self._warmup + self._MARGIN)
                    & (start > self._origin + self._warmup + self._MARGIN)
                    & ~overlapping(start, length_s, spans))
-        self._loose.append(_records(rec, ~settled))
-        s = np.flatnonzero(settled)
-        if not s.size:
-            return
+        rows = LatencyRows(start, p.astype(np.int32), e.astype(np.int32), c.astype(np.int32),
+                           lat.started, lat.per, lat.bucket, lat.count)
+        if settled.all():
+            s, bucket, count = np.arange(len(settled)), lat.bucket, lat.count
+        else:
+            self._loose.append(_rows_taken(rows, ~settled).expanded())
+            s = np.flatnonzero(settled)
+            if not s.size:
+                return
+            taken = np.repeat(settled, lat.per)
+            bucket, count = lat.bucket[taken], lat.count[taken]
         started = np.where(np.isnan(lat.started[s]), -math.inf, lat.started[s])
-        # Each record's pod (codes and start time) named once per distinct pod, not per record.
+        # Each row's pod (codes and start time) named once per distinct pod, not per row.
         times, when = _unique_floats(started, self._row_starts)
         pod = ((p[s] * sizes[1] + e[s]) * sizes[2] + c[s]) * len(times) + when
         pods, _, which = _unique_ints(pod, math.prod(sizes) * len(times), first=False)
@@ -350,42 +394,41 @@ class _PooledLatency:
                                                                % sizes[1]),
              int(x // len(times) % sizes[2]), float(times[x % len(times)])),
             len(self._pod_id)) for x in pods.tolist()], dtype=np.int64)
-        bucket = lat.bucket[s].astype(np.int64)
+        per_row = lat.per[s]
         per = max(BUCKET_COUNT, int(bucket.max()) + 1)
-        dense, first_at, inverse = _unique_ints(ids[which] * per + bucket,
-                                                (int(ids.max()) + 1) * per)
+        dense, _, inverse = _unique_ints(np.repeat(ids[which] * per, per_row) + bucket,
+                                         (int(ids.max()) + 1) * per, first=False)
         uniq = ((dense // per) << 32) | (dense % per)  # (id << 32 | bucket), in the same order
+        # Per key, the row of one of its records, the sum of their counts (exact in floats
+        # below 2**53) and their newest and oldest stratum: scatters and a bincount.
+        some = np.empty(len(uniq), dtype=np.int64)
+        some[inverse] = np.repeat(s, per_row)
+        total = np.rint(np.bincount(inverse, weights=count, minlength=len(uniq)))
+        newest, oldest = _extremes(np.repeat(start[s], per_row), inverse, len(uniq))
         at_key = np.searchsorted(self._keys, uniq)
         known = at_key < len(self._keys)
         known[known] = self._keys[at_key[known]] == uniq[known]
         grown = len(self.pooled)
         row_of = np.empty(len(uniq), dtype=np.int64)
         row_of[known] = self._key_rows[at_key[known]]
-        # New keys get rows in the order the records first show them.
+        # New keys get rows in the order of their keys.
         new = np.flatnonzero(~known)
-        new = new[np.argsort(first_at[new], kind="stable")]
         row_of[new] = grown + np.arange(len(new))
-        fresh = first_at[new]
-        rows = row_of[inverse.ravel()]
         if len(new):
-            added = np.sort(new)
-            self._keys = np.insert(self._keys, at_key[added], uniq[added])
-            self._key_rows = np.insert(self._key_rows, at_key[added], row_of[added])
-        if len(fresh):
-            at = s[fresh]
+            self._keys = np.insert(self._keys, at_key[new], uniq[new])
+            self._key_rows = np.insert(self._key_rows, at_key[new], row_of[new])
+            at = some[new]
             self.pooled = _join_latency(self.pooled, EndpointLatency(
-                np.full(len(fresh), -math.inf), rec.path[at], rec.endpoint[at],
-                rec.cohort[at], rec.started[at], rec.bucket[at],
-                np.zeros(len(fresh), dtype=np.int64)))
+                np.full(len(new), -math.inf), rows.path[at], rows.endpoint[at],
+                rows.cohort[at], rows.started[at], (uniq[new] & 0xFFFFFFFF).astype(np.int64),
+                np.zeros(len(new), dtype=np.int64)))
             self.pooled_first = np.concatenate([self.pooled_first,
-                                                np.full(len(fresh), math.inf)])
-        assert len(self.pooled) == grown + len(fresh) == len(self._keys)
-        # Float sums of counts are exact below 2**53; a bincount, not a ufunc.at.
-        self.pooled.count[:] += np.rint(np.bincount(rows, weights=rec.count[s],
-                                                    minlength=len(self.pooled))
-                                        ).astype(np.int64)
-        np.maximum.at(self.pooled.start, rows, start[s])
-        np.minimum.at(self.pooled_first, rows, start[s])
+                                                np.full(len(new), math.inf)])
+        assert len(self.pooled) == grown + len(new) == len(self._keys)
+        # `row_of` names each row once: plain indexed updates, not ufunc.at.
+        self.pooled.count[row_of] += total.astype(np.int64)
+        self.pooled.start[row_of] = np.maximum(self.pooled.start[row_of], newest)
+        self.pooled_first[row_of] = np.minimum(self.pooled_first[row_of], oldest)
 
     def stale(self, spans: Sequence[tuple[float, float]], length_s: float) -> bool:
         """True when the pooled records no longer hold: a span known when they were pooled
@@ -550,14 +593,15 @@ class VerdictCache:
         lat = _PooledLatency(origin, stratum_s, warmup_s or 0.0)
         length = self._length_bound(stratum_s)
         with store.stream_endpoint_columns(since=origin, until=seal, stratum_s=stratum_s,
-                                           latency=with_latency) as (sealed, chunks):
+                                           latency=with_latency, by_row=True
+                                           ) as (sealed, chunks):
             # The rows first (each pod's first stratum), then their latency records pooled
             # a chunk at a time: a day's records held whole were gigabytes (BENCHMARKS.md D23).
             if with_latency:
                 lat.add(sealed, length, spans, summed=True)
             none = take(sealed, np.zeros(len(sealed.start), dtype=bool))
             for chunk in chunks:
-                lat.add(dataclasses.replace(none, latency=chunk), length, spans, summed=True)
+                lat.add(none, length, spans, summed=True, records=chunk)
         tail = store.read_endpoint_columns(since=seal, latency=with_latency)
         return _Pods(origin, stratum_s, warmup_s, _by_path(_rows_only(sealed)), tail, seal, lat,
                      _Grids())

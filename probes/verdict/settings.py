@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from probes._parsing import rfc3339
-from probes.config import load_config
 from probes.errors import StoreCorrupt
 from probes.spec import CohortSpec, JudgingSettings, Tolerances
 from probes.store import SETTINGS_EVENT, Event, Store
@@ -32,7 +31,13 @@ SETTINGS_VERSION = 1
 
 def load_judging_config(path: str | None) -> JudgingSettings:
     """The judging settings of the config file at `path` (None: the built-in defaults)."""
-    return JudgingSettings() if path is None else load_config(path).judging
+    if path is None:
+        return JudgingSettings()
+    # Imported here: the config's validation (jsonschema, yaml) is a tenth of a second
+    # of `verdict --store`'s start, which reads the settings the store recorded.
+    from probes.config import load_config
+
+    return load_config(path).judging
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -326,6 +326,27 @@ def test_the_kept_grids_are_those_a_fresh_read_lays_out(
     assert not cache._pods.grids.pending
 
 
+@pytest.mark.parametrize("runs_max", [256, 2])  # a scatter per run; ufunc.at past the runs
+@pytest.mark.parametrize("ordered", [True, False])
+def test_extremes_are_each_groups_newest_and_oldest(runs_max: int, ordered: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pooled record's newest and oldest stratum decide whether an overload span found
+    # later reaches into it (`stale`): each group's true max and min, in order or not.
+    from probes.verdict import cache as verdict_cache
+
+    monkeypatch.setattr(verdict_cache, "_RUNS_MAX", runs_max)
+    rng = np.random.default_rng(11)
+    t = np.repeat(60.0 * np.arange(8), rng.integers(1, 40, 8))
+    if not ordered:
+        t = rng.permutation(t)
+    group = rng.integers(0, 30, len(t))
+    newest, oldest = verdict_cache._extremes(t, group, 32)  # groups 30 and 31 have none
+    for g in range(32):
+        mine = t[group == g]
+        assert newest[g] == (mine.max() if len(mine) else -np.inf)
+        assert oldest[g] == (mine.min() if len(mine) else np.inf)
+
+
 @pytest.mark.parametrize("dense_max", [1 << 24, 10])  # by a table; sorted, past the table
 def test_unique_without_a_sort_is_numpys_unique(dense_max: int,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
