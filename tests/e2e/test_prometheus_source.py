@@ -53,7 +53,7 @@ from probes.verdict.entry import Query, verdict
 from probes.verdict.judge import judge
 from probes.verdict.service import with_doubts
 from tests.servers.helm import HELM, NAMESPACE, PROBE, RELEASE, probe_config, render, shard_argv
-from tests.servers.ports import free_port
+from tests.servers.ports import free_port, refused_port
 from tests.servers.probe_run import example_fleet
 from tests.servers.prometheus import PrometheusServer, needs_prometheus
 
@@ -135,9 +135,10 @@ def test_bad_settings_are_bad_input() -> None:
 
 
 def test_refused_is_unavailable() -> None:
-    settings = PrometheusSettings(url=f"http://127.0.0.1:{free_port()}", timeout_s=2)
-    with PrometheusSource(settings) as source, pytest.raises(SourceUnavailable) as err:
-        source.read_table(since=time.time() - 30)
+    with refused_port() as port:
+        settings = PrometheusSettings(url=f"http://127.0.0.1:{port}", timeout_s=2)
+        with PrometheusSource(settings) as source, pytest.raises(SourceUnavailable) as err:
+            source.read_table(since=time.time() - 30)
     assert err.value.exit_code == EXIT_UNAVAILABLE
 
 

@@ -15,7 +15,7 @@ from probes.spec import PathSpec, RelaySpec
 from probes.types import Endpoint, Outcome
 from targets.server import TargetServer
 from tests.integration.test_target_relay import CALLS, pods
-from tests.servers.ports import free_port
+from tests.servers.ports import refused_port
 from tests.servers.relay_canned import OK, canned_relay
 
 
@@ -51,7 +51,8 @@ async def test_the_destinations_outcome_attempts_and_pod_over_each_client(versio
 async def test_a_relay_nobody_listens_on_is_the_relays_own_failure() -> None:
     prober = RelayProber(relay_path("catalog"))
     try:
-        got = await prober.call(Endpoint("relay-0", "127.0.0.1", free_port()), "r-0")
+        with refused_port() as port:
+            got = await prober.call(Endpoint("relay-0", "127.0.0.1", port), "r-0")
     finally:
         await prober.aclose()
     assert got.outcome == Outcome.CONNECT_REFUSED

@@ -25,7 +25,7 @@ from probes.store import Event, Store
 from probes.types import CallOutcome, CallResult, Endpoint, Outcome
 from probes.verdict.service import compute_verdict, late_spans, overload_spans, stored_overload
 from tests.servers.hostile import HostileServer
-from tests.servers.ports import free_port
+from tests.servers.ports import refused_port
 from tests.servers.probe_run import (
     Windows,
     discard_config,
@@ -74,11 +74,12 @@ async def test_a_verdict_that_cannot_be_computed_leaves_the_gauges_inconclusive(
     assert runner.last_verdict is not None and runner.last_verdict["verdict"] == "fail"
     paths = [p["path"] for p in runner.last_verdict["paths"]] + ["_overall"]
     assert gauge("_overall", "fail") == 1.0
-    unreachable = PrometheusSettings(url=f"http://127.0.0.1:{free_port()}", timeout_s=2)
-    # The verdicts' config (`probes.run._verdict_publish`): judged from Prometheus from now on.
-    runner.verdicts.config = dataclasses.replace(runner.config, source="prometheus",
-                                                 prometheus=unreachable)
-    await runner.gauges.publish()
+    with refused_port() as port:
+        unreachable = PrometheusSettings(url=f"http://127.0.0.1:{port}", timeout_s=2)
+        # The verdicts' config (`probes.run._verdict_publish`): judged from Prometheus now on.
+        runner.verdicts.config = dataclasses.replace(runner.config, source="prometheus",
+                                                     prometheus=unreachable)
+        await runner.gauges.publish()
     for path in paths:
         assert gauge(path, "inconclusive") == 1.0, path
         assert gauge(path, "fail") == gauge(path, "pass") == 0.0, path

@@ -16,7 +16,7 @@ from targets.proto import target_pb2, target_pb2_grpc
 from targets.relay import RoundRobinView
 from targets.relay_config import RelayConfig, parse_relay
 from targets.server import TargetServer
-from tests.servers.ports import free_port
+from tests.servers.ports import refused_port
 
 ECHO = "/skewprobe.target.v1.Target/Echo"
 CALLS = 24  # distinct request ids per case; every count below is derived from it
@@ -207,10 +207,14 @@ async def test_the_destinations_answer_is_read_only_up_to_max_body() -> None:
 
 
 async def test_an_address_nobody_holds_is_connect_refused() -> None:
-    gone = free_port()
-    extra = f"""    gone: {{http: {{url: "http://127.0.0.1:{gone}/api/catalog"}}}}
+    with refused_port() as gone:
+        extra = f"""    gone: {{http: {{url: "http://127.0.0.1:{gone}/api/catalog"}}}}
     gone-grpc: {{grpc: {{target: "127.0.0.1:{gone}", method: {ECHO}}}}}
 """
+        await _refused(extra, gone)
+
+
+async def _refused(extra: str, gone: int) -> None:
     async with pods(extra=extra) as (relay, _), httpx.AsyncClient() as client:
         doc = (await relay_http(client, relay, "gone")).json()
         assert (doc["outcome"], doc["address"]) == ("connect_refused", f"127.0.0.1:{gone}")
