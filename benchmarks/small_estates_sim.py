@@ -292,11 +292,14 @@ _EVERY_LOOK_ROWS = (
 )
 
 
-def every_look_table(seed: int, rollouts: int, minutes: int, calls: int = 500) -> None:
+def every_look_table(seed: int, rollouts: int, minutes: int, rows: Sequence[int] | None = None,
+                     calls: int = 500) -> None:
     """p99's fail (`pod_profile`) looked at after every window (as the live verdict is), pods
     drawn per rollout: false fails of canaries within H0 (like the baseline, or at its edge:
     the version's p99 exactly ×1.2 + 5 ms of the baseline version's) against α, and how
-    soon regressions fail; `calls` per baseline pod per window (10 s)."""
+    soon regressions fail; `calls` per baseline pod per window (10 s). `rows`: indices into
+    `_EVERY_LOOK_ROWS` (each row draws from its own seed, so a row's figures do not depend
+    on which others run)."""
     windows = minutes * 6
     print(f"\np99's fail at every window ({minutes} min), pods drawn per rollout, {calls // 10}"
           " calls/s per baseline pod, α = 0.25 %\n")
@@ -304,6 +307,8 @@ def every_look_table(seed: int, rollouts: int, minutes: int, calls: int = 500) -
           " | median minute |")
     print("| --- | --- | --- | --- | --- | --- |")
     for i, (label, row) in enumerate(_EVERY_LOOK_ROWS):
+        if rows and i not in rows:
+            continue
         n = rollouts // row.rollouts
         rng = np.random.default_rng([seed, 31, i])
         first = []
@@ -369,15 +374,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one-pod", action="store_true",
                     help="only the table of a canary of one pod (BENCHMARKS.md D21)")
     ap.add_argument("--every-look", action="store_true",
-                    help="only p99's fail at every window, pods drawn per rollout (1,000 "
+                    help="only p99's fail at every window, pods drawn per rollout (1,200 "
                          "rollouts per A/A row, a fifth of it per regression row)")
     ap.add_argument("--rollouts", type=int, help="with --every-look: instead of 1,000")
     ap.add_argument("--minutes", type=int, default=60,
                     help="with --every-look: each rollout's length")
+    ap.add_argument("--row", type=int, action="append",
+                    help="with --every-look: only this row (0-based, repeatable)")
     args = ap.parse_args(argv)
     if args.every_look:
-        every_look_table(args.seed, args.rollouts or (200 if args.quick else 1000),
-                         args.minutes)
+        every_look_table(args.seed, args.rollouts or (200 if args.quick else 1200),
+                         args.minutes, args.row)
         return 0
     if args.one_pod:
         one_pod_table(np.random.default_rng(args.seed), 200 if args.quick else 600)
