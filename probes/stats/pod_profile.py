@@ -57,7 +57,7 @@ a rollout, which the every-look rows of `benchmarks/small_estates_sim.py` measur
 per rollout, canaries at H0's edge); the product needs the cohorts' calls independent given
 the pods: an outage that slows both cohorts raises E_c and lowers E_b at once, which lowers
 the product's mean. With two pods in a cohort its factor's τ² has one degree of freedom and
-that cohort's factor next to no evidence: p99 on two pods a side does not fail.
+that factor next to no evidence: on two pods a side only regressions far beyond ×2 fail.
 `benchmarks/p99_pods_sim.py` measures the false fails on estates whose pods differ, restart
 cold and sit on slow nodes.
 """
