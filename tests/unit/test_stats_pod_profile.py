@@ -272,7 +272,7 @@ def test_capping_a_factors_worst_pod_never_fails_more_than_every_pod_in() -> Non
     # trimmed τ² alone (without both cohorts' worst pods, with few pods next to none), so
     # the capped fail is at most the fail with every pod in wherever it is evidence at all
     # (E > 1), at every look, whichever pod each look caps (nothing set aside as sick
-    # here). With τ² trimmed, 4 and 6 canary pods broke this at 11 of these looks.
+    # here). With τ² trimmed, 4 and 6 canary pods broke this at 8 of these looks.
     rng = np.random.default_rng(61)
     for canary_pods in (2, 3, 4, 6):
         for _ in range(20):
