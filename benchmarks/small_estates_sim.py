@@ -29,6 +29,7 @@ baseline's. A rollout passes when some look passes.
     .venv/bin/python benchmarks/small_estates_sim.py            # 1,000-1,500 rollouts per row
     .venv/bin/python benchmarks/small_estates_sim.py --quick    # 200 per row
     .venv/bin/python benchmarks/small_estates_sim.py --fails    # the fail side's tables alone
+    .venv/bin/python benchmarks/small_estates_sim.py --every-look   # p99's fail, every window
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verdict_sim import cp_upper
 
-from probes.measure.histogram import LOWER, UPPER
+from probes.measure.histogram import LOWER, UPPER, index_of
 from probes.stats.pod_exceed import exceedance_cuts, pass_tracks
 from probes.stats.pod_profile import profile_cuts, profile_fails, profile_input, profile_threshold
 from probes.stats.pods import pod_track
@@ -59,6 +60,11 @@ from probes.stats.quantile import Layout
 LAYOUT = Layout.from_edges(LOWER, UPPER)
 MEDIAN_S, SIGMA = 0.050, 0.5
 RATIO, MARGIN_S = 1.2, 0.005
+# `--every-look` keeps the buckets from the median to 2 s (p99 is ~160 ms, ×2.4 at most
+# here), the rest merged into the two ends: a look at every window then fits in memory.
+_EVERY_LOOK_SPAN = (int(index_of(MEDIAN_S)), int(index_of(2.0)) + 1)
+EVERY_LOOK_LAYOUT = Layout.from_edges(LOWER[slice(*_EVERY_LOOK_SPAN)],
+                                      UPPER[slice(*_EVERY_LOOK_SPAN)])
 
 
 @dataclass(frozen=True)
@@ -127,10 +133,10 @@ def _mixture_p99(lo: float, hi: float) -> float:
     return float(brentq(below, 1e-3, 10.0))
 
 
-def _p99_histograms(rng: np.random.Generator, row: P99Row, looks: Sequence[int], calls: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """One rollout's pods drawn anew: each pod's calls per bucket pooled over time at each
-    look, after `looks` windows (looks, pods, buckets), and the canary flags."""
+def _pods_drawn(rng: np.random.Generator, row: P99Row, calls: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One rollout's pods drawn anew: the canary flags, each pod's calls per window (the
+    canary's balanced to the baseline's) and its latency scale (the version's factor in)."""
     spread_c = row.spread if row.canary_spread is None else row.canary_spread
     factor = row.factor
     if row.edge is not None:
@@ -141,6 +147,15 @@ def _p99_histograms(rng: np.random.Generator, row: P99Row, looks: Sequence[int],
     per = np.where(is_canary, calls * row.baseline / row.canary, calls)
     scales = np.concatenate([1 + rng.uniform(-row.spread, row.spread, row.baseline),
                              (1 + rng.uniform(-spread_c, spread_c, row.canary)) * factor])
+    return is_canary, per, scales
+
+
+def _p99_histograms(rng: np.random.Generator, row: P99Row, looks: Sequence[int], calls: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """One rollout's pods drawn anew: each pod's calls per bucket pooled over time at each
+    look, after `looks` windows (looks, pods, buckets), and the canary flags."""
+    is_canary, per, scales = _pods_drawn(rng, row, calls)
+    pods = is_canary.size
     probs = [_bucket_probs(s) for s in scales]
     hist = np.zeros((pods, LAYOUT.size))
     out, done = [], 0
@@ -152,11 +167,27 @@ def _p99_histograms(rng: np.random.Generator, row: P99Row, looks: Sequence[int],
     return np.array(out), is_canary
 
 
-def _profile_fails(h: np.ndarray, is_canary: np.ndarray, alpha: float) -> np.ndarray:
+def _every_window(rng: np.random.Generator, row: P99Row, windows: int, calls: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """`_p99_histograms` after every window, on `EVERY_LOOK_LAYOUT` (the buckets below and
+    above it merged into its first and last): (windows, pods, buckets), the canary flags."""
+    is_canary, per, scales = _pods_drawn(rng, row, calls)
+    lo, hi = _EVERY_LOOK_SPAN
+    hist = np.empty((windows, is_canary.size, hi - lo))
+    for i, scale in enumerate(scales):
+        p = _bucket_probs(scale)
+        p = np.concatenate([[p[:lo + 1].sum()], p[lo + 1:hi - 1], [p[hi - 1:].sum()]])
+        hist[:, i] = np.cumsum(rng.multinomial(round(per[i]), p / p.sum(), size=windows),
+                               axis=0)
+    return hist, is_canary
+
+
+def _profile_fails(h: np.ndarray, is_canary: np.ndarray, alpha: float,
+                   layout: Layout = LAYOUT) -> np.ndarray:
     """Whether `pod_profile`'s fail reaches its threshold at each look of `h` (looks, pods,
     buckets), as `pod_metrics` runs it."""
     cum_b = np.cumsum(h[:, ~is_canary].sum(axis=1), axis=-1)
-    profile = profile_cuts(cum_b, np.cumsum(h[:, is_canary].sum(axis=1), axis=-1), LAYOUT,
+    profile = profile_cuts(cum_b, np.cumsum(h[:, is_canary].sum(axis=1), axis=-1), layout,
                            0.99, RATIO, MARGIN_S, alpha)
     below = np.concatenate([np.zeros((*h.shape[:2], 1)), np.cumsum(h, axis=-1)], axis=-1)
     fails = profile_fails([profile_input(below[k], is_canary, profile, k)
@@ -246,6 +277,53 @@ def p99_fail_table(seed: int, rollouts: int) -> None:
         print(f"| {b} vs {c} | " + " | ".join(cells) + " |")
 
 
+# `--every-look`: label, row (its rollouts a share of the table's), α = 0.25 % on each.
+_EVERY_LOOK_ROWS = (
+    ("6 vs 6", P99Row(6, 6, 0.3, 0.0025, 1, edge=None)),
+    ("3 vs 2", P99Row(3, 2, 0.3, 0.0025, 1, edge=None)),
+    ("2 vs 2", P99Row(2, 2, 0.3, 0.0025, 1, edge=None)),
+    ("6 vs 1", P99Row(6, 1, 0.3, 0.0025, 1, edge=None)),
+    ("11 vs 1", P99Row(11, 1, 0.3, 0.0025, 1, edge=None)),
+    ("6 vs 6", P99Row(6, 6, 0.0, 0.0025, 1, edge=0.0)),
+    ("6 vs 6", P99Row(6, 6, 0.3, 0.0025, 1, edge=0.0)),
+    ("6 vs 6", P99Row(6, 6, 0.0, 0.0025, 5, edge=None, factor=1.5)),
+    ("2 vs 2", P99Row(2, 2, 0.3, 0.0025, 5, edge=None, factor=2.0)),
+    ("11 vs 1", P99Row(11, 1, 0.0, 0.0025, 5, edge=None, factor=2.0)),
+)
+
+
+def every_look_table(seed: int, rollouts: int, minutes: int, rows: Sequence[int] | None = None,
+                     calls: int = 500) -> None:
+    """p99's fail (`pod_profile`) looked at after every window (as the live verdict is), pods
+    drawn per rollout: false fails of canaries within H0 (like the baseline, or at its edge:
+    the version's p99 exactly ×1.2 + 5 ms of the baseline version's) against α, and how
+    soon regressions fail; `calls` per baseline pod per window (10 s). `rows`: indices into
+    `_EVERY_LOOK_ROWS` (each row draws from its own seed, so a row's figures do not depend
+    on which others run)."""
+    windows = minutes * 6
+    print(f"\np99's fail at every window ({minutes} min), pods drawn per rollout, {calls // 10}"
+          " calls/s per baseline pod, α = 0.25 %\n")
+    print("| baseline vs canary pods | pods' spread | canary | rollouts | failed (95 % upper)"
+          " | median minute |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for i, (label, row) in enumerate(_EVERY_LOOK_ROWS):
+        if rows and i not in rows:
+            continue
+        n = rollouts // row.rollouts
+        rng = np.random.default_rng([seed, 31, i])
+        first = []
+        for _ in range(n):
+            h, is_canary = _every_window(rng, row, windows, calls)
+            hit = np.flatnonzero(_profile_fails(h, is_canary, row.alpha, EVERY_LOOK_LAYOUT))
+            first.append(float(hit[0] + 1) if hit.size else math.inf)
+        k = sum(math.isfinite(x) for x in first)
+        what = ("like the baseline" if row.edge is None and row.factor == 1.0 else
+                f"×{row.factor:g}" if row.edge is None else "at the tolerance's edge")
+        print(f"| {label} | ±{100 * row.spread:.0f} % | {what} | {n} | "
+              f"{100 * k / n:.1f} % ({100 * cp_upper(k, n):.2f} %) | {_minutes(first)} |",
+              flush=True)
+
+
 def one_pod_table(rng: np.random.Generator, rollouts: int) -> None:
     """A canary of one pod against few and many baseline pods (α = 1 %, 60 windows): passes
     at the boundary and at twice the tolerance (a look every 10 windows), and fails of a
@@ -275,6 +353,12 @@ def _share(k: int, n: int) -> str:
     return f"{k} of {n} ({100 * k / n:.1f} %, 95 % upper {100 * cp_upper(k, n):.1f} %)"
 
 
+def _minutes(first: list[float]) -> str:
+    """The median of the finite windows in minutes, to the tenth (10 s windows)."""
+    done = [x for x in first if math.isfinite(x)]
+    return f"{np.median(done) / 6:.1f}" if done else "–"
+
+
 def _median(first: list[float], window_s: float = 10.0) -> str:
     x = np.array(first)
     done = x[np.isfinite(x)]
@@ -289,7 +373,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the fail side's tables (success rate and p99, few pods)")
     ap.add_argument("--one-pod", action="store_true",
                     help="only the table of a canary of one pod (BENCHMARKS.md D21)")
+    ap.add_argument("--every-look", action="store_true",
+                    help="only p99's fail at every window, pods drawn per rollout (1,200 "
+                         "rollouts per A/A row, a fifth of it per regression row)")
+    ap.add_argument("--rollouts", type=int, help="with --every-look: instead of 1,000")
+    ap.add_argument("--minutes", type=int, default=60,
+                    help="with --every-look: each rollout's length")
+    ap.add_argument("--row", type=int, action="append",
+                    help="with --every-look: only this row (0-based, repeatable)")
     args = ap.parse_args(argv)
+    if args.every_look:
+        every_look_table(args.seed, args.rollouts or (200 if args.quick else 1200),
+                         args.minutes, args.row)
+        return 0
     if args.one_pod:
         one_pod_table(np.random.default_rng(args.seed), 200 if args.quick else 600)
         return 0

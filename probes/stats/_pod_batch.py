@@ -15,7 +15,6 @@ from probes.stats._pod_mixture import POINT_WEIGHT, log_e_one_sided, log_e_pass
 from probes.stats._pod_spread import (
     capped,
     dl_tau2,
-    few_pods_factor,
     outlier,
     pick,
     spread_term,
@@ -210,7 +209,7 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     ex_pp, own_pp, sq_w_fail, worst_wo = _fail_side(
         nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, (v_t, u_t), acc)
     some_c = np.asarray(canary.any(axis=1))
-    tau2_fail, df_wo, _, dropped, _ = dl_tau2([(*cohorts[0], worst_wo, some_c),
+    tau2_fail, _, _, dropped, _ = dl_tau2([(*cohorts[0], worst_wo, some_c),
                                           (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")
     # A worst pod the others' spread cannot account for is sick, not the version's: set
     # aside (out of the window means, τ² and D) and named. The canary keeps its only pod.
@@ -253,7 +252,13 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     # cap near it failed alike pods ±50 % apart in 3 % of rollouts (BENCHMARKS.md D21).
     # The pod set aside as sick is the one capped: capping the highest rate let it count
     # whole whenever a pod that had just joined, with a handful of calls, showed a higher one.
-    d_cap, _ = capped(ex_pp, pod_calls_c, sd2, tau2_fail, aside_c)
+    # τ² without each cohort's worst pod is never taken below every pod's but the sick
+    # ones' (`tau2_p`), for the cap and the variance alike: with few pods a cohort the
+    # trimmed τ² has next to no degrees of freedom (with two, none: a per-call test of one
+    # pod), and a cap at the trimmed spread made the capped fail exceed the fail with every
+    # pod in, whichever pod the look trimmed.
+    tau2_wo = np.maximum(tau2_fail, tau2_p)
+    d_cap, _ = capped(ex_pp, pod_calls_c, sd2, tau2_wo, aside_c)
     n_w = pick(pod_calls_c, worst_wo)
     with np.errstate(divide="ignore", invalid="ignore"):
         share_wo = np.where(calls_c > 0, (calls_c - n_w) / np.where(calls_c > 0, calls_c, 1.0),
@@ -263,14 +268,7 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     vs_wo = own_pp.sum(axis=1) - np.where(two, pick(own_pp, worst_wo), 0.0)
     weights_wo = np.where(two, sq_calls - n_w ** 2 + ratio * ratio * sq_w_fail * share_wo ** 2,
                           sq_calls + ratio * ratio * sq_w_fail)
-    # With few pods the fail is allowed for as the pass is (D19), and τ² without each
-    # cohort's worst pod is never taken below the pass's (every pod but those set aside as
-    # sick): with two pods a cohort it has no degrees of freedom (τ² 0, a per-call test of
-    # one pod), and with three the pods left are the two that agree. With many pods (the
-    # factor 1) it stays the trimmed τ².
-    few = few_pods_factor(df_p, (vs_wo + tau2_fail * weights_wo) / sd2, log_threshold,
-                          scales) > 1.0
-    tau2_wo = np.where(few | (df_wo < 1), np.maximum(tau2_fail, tau2_p), tau2_fail)
+    # With few pods the fail is allowed for as the pass is (D19).
     vp_wo, vs_floor_wo = spread_term(tau2_wo, df_p, se_p, weights_wo, vs_wo, sd2,
                                      log_threshold, scales)
     vs_wo = vs_wo + vs_floor_wo

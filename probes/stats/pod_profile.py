@@ -22,10 +22,15 @@ rate (ratio 0), so the pod is the unit on both: τ² is noise, the tested cohort
 capped (three pods or more) or left out (two), and a canary of one pod is judged against the
 baseline pods' spread (BENCHMARKS.md D21). E_b runs on the baseline's non-exceedances with the
 baseline as the tested cohort (H0: their rate ≤ p), so its worst pod, the one that makes q look
-highest, is the one capped. The other cohort's pods enter τ² only, each counted from its own
-cohort's estimated p-quantile, where its rates are near 1 − p as the tested cohort's are at
-H0's edge. The cohorts' calls are independent, so under H0(q) E(q) = E_b(q)·E_c(q) is an
-e-process; for the true q_b, inf over q of E(q) is at most E(q_b) at every look, so rejecting
+highest, is the one capped. Each factor's τ² comes from the pods it tests alone: the other
+cohort's pods enter summed into one (its calls from its own cohort's estimated p-quantile),
+which gives the window's pooled rate, the variance's yardstick, and nothing to τ² (`_factor`).
+So E_b reads the baseline's pods and E_c the canary's, and the cohorts' calls and pods being
+independent, under H0(q) E(q) = E_b(q)·E_c(q) is an e-process (with τ² pooled over both
+cohorts, one underestimate raised both factors at once). The exception is a tested cohort of
+one pod, judged against the other's pods' spread (D21): a canary of one pod's E_c reads the
+baseline's pods, as E_b does. For the true q_b, inf over q of E(q) is at most E(q_b) at every
+look, so rejecting
 H0 when the infimum reaches 1/α errs with chance at most α (Ville). The infimum is taken anew
 at every look: each q's product is its own process, and the least of them may be another
 q's at each look; what is bounded is the one process at q_b.
@@ -46,11 +51,15 @@ and a handful later. Against the sequence's ends at α/2 each, the threshold dro
 
 What it rests on, besides `pods.pod_tracks`' own assumptions (a CLT per pod, a consistent τ²,
 the mixture's tail asymptotic): the sequence is on the baseline's pooled calls, so its q_b is
-the pooled p99 of the pods that ran (as the pass's cuts take it); τ² is pooled over both
-cohorts' pods (`pod_exceed`'s known limits); and the product needs the cohorts' calls
-independent given the pods: an outage that slows both cohorts raises E_c and lowers E_b at
-once, which lowers the product's mean. `benchmarks/p99_pods_sim.py` measures the false fails
-on estates whose pods differ, restart cold and sit on slow nodes.
+the pooled p99 of the pods that ran (as the pass's cuts take it), not their version's: where
+the baseline's pods differ, the pods drawn move it by more than the sequence's width late in
+a rollout, which the every-look rows of `benchmarks/small_estates_sim.py` measure (pods drawn
+per rollout, canaries at H0's edge); the product needs the cohorts' calls independent given
+the pods: an outage that slows both cohorts raises E_c and lowers E_b at once, which lowers
+the product's mean. With two pods in a cohort its factor's τ² has one degree of freedom and
+that factor next to no evidence: on two pods a side only regressions far beyond ×2 fail.
+`benchmarks/p99_pods_sim.py` measures the false fails on estates whose pods differ, restart
+cold and sit on slow nodes.
 """
 
 from __future__ import annotations
@@ -189,10 +198,25 @@ def _values(grids: Sequence[ProfileInput], pairs: Sequence[tuple[int, int]], p: 
         calls = np.asarray(g.calls, dtype=np.float64)
         at = np.asarray(g.at_q[j], dtype=np.float64)
         on_c = canary[:, None]
-        # Canary tested beyond r·q + m; the baseline's pods from their level, τ² only.
-        items_c.append((calls, np.where(on_c, at, g.at_level), canary))
+        # Canary tested beyond r·q + m; the baseline's pods from their level.
+        items_c.append(_factor(calls, np.where(on_c, at, g.at_level), canary))
         # Baseline tested: its calls below q against the rate p, the canary's pods from
-        # their level for τ².
-        items_b.append((calls, calls - np.where(on_c, g.at_level, at), ~canary))
+        # their level.
+        items_b.append(_factor(calls, calls - np.where(on_c, g.at_level, at), ~canary))
     return (pod_fail_values(items_c, 0.0, 1.0 - p, log_threshold=log_thr)
             + pod_fail_values(items_b, 0.0, p, log_threshold=log_thr))
+
+
+def _factor(calls: F64, counts: F64, tested: Bool) -> tuple[F64, F64, Bool]:
+    """One factor's grid for `pods.pod_fail_values`: the tested cohort's pods as they are,
+    the other cohort's summed into one pod, which adds nothing to τ² (no degrees of
+    freedom) and leaves the window's pooled rate, the variance's yardstick, as it was. So
+    each factor's τ² comes from the pods it tests and the two factors read disjoint pods:
+    with τ² from both cohorts, one underestimate raised both at once. A tested cohort of
+    one pod keeps the other's pods: its rule judges it against their spread (D21)."""
+    if int((calls[tested] > 0).sum()) <= 1:
+        return calls, counts, tested
+    other = ~tested
+    return (np.concatenate([calls[tested], calls[other].sum(axis=0, keepdims=True)]),
+            np.concatenate([counts[tested], counts[other].sum(axis=0, keepdims=True)]),
+            np.arange(int(tested.sum()) + 1) < int(tested.sum()))

@@ -18,6 +18,7 @@ from probes.stats.pod_profile import (
     profile_input,
     profile_threshold,
 )
+from probes.stats.pods import pod_track
 from tests.unit.test_stats_pod_exceed import (
     ALPHA,
     LAYOUT,
@@ -101,14 +102,14 @@ def test_a_canary_twice_as_slow_fails_on_its_pods_or_its_one_pod() -> None:
 
 def test_it_decides_as_the_sequences_ends_did_on_clear_cases_and_sooner() -> None:
     # Clear cases keep their direction: a canary 2× slower fails both ways, a healthy one
-    # neither. At ×1.5 with 30 calls per pod and window the cuts at the sequence's ends
+    # neither. At ×1.5 with 50 calls per pod and window the cuts at the sequence's ends
     # cannot fail yet (the premise, checked) and the profile does.
     rng = np.random.default_rng(25)
     slow = estate(rng, [1.0] * 6 + [2.0] * 3)
     healthy = estate(rng, [1.0] * 9)
     assert fails(slow, 3) and last_look(slow, 3) >= THR
     assert not fails(healthy, 3) and last_look(healthy, 3) < THR
-    sooner = estate(rng, [1.0] * 6 + [1.5] * 3, calls=30)
+    sooner = estate(rng, [1.0] * 6 + [1.5] * 3, calls=50)
     assert last_look(sooner, 3) < THR
     assert fails(sooner, 3)
 
@@ -193,7 +194,93 @@ def test_two_pods_against_two_apart_fail_a_healthy_canary_at_most_alpha() -> Non
     assert failed <= binom.ppf(1 - 1e-6, 600, alpha)
 
 
-def test_two_pods_against_two_still_fail_a_canary_twice_as_slow() -> None:
-    # Pods alike: every rollout fails within the hour.
+def test_three_pods_against_three_still_fail_a_canary_twice_as_slow() -> None:
+    # Pods alike: every rollout fails within the hour. (Two a side cannot: each factor's
+    # τ² comes from the two pods it tests, one degree of freedom.)
     rng = np.random.default_rng(43)
-    assert few_pod_rollouts(rng, 20, 2, 2, 0.0, 2.0, LOOKS[:5], 0.0025) == 20
+    assert few_pod_rollouts(rng, 20, 3, 3, 0.0, 2.0, LOOKS[:5], 0.0025) == 20
+
+
+def test_each_factor_reads_the_other_cohorts_pods_only_through_their_sum() -> None:
+    # E_b and E_c take τ² from the pods they test, so they are functions of disjoint pods
+    # (their product's mean is then at most 1 at the true baseline p99): moving calls at
+    # the other cohort's level between its pods, their sum kept, changes nothing.
+    rng = np.random.default_rng(47)
+    for canary_pods in (2, 3, 6):
+        hist = estate(rng, [1.0, 0.8, 1.2, 0.9, 1.1, 1.0] + [EDGE * s for s in
+                            rng.uniform(0.7, 1.3, canary_pods)],
+                      canary_calls=300 // canary_pods, canary_pods=canary_pods)
+        canary = np.arange(hist.shape[0]) >= hist.shape[0] - canary_pods
+        pooled = hist.sum(axis=1)
+        cuts = profile_cuts(np.cumsum(pooled[~canary].sum(axis=0)),
+                            np.cumsum(pooled[canary].sum(axis=0)), LAYOUT, 0.99, RATIO,
+                            MARGIN_S, ALPHA)
+        below = np.concatenate([np.zeros((hist.shape[0], 1)), np.cumsum(pooled, axis=-1)],
+                               axis=-1)
+        g = profile_input(below, canary, cuts, 0)
+        moved = g.at_level.copy()
+        for cohort in (canary, ~canary):
+            at = np.flatnonzero(cohort)
+            shift = np.minimum(moved[at[0], 0], 7.0)
+            moved[at[0]] -= shift
+            moved[at[1]] += shift
+        every = ProfileInput(g.calls, g.at_q, g.at_level, g.canary, 0)
+        other = ProfileInput(g.calls, g.at_q, moved, g.canary, 0)
+        for j in range(len(g.at_q)):
+            pick = [ProfileInput(x.calls, x.at_q[j:j + 1], x.at_level, x.canary)
+                    for x in (every, other)]
+            a, b = profile_fails(pick, 0.99, ALPHA)[0]
+            assert a == pytest.approx(b, rel=1e-9, abs=1e-9)
+        assert len(g.at_q) > 1
+
+
+def test_a_healthy_few_pod_estate_looked_at_every_window_fails_at_most_alpha() -> None:
+    # As `small_estates_sim.py --every-look` draws them: pods ±30 % apart drawn anew per
+    # rollout, the fail looked at after every 10 s window for an hour. Each rollout fails
+    # with chance at most α, so more than the binomial's 1 − 1e-6 quantile is a broken test.
+    from tests.servers.benchmark_script import load_benchmark
+
+    sim = load_benchmark("small_estates_sim")
+    alpha, rollouts = 0.0025, 40
+    rng = np.random.default_rng(53)
+    for baseline, canary in ((3, 2), (2, 2), (6, 1)):
+        row = sim.P99Row(baseline, canary, 0.3, alpha, rollouts, edge=None)
+        failed = 0
+        for _ in range(rollouts):
+            h, flags = sim._every_window(rng, row, 360, 500)
+            failed += bool(sim._profile_fails(h, flags, alpha, sim.EVERY_LOOK_LAYOUT).any())
+        assert failed <= binom.ppf(1 - 1e-6, rollouts, alpha)
+
+
+def test_a_canary_of_one_pod_twice_as_slow_fails_within_minutes() -> None:
+    # Eleven baseline pods alike, one canary pod ×2 (12 % of its calls beyond the cut
+    # against 1 %): the one-pod rule's τ² bound and 2 τ margin still leave it thousands of
+    # times the evidence it needs within ten minutes.
+    from tests.servers.benchmark_script import load_benchmark
+
+    sim = load_benchmark("small_estates_sim")
+    rng = np.random.default_rng(59)
+    row = sim.P99Row(11, 1, 0.0, 0.0025, 1, edge=None, factor=2.0)
+    for _ in range(5):
+        h, flags = sim._every_window(rng, row, 60, 500)
+        assert sim._profile_fails(h, flags, 0.0025, sim.EVERY_LOOK_LAYOUT)[-1]
+
+
+def test_capping_a_factors_worst_pod_never_fails_more_than_every_pod_in() -> None:
+    # A factor is a test against a known rate (ratio 0), so capping or leaving out the
+    # worst canary pod only lowers the sum; the spread it is judged with is never the
+    # trimmed τ² alone (without both cohorts' worst pods, with few pods next to none), so
+    # the capped fail is at most the fail with every pod in wherever it is evidence at all
+    # (E > 1), at every look, whichever pod each look caps (nothing set aside as sick
+    # here). With τ² trimmed, 4 and 6 canary pods broke this at 8 of these looks.
+    rng = np.random.default_rng(61)
+    for canary_pods in (2, 3, 4, 6):
+        for _ in range(20):
+            pods = 6 + canary_pods
+            flags = np.arange(pods) >= 6
+            n = np.where(flags, 6 * 300 // canary_pods, 300)[:, None] * np.ones(12)
+            rate = 0.01 * rng.lognormal(0.0, 0.5, pods)
+            s = rng.binomial(n.astype(np.int64), np.minimum(rate, 1.0)[:, None]).astype(float)
+            t = pod_track(n, s, flags, 0.0, 0.01, log_threshold=THR)
+            calm = (t.aside_canary < 0) & (t.aside_baseline < 0) & (t.log_e_fail > 0)
+            assert (t.log_e_fail[calm] <= t.log_e_fail_all[calm] + 1e-9).all()
