@@ -214,7 +214,8 @@ def _factor(calls: F64, counts: F64, tested: Bool) -> tuple[F64, F64, Bool]:
     each factor's τ² comes from the pods it tests and the two factors read disjoint pods:
     with τ² from both cohorts, one underestimate raised both at once. A tested cohort of
     one pod keeps the other's pods: its rule judges it against their spread (D21)."""
-    if int((calls[tested] > 0).sum()) <= 1:
+    # Pods with calls, not cells: a pod with calls in several windows is still one pod.
+    if int((calls[tested].reshape(int(tested.sum()), -1).sum(axis=1) > 0).sum()) <= 1:
         return calls, counts, tested
     other = ~tested
     return (np.concatenate([calls[tested], calls[other].sum(axis=0, keepdims=True)]),

@@ -13,6 +13,7 @@ from scipy.stats import binom, norm
 
 from probes.stats.pod_profile import (
     ProfileInput,
+    _factor,
     profile_cuts,
     profile_fails,
     profile_input,
@@ -264,6 +265,25 @@ def test_a_canary_of_one_pod_twice_as_slow_fails_within_minutes() -> None:
     for _ in range(5):
         h, flags = sim._every_window(rng, row, 60, 500)
         assert sim._profile_fails(h, flags, 0.0025, sim.EVERY_LOOK_LAYOUT)[-1]
+
+
+def test_a_tested_cohort_of_one_pod_keeps_the_others_pods_whatever_its_windows() -> None:
+    # The one-pod rule judges a lone pod against the other cohort's pods (D21): a pod with
+    # calls in several windows is one pod, so its factor's grid keeps every pod of the other.
+    calls = np.array([[40.0, 50.0], [30.0, 20.0], [25.0, 35.0]])
+    counts = np.array([[1.0, 2.0], [0.0, 1.0], [1.0, 0.0]])
+    tested = np.array([True, False, False])
+    got_calls, got_counts, got_tested = _factor(calls, counts, tested)
+    assert got_calls is calls and got_counts is counts and got_tested is tested
+    # Two tested pods: the other cohort is summed into one pod.
+    two = np.array([True, True, False])
+    got_calls, _, got_tested = _factor(calls, counts, two)
+    assert got_calls.shape == (3, 2) and got_tested.tolist() == [True, True, False]
+    assert (got_calls[-1] == calls[2]).all()
+    three_other = np.vstack([calls, [[10.0, 10.0]]])
+    got_calls, _, got_tested = _factor(three_other, np.vstack([counts, [[0.0, 0.0]]]),
+                                       np.array([True, True, False, False]))
+    assert got_calls.shape == (3, 2) and (got_calls[-1] == [35.0, 45.0]).all()
 
 
 def test_capping_a_factors_worst_pod_never_fails_more_than_every_pod_in() -> None:
