@@ -70,6 +70,11 @@ class EndpointLatency:
         f, i = np.zeros(0), np.zeros(0, dtype=np.int32)
         return cls(f, i, i, i, f, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
+    def taken(self, keep: npt.NDArray[np.bool_]) -> EndpointLatency:
+        """The records where `keep` holds."""
+        return EndpointLatency(*(getattr(self, f.name)[keep]
+                                 for f in dataclasses.fields(self)))
+
     @classmethod
     def joined(cls, parts: Sequence[EndpointLatency]) -> EndpointLatency:
         """The records of `parts`, one after the other."""

@@ -182,10 +182,6 @@ def _lookup(names: Sequence[str], where: dict[str, int]) -> npt.NDArray[np.int64
     return np.array([where.setdefault(n, len(where)) for n in names] or [0], dtype=np.int64)
 
 
-def _records(r: EndpointLatency, keep: npt.NDArray[np.bool_]) -> EndpointLatency:
-    return EndpointLatency(*(getattr(r, f.name)[keep] for f in dataclasses.fields(r)))
-
-
 def _as_rows(r: EndpointLatency) -> LatencyRows:
     """`r` as rows of one record each."""
     return LatencyRows(r.start, r.path, r.endpoint, r.cohort, r.started,
@@ -197,11 +193,6 @@ def _rows_taken(r: LatencyRows, keep: npt.NDArray[np.bool_]) -> LatencyRows:
     taken = np.repeat(keep, r.per)
     return LatencyRows(r.start[keep], r.path[keep], r.endpoint[keep], r.cohort[keep],
                        r.started[keep], r.per[keep], r.bucket[taken], r.count[taken])
-
-
-def _join_latency(a: EndpointLatency, b: EndpointLatency) -> EndpointLatency:
-    return EndpointLatency(*(np.concatenate([getattr(a, f.name), getattr(b, f.name)])
-                             for f in dataclasses.fields(EndpointLatency)))
 
 
 def _recoded(r: EndpointLatency, own: tuple[Sequence[str], ...],
@@ -418,10 +409,10 @@ class _PooledLatency:
             self._keys = np.insert(self._keys, at_key[new], uniq[new])
             self._key_rows = np.insert(self._key_rows, at_key[new], row_of[new])
             at = some[new]
-            self.pooled = _join_latency(self.pooled, EndpointLatency(
+            self.pooled = EndpointLatency.joined([self.pooled, EndpointLatency(
                 np.full(len(new), -math.inf), rows.path[at], rows.endpoint[at],
                 rows.cohort[at], rows.started[at], (uniq[new] & 0xFFFFFFFF).astype(np.int64),
-                np.zeros(len(new), dtype=np.int64)))
+                np.zeros(len(new), dtype=np.int64))])
             self.pooled_first = np.concatenate([self.pooled_first,
                                                 np.full(len(new), math.inf)])
         assert len(self.pooled) == grown + len(new) == len(self._keys)
@@ -445,7 +436,7 @@ class _PooledLatency:
     def records(self, into: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]],
                 paths: Iterable[str] | None, cohorts: Iterable[str] | None) -> EndpointLatency:
         """Every record, pooled or not, of `paths` and `cohorts`, indexed into `into`."""
-        both = _join_latency(self.pooled, self.loose)
+        both = EndpointLatency.joined([self.pooled, self.loose])
         own = self.names
         keep = _in(both.path, tuple(own[0]), paths) & _in(both.cohort, tuple(own[2]), cohorts)
         return _recoded(both, own, into, keep)
@@ -630,10 +621,10 @@ class VerdictCache:
                     p.grids.pending.append(summed)
                 if warmup_s is not None:
                     p.latency.add(dataclasses.replace(
-                        moving, latency=_records(fresh.latency, fresh.latency.start < seal)),
+                        moving, latency=fresh.latency.taken(fresh.latency.start < seal)),
                         self._length_bound(stratum_s), spans)
-            tail = dataclasses.replace(take(fresh, ~old), latency=_records(
-                fresh.latency, fresh.latency.start >= seal))
+            tail = dataclasses.replace(take(fresh, ~old), latency=
+                fresh.latency.taken(fresh.latency.start >= seal))
             p = _Pods(origin, stratum_s, warmup_s, sealed, tail, seal, p.latency, p.grids)
         self._pods = p
         return p
@@ -719,8 +710,8 @@ class CachedSource:
             keep &= t.start < until
         recent = _recoded(dataclasses.replace(t, start=_stratum_of(t.start, stratum_s)),
                           _names_of(tail), names, keep)
-        return dataclasses.replace(out, latency=_join_latency(
-            p.latency.records(names, paths, cohorts), recent))
+        return dataclasses.replace(out, latency=EndpointLatency.joined(
+            [p.latency.records(names, paths, cohorts), recent]))
 
     def pod_grids(self, *, since: float | None, until: float | None,
                   paths: Sequence[str] | None, warmup_s: float, window_s: float,
@@ -762,16 +753,16 @@ class CachedSource:
         keep = _in(t.path, p.tail.paths, paths)
         if until is not None:
             keep &= t.start < until
-        recent = _records(t, keep)
+        recent = t.taken(keep)
         recent = dataclasses.replace(recent, start=_stratum_of(recent.start, stratum_s))
         sealed = sorted(g.parts.items())
         key = (p.latency.generation, g.version)
         if g.sealed_hists is None or g.sealed_hists[0] != key:
-            pooled = _join_latency(p.latency.pooled, p.latency.loose)
+            pooled = EndpointLatency.joined([p.latency.pooled, p.latency.loose])
             g.sealed_hists = key, flat_hists(sealed, [(pooled, tuple(p.latency.names))], rules)
         # The kept histograms hold when every path's pods are laid out as the sealed grids'.
         base = g.sealed_hists[1] if [(n, q.pods) for n, q in chosen] == [
-            (n, q.pods) for n, q in sealed] else flat_hists(chosen, [(_join_latency(
-                p.latency.pooled, p.latency.loose), tuple(p.latency.names))], rules)
+            (n, q.pods) for n, q in sealed] else flat_hists(chosen, [(EndpointLatency.joined(
+                [p.latency.pooled, p.latency.loose]), tuple(p.latency.names))], rules)
         flat = flat_hists(chosen, [(recent, _names_of(p.tail))], rules, base)
         return grids(chosen, *hists(chosen, flat))

@@ -20,7 +20,7 @@ plus those of the records after it, at every verdict.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -239,7 +239,7 @@ def flat_hists(parts: Sequence[tuple[str, Part]],
             continue
         keep = ~overlapping(lat.start, rules.length_s, rules.exclude)
         if not keep.all():  # else the columns as they are: a restarted probe's millions
-            lat = EndpointLatency(*(getattr(lat, f.name)[keep] for f in fields(lat)))
+            lat = lat.taken(keep)
         e_n, c_n = max(len(endpoints), 1), max(len(cohorts), 1)
         key = (lat.path.astype(np.int64) * e_n + lat.endpoint) * c_n + lat.cohort
         # Pods counted in a table, not sorted (`dense_unique`).
