@@ -128,7 +128,7 @@ async def _fleet_run(tmp_path: Path, canary: str, until: Any, *, nodes: Any = No
                 return {"pods": pods, "pooled": pooled,
                         "names": [p.pod for p in fleet.pods]}
             if (calls := written.requests["checkout", name[canary]]) > give_up:
-                pytest.fail(f"no decision after {calls} canary calls: {pods}")
+                pytest.fail(f"no decision after {calls} canary calls: {pods}; pooled: {pooled}")
 
 
 @pytest.mark.slow
