@@ -34,10 +34,11 @@ from probes.verdict.cache import VerdictCache
 from probes.verdict.service import compute_verdict
 from tests.unit.test_verdict_cache import NEW, OLD, T0, W, windows_at
 
-# 2 h 50 min, from 20 s past a minute (T0): whole hours from T0 + 2,800 s, the first with
+# 3 h 3 min, from 20 s past a minute (T0): whole hours from T0 + 2,800 s, the first with
 # late sends and a window written again inside it (read by minute), the second with a
-# restart the probe saw (shop-1's, at T0 + 8,000 s: its pod's minutes read, the rest whole).
-WINDOWS = 1020
+# restart the probe saw (shop-1's, at T0 + 8,000 s: its pod's minutes read, the rest whole),
+# sealed in a restarted probe's cache too.
+WINDOWS = 1100
 # What the probe's writer leaves raw behind the newest window: its rewrite horizon (a
 # window is written again up to 60 s after it ends, plus 5 s of grace) and a window.
 HORIZON_S = 75.0
@@ -261,9 +262,11 @@ def test_the_verdict_from_hour_rollups_is_the_verdict_from_raw_windows(
     assert written != _verdict(stores["hour counts tampered"], warmup_s, query, now)
     tampered = _verdict(stores["hour latency tampered"], warmup_s, query, now)
     assert (written != tampered) == whole
-    # A restarted probe's first verdict too.
-    assert _verdict(stores["written"], warmup_s, query | {"since": None}, now, cache=True) == (
-        _verdict(stores["dropped"], warmup_s, query | {"since": None}, now, cache=True))
+    # A restarted probe's first verdict too, its cache filled from the same hours.
+    first = _verdict(stores["written"], warmup_s, query, now, cache=True)
+    assert first == _verdict(stores["dropped"], warmup_s, query, now, cache=True)
+    tampered = _verdict(stores["hour latency tampered"], warmup_s, query, now, cache=True)
+    assert (first != tampered) == whole
 
 
 def _hours_read(db: str) -> None:
