@@ -185,7 +185,12 @@ def hour_latency(conn: sqlite3.Connection, where: str, args: list[Any], path: st
                           rows.bucket[kept], rows.count[kept], last=last[take])
     if take.all():
         return
-    minutes = latency_blobs(conn, ROLLUPS, where, args, stratum_s)
+    # The minutes of the other rows' pods only, named in the query when they are few (the
+    # pods a rollout moved in that hour, not every pod of the hour at the origin).
+    others = ids[~take]
+    only = "" if 2 * len(others) > len(ids) else " AND (path_id, endpoint_id, cohort_id) IN" \
+        f" (VALUES {', '.join(f'({int(a)}, {int(b)}, {int(c)})' for a, b, c in others)})"
+    minutes = latency_blobs(conn, ROLLUPS, where + only, args, stratum_s)
     if minutes is None:
         return
     blob, size, mkey = minutes
@@ -193,7 +198,7 @@ def hour_latency(conn: sqlite3.Connection, where: str, args: list[Any], path: st
         raise StoreCorrupt(f"{path}: read endpoint windows: malformed latency"
                            " (sparse blob is not a whole number of records)")
     mper = size // LATENCY.itemsize
-    keep = np.isin(_codes(mkey[:, 1:], ids), _codes(ids[~take], ids))
+    keep = np.isin(_codes(mkey[:, 1:], ids), _codes(others, ids))
     mrec = np.frombuffer(blob, dtype=LATENCY)[np.repeat(keep, mper)]
     yield index(mrec, stratum_s * mkey[keep, 0].astype(np.float64), mkey[keep, 1:],
                 mper[keep])
