@@ -36,8 +36,9 @@ from probes.store._strata import (
     Rolls,
     blobs,
     ints,
-    latency_blobs,
+    latency_records,
     merged_records,
+    whole_records,
 )
 from probes.store.table import LatencyRows
 
@@ -117,15 +118,12 @@ def _decoded(conn: sqlite3.Connection, column: str, keys: Sequence[str], where: 
              args: list[Any], record: np.dtype[Any], path: str
              ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
     """The records of `column` of the hour rows of `where`, each row's record count and
-    its `keys`; StoreCorrupt for a blob that is not whole records."""
-    found = blobs(conn, HOURS, column, keys, where, args)
+    its `keys`."""
+    found = whole_records(conn, HOURS, column, keys, where, args, record, path)
     if found is None:
         return None
-    blob, size, key = found
-    if np.any(size % record.itemsize):
-        raise StoreCorrupt(f"{path}: read endpoint windows: malformed {column} in an hour"
-                           " rollup (not a whole number of records)")
-    return np.frombuffer(blob, dtype=record), size // record.itemsize, key
+    blob, per, key = found
+    return np.frombuffer(blob, dtype=record), per, key
 
 
 def hour_rows(path: str) -> Callable[[sqlite3.Connection, str, list[Any]],
@@ -190,14 +188,10 @@ def hour_latency(conn: sqlite3.Connection, where: str, args: list[Any], path: st
     others = ids[~take]
     only = "" if 2 * len(others) > len(ids) else " AND (path_id, endpoint_id, cohort_id) IN" \
         f" (VALUES {', '.join(f'({int(a)}, {int(b)}, {int(c)})' for a, b, c in others)})"
-    minutes = latency_blobs(conn, ROLLUPS, where + only, args, stratum_s)
+    minutes = latency_records(conn, ROLLUPS, where + only, args, stratum_s, path)
     if minutes is None:
         return
-    blob, size, mkey = minutes
-    if np.any(size % LATENCY.itemsize):
-        raise StoreCorrupt(f"{path}: read endpoint windows: malformed latency"
-                           " (sparse blob is not a whole number of records)")
-    mper = size // LATENCY.itemsize
+    blob, mper, mkey = minutes
     keep = np.isin(_codes(mkey[:, 1:], ids), _codes(others, ids))
     mrec = np.frombuffer(blob, dtype=LATENCY)[np.repeat(keep, mper)]
     yield index(mrec, stratum_s * mkey[keep, 0].astype(np.float64), mkey[keep, 1:],

@@ -47,9 +47,9 @@ from probes.measure.sparse import COUNTS, LATENCY
 __all__ = ["CATCH_UP_S", "ENDPOINT_ROLLS", "HOURS", "HOUR_S", "KEYS", "PATH_ROLLS",
            "PATH_ROLLUPS", "PATH_ROLLUP_TABLE", "RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE",
            "TABLE_COLUMNS", "HourReader", "Range", "Rolls", "blobs", "ints", "keys",
-           "latency_blobs", "merged_records", "minute", "reroll", "roll", "roll_up",
-           "rolled_until", "segments", "strata_rows", "stratum_index", "stratum_sql",
-           "summed", "within"]
+           "latency_blobs", "latency_records", "merged_records", "minute", "reroll", "roll",
+           "roll_up", "rolled_until", "segments", "strata_rows", "stratum_index",
+           "stratum_sql", "summed", "whole_records", "within"]
 
 RAW = "endpoint_windows"
 ROLLUPS = "endpoint_rollups"
@@ -210,6 +210,30 @@ def latency_blobs(conn: sqlite3.Connection, table: str, where: str, args: list[A
     one text column per key (`group_concat`), not a Python tuple per row. None: no rows."""
     return blobs(conn, table, "latency", (stratum_sql(stratum_s), "path_id", "endpoint_id",
                                          "cohort_id"), where, args)
+
+
+def latency_records(conn: sqlite3.Connection, table: str, where: str, args: list[Any],
+                    stratum_s: float, path: str
+                    ) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """`latency_blobs`, each row's length in records instead of bytes."""
+    return whole_records(conn, table, "latency", (stratum_sql(stratum_s), "path_id",
+                                                  "endpoint_id", "cohort_id"),
+                         where, args, LATENCY, path)
+
+
+def whole_records(conn: sqlite3.Connection, table: str, column: str, keys: Sequence[str],
+                  where: str, args: list[Any], record: np.dtype[Any], path: str
+                  ) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """`blobs`, each row's length in `record`s instead of bytes; StoreCorrupt for a blob
+    that is not whole records."""
+    found = blobs(conn, table, column, keys, where, args)
+    if found is None:
+        return None
+    blob, size, key = found
+    if np.any(size % record.itemsize):
+        raise StoreCorrupt(f"{path}: read endpoint windows: malformed {column} in"
+                           f" {table} (not a whole number of records)")
+    return blob, size // record.itemsize, key
 
 
 def blobs(conn: sqlite3.Connection, table: str, column: str, keys: Sequence[str], where: str,

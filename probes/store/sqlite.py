@@ -68,7 +68,7 @@ from probes.store._strata import (
     HourReader,
     Range,
     keys,
-    latency_blobs,
+    latency_records,
     minute,
     reroll,
     roll_up,
@@ -696,16 +696,12 @@ class Store:
                     lambda rec, start, ids, per: self._records(
                         [rec.tobytes()], start, ids, lookups, per=per), whole)
                 continue
-            found = latency_blobs(conn, ROLLUPS if table == HOURS else table, where,
-                                  within(args, lo, hi), stratum_s)
-            if found is None:
-                continue
-            blob, size, key = found
-            if np.any(size % LATENCY.itemsize):
-                raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
-                                   " (sparse blob is not a whole number of records)")
-            yield self._records([blob], stratum_s * key[:, 0], key[:, 1:], lookups,
-                                per=size // LATENCY.itemsize)
+            found = latency_records(conn, ROLLUPS if table == HOURS else table, where,
+                                    within(args, lo, hi), stratum_s, self._path)
+            if found is not None:
+                blob, per, key = found
+                yield self._records([blob], stratum_s * key[:, 0], key[:, 1:], lookups,
+                                    per=per)
 
     def _records(self, blobs: list[bytes], start: Any, ids: Any, lookups: tuple[Any, ...],
                  per: Any = None) -> LatencyRows:

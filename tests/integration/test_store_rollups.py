@@ -366,15 +366,21 @@ def test_a_prune_deletes_path_rollups_with_their_rows(tmp_path: Path) -> None:
     assert _pooled(db) == _pooled(raw)
 
 
+def _as_version(db: Path, version: int, table: str, key: str) -> None:
+    """What schema `version` wrote: without the newer `table` (meta `key` its bound)."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(f"DROP TABLE {table}")
+        conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+        conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+
+
 def test_a_v3_store_gets_path_rollups_and_the_writer_catches_up(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     _written_paths(db, roll=False)
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute("DROP TABLE path_rollups")
-        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
-        conn.execute("PRAGMA user_version = 3")
-    conn.close()
+    _as_version(db, 3, "path_rollups", "paths_rolled_until")
     before = _pooled(db)  # read-only: read raw, as it is
     Store.open(db).close()  # writable: migrated, nothing rolled up yet
     assert _meta(db, "schema_version")[0] == str(SCHEMA_VERSION)
@@ -472,13 +478,7 @@ def test_a_v4_store_gets_hours_and_the_writer_catches_up_an_hour_a_write(
         tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     _written(db, windows=HOUR_WINDOWS)
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute("DROP TABLE endpoint_hours")
-        conn.execute("DELETE FROM meta WHERE key = 'hours_rolled_until'")
-        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
-        conn.execute("PRAGMA user_version = 4")
-    conn.close()
+    _as_version(db, 4, "endpoint_hours", "hours_rolled_until")
     before = _strata(db, 3600.0, T0), _hour_records(db, whole=True)  # read-only: as it is
     Store.open(db).close()  # writable: migrated, nothing rolled up yet
     assert _meta(db, "schema_version")[0] == str(SCHEMA_VERSION)
