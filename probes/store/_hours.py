@@ -38,6 +38,7 @@ from probes.store._strata import (
     ints,
     latency_records,
     merged_records,
+    stratum_index,
     whole_records,
 )
 from probes.store.table import LatencyRows
@@ -164,14 +165,19 @@ Index = Callable[[npt.NDArray[Any], npt.NDArray[np.float64], npt.NDArray[np.int6
 def hour_latency(conn: sqlite3.Connection, where: str, args: list[Any], path: str,
                  stratum_s: float, index: Index, whole: Whole) -> Iterator[LatencyRows]:
     """The latency records of the hour rows of `where` (one hour): the rows `whole` takes
-    as they are (never one with a pod start inside: its `started` the same at its first
-    and last minute), then the minute rollups of the others' pods, each at its stratum."""
+    as they are, each at the stratum of its first minute with records (`last`: of its
+    last), as its minutes would be read (never one with a pod start inside: its `started`
+    the same at both), then the minute rollups of the others' pods, each at its stratum."""
     found = _decoded(conn, "latency", ("CAST(first AS INTEGER)", "CAST(last AS INTEGER)",
                                         *_KEYS), where, args, LATENCY, path)
     if found is None:
         return
     rec, per, key = found
-    first, last, ids = key[:, 0].astype(np.float64), key[:, 1].astype(np.float64), key[:, 2:]
+    # At the strata of their first and last minute, as those minutes' rows are read: a
+    # stratum may start before the hour, and the reader's rule is asked at its start.
+    first, last = (stratum_s * stratum_index(key[:, k].astype(np.float64), stratum_s)
+                   for k in (0, 1))
+    ids = key[:, 2:]
     rows = index(rec, first, ids, per)
     ended = index(rec[:0], last, ids, np.zeros(len(ids), dtype=np.int64)).started
     same = (rows.started == ended) | (np.isnan(rows.started) & np.isnan(ended))

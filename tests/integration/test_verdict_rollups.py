@@ -34,9 +34,9 @@ from probes.verdict.cache import VerdictCache
 from probes.verdict.service import compute_verdict
 from tests.unit.test_verdict_cache import NEW, OLD, T0, W, windows_at
 
-# 3 h 3 min, from 20 s past a minute (T0): whole hours from T0 + 2,800 s, the first with
-# late sends and a window written again inside it (read by minute), the second with a
-# restart the probe saw (shop-1's, at T0 + 8,000 s: its pod's minutes read, the rest whole),
+# 3 h 3 min, from 20 s past a minute (T0): whole hours from T0 + 2,800 s, the first with a
+# restart the probe saw (shop-1's, at T0 + 4,500 s: its pod's minutes read, the rest whole)
+# and a window written again inside it, the second with late sends (read by minute); both
 # sealed in a restarted probe's cache too.
 WINDOWS = 1100
 # What the probe's writer leaves raw behind the newest window: its rewrite horizon (a
@@ -48,7 +48,7 @@ RETRIED = 30  # a window written again long after (a retry), under the rolled mi
 def _write(store: Store, k: int, rng: np.random.Generator, bump: int = 0) -> None:
     restarted = {"shop-3": {"start_time": rfc3339(T0 + 95 * W)}} if k >= 95 else None
     paths, cells = windows_at(k, rng, labels=restarted, bump=bump)
-    if 325 <= k < 336:  # sends 40 ms late around the overload span inside the first hour
+    if 750 <= k < 761:  # sends 40 ms late around the overload span inside the second hour
         paths = [dataclasses.replace(p, lag_max_s=0.04) for p in paths]
     if k >= 70:  # a pod joins the canary
         cells.append(EndpointWindow(
@@ -79,9 +79,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             Event(OVERLOAD_EVENT, T0 + 66 * W, detail={"reason": None}),
             Event(OVERLOAD_EVENT, T0 + 104 * W, detail={"reason": "late"}),
             Event(OVERLOAD_EVENT, T0 + 125 * W, detail={"reason": None}),
-            Event(OVERLOAD_EVENT, T0 + 330 * W, detail={"reason": "late"}),
-            Event(OVERLOAD_EVENT, T0 + 336 * W, detail={"reason": None}),
-            Event(RESTART_EVENT, T0 + 8000.0, cohort=NEW, endpoint="shop-1")])
+            Event(OVERLOAD_EVENT, T0 + 755 * W, detail={"reason": "late"}),
+            Event(OVERLOAD_EVENT, T0 + 761 * W, detail={"reason": None}),
+            Event(RESTART_EVENT, T0 + 4500.0, cohort=NEW, endpoint="shop-1")])
     out = {"written": db}
     for name, sql in (
             ("dropped", "DROP TABLE endpoint_rollups; DROP TABLE path_rollups;"
@@ -234,15 +234,18 @@ def _endpoint_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
 
 # (window of `--at`, warm-up, origin, MAX_STRATA, whether an hour's latency records are
-# taken whole): at the store's end, with and without warm-up, from origins inside the
-# first hour, in strata of several minutes; inside the second hour, where the one whole
-# hour read has late sends (its minutes are read, never its records whole).
+# taken whole): at the store's end, with and without warm-up (16 and 8 minute strata); from
+# an origin inside the first hour; from one in the 8-minute stratum that the first hour's
+# first minutes share with the hour before (its first stratum is cut by the origin, so the
+# hour is read by minute); from one in the second hour (late sends: read by minute); at the
+# second hour's start (the first hour whole but for the restarted pod).
 HOUR_CASES = [
     (WINDOWS, 30.0, None, 20, True),
     (WINDOWS, 0.0, None, 45, True),
-    (WINDOWS, 90.0, rfc3339(T0 + 300 * W + 3), 20, True),
-    (WINDOWS, 30.0, rfc3339(T0 + 440 * W), 45, True),
-    (700, 30.0, None, 20, False),
+    (WINDOWS, 90.0, rfc3339(T0 + 300 * W + 3), 20, False),
+    (WINDOWS, 30.0, rfc3339(T0 + 2700.0), 20, False),
+    (WINDOWS, 30.0, rfc3339(T0 + 600 * W), 45, False),
+    (700, 30.0, None, 20, True),
 ]
 
 
@@ -262,11 +265,12 @@ def test_the_verdict_from_hour_rollups_is_the_verdict_from_raw_windows(
     assert written != _verdict(stores["hour counts tampered"], warmup_s, query, now)
     tampered = _verdict(stores["hour latency tampered"], warmup_s, query, now)
     assert (written != tampered) == whole
-    # A restarted probe's first verdict too, its cache filled from the same hours.
+    # A restarted probe's first verdict too, its cache filled from the same hours (asked
+    # at the store's end: asked before it, the cache reads the store up to then).
     first = _verdict(stores["written"], warmup_s, query, now, cache=True)
     assert first == _verdict(stores["dropped"], warmup_s, query, now, cache=True)
     tampered = _verdict(stores["hour latency tampered"], warmup_s, query, now, cache=True)
-    assert (first != tampered) == whole
+    assert (first != tampered) == (whole and at == WINDOWS)
 
 
 def _hours_read(db: str) -> None:
