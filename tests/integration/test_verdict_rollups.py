@@ -238,7 +238,8 @@ def _endpoint_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 # an origin inside the first hour; from one in the 8-minute stratum that the first hour's
 # first minutes share with the hour before (its first stratum is cut by the origin, so the
 # hour is read by minute); from one in the second hour (late sends: read by minute); at the
-# second hour's start (the first hour whole but for the restarted pod).
+# second hour's start (the first hour whole but for the restarted pod); in strata longer
+# than an hour.
 HOUR_CASES = [
     (WINDOWS, 30.0, None, 20, True),
     (WINDOWS, 0.0, None, 45, True),
@@ -246,6 +247,7 @@ HOUR_CASES = [
     (WINDOWS, 30.0, rfc3339(T0 + 2700.0), 20, False),
     (WINDOWS, 30.0, rfc3339(T0 + 600 * W), 45, False),
     (700, 30.0, None, 20, True),
+    (WINDOWS, 30.0, None, 2, False),  # strata of 128 minutes, from before the moves warm
 ]
 
 
