@@ -236,9 +236,10 @@ class LatencyFold:
 
     def whole(self, rows: Any) -> Bool:
         """Which of `rows` (`LatencyRows` spanning minutes, an hour's rollup: `start` the
-        first with records, `last` the last, one pod start throughout) count whole: their
-        pod is warm and from `since` at the first (so at every later one), and no `exclude`
-        span touches any of their minutes. `add` takes those as it takes any row."""
+        stratum of its first with records, `last` of its last, one pod start throughout)
+        count whole: their pod is warm and from `since` at the first (so at every later
+        one), and no `exclude` span touches any of their strata. `add` takes those as it
+        takes any row."""
         _, use, _ = _warm_rows(self._keys, self._first,
                                self._key(rows.path, rows.endpoint, rows.cohort), rows.start,
                                rows.started, since=self._since, warmup_s=self._warmup)

@@ -6,9 +6,10 @@ first and last minute that has any (`first`, `last`).
 A cold verdict over a day reads 20 times fewer rows for its strata's counts (an hour row's
 minutes are the minute rollups' rows, `hour_rows`) and about 20 times fewer latency
 records: an hour's records are taken whole where every minute of them counts alike
-(`hour_latency`: the reader's rule, asked of the hour's first minute, says the pod is warm
-and after the comparison's origin, and no overload span touches the minutes from `first`
-to `last`, and no pod start falls inside), else the hour's minute rollups are read.
+(`hour_latency`: the reader's rule, asked at the stratum of the hour's first minute with
+records, says the pod is warm and after the comparison's origin, no overload span touches
+the strata from `first`'s to `last`'s, and no pod start falls inside), else the hour's
+minute rollups are read.
 
 Kept as the minute rollups are (`probes.store._strata.Rolls`): meta `hours_rolled_until`
 (an hour's start) says every minute rollup before it is in an hour row; the writer rolls
@@ -154,8 +155,8 @@ def hour_rows(path: str) -> Callable[[sqlite3.Connection, str, list[Any]],
     return read
 
 
-# Which rows of a chunk of hour rows (`LatencyRows`, each at its first minute with records,
-# `last` its last) a reader takes whole; the others are read by minute.
+# Which rows of a chunk of hour rows (`LatencyRows`, each at the stratum of its first minute
+# with records, `last` at its last's) a reader takes whole; the others are read by minute.
 Whole = Callable[[LatencyRows], npt.NDArray[np.bool_]]
 # The store's indexing of records: (records, each row's start, stored ids, records a row).
 Index = Callable[[npt.NDArray[Any], npt.NDArray[np.float64], npt.NDArray[np.int64],

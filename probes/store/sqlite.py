@@ -609,9 +609,9 @@ class Store:
         runs (iterate inside it). A cold verdict folds the chunks into each pod's histogram
         as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23).
         `whole` (with `by_row` and strata of whole minutes): which rows of an hour's rollup
-        (`LatencyRows` with `last`) the caller takes whole, its records at the first minute
-        that has any; the others' minutes are read instead. Without it, every row is one
-        stratum's."""
+        (`LatencyRows` with `last`) the caller takes whole, its records at the stratum of
+        the first minute that has any; the others' minutes are read instead. Without it,
+        every row is one stratum's."""
         where, args = self._where(since, until, paths, cohorts)
         v2 = self._endpoint_v2.split(", ")
         a_sum, a_count, _ = v2
