@@ -11,8 +11,10 @@ Real code, no probe process: a `WindowAggregator` fed one ok call per endpoint a
 window; `take()`, then the path windows' build and the write, timed with
 `time.thread_time()` (CPU of this thread). The first window is reported apart (it interns
 every endpoint's labels). Each write rolls up the minutes past the rewrite horizon into the
-per-minute rollups (schema v3) as the runner's writer does; the writes that rolled a minute
-are reported apart too (`--no-roll`: never, for the write's cost without them). Then,
+per-minute rollups (schema v3) as the runner's writer does, and the hours whose minutes are
+rolled into the hour rollups (schema v5, once an hour); the writes that rolled a minute, and
+those that rolled an hour (from 370 windows on: `--windows 400`), are reported apart too
+(`--no-roll`: never, for the write's cost without them). Then,
 apart from the timing, the memory one window's counters hold
 in the aggregator (`tracemalloc`, one window of calls with per-endpoint attempts and
 latency, as schema v2 keeps them): the aggregator holds a window until it is `retain_s`
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import sqlite3
 import statistics
 import sys
@@ -66,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     write_ms: list[float] = []
     rolled: list[bool] = []
     rolled_rows: list[int] = []  # rollup rows each write added
+    hour_rows: list[int] = [0]  # hour rollup rows after each write
     rows = 0
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
@@ -87,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             c2 = time.thread_time()
             rolled.append(_rollups(db) > sum(rolled_rows))
             rolled_rows.append(_rollups(db) - sum(rolled_rows))
+            hour_rows.append(_rollups(db, "endpoint_hours"))
             rows = sum(len(c.keys) for c in taken.endpoint_columns)
             take_ms.append(1000 * (c1 - c0))
             write_ms.append(1000 * (c2 - c1))
@@ -94,24 +99,29 @@ def main(argv: list[str] | None = None) -> int:
     held = _window_memory(endpoints, paths)
     cmd = "benchmarks/window_write.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"## window flush: {cmd.strip()}\n")
+    hour = [b > a for a, b in itertools.pairwise(hour_rows)]
     plain = [ms for ms, r in zip(write_ms[1:], rolled[1:], strict=True) if not r]
-    rolling = [ms for ms, r in zip(write_ms[1:], rolled[1:], strict=True) if r]
-    roll_cell = (f"{statistics.median(rolling):.1f} / {max(rolling):.1f} ({len(rolling)})"
-                 if rolling else "–")
+    rolling = [ms for ms, r, h in zip(write_ms[1:], rolled[1:], hour[1:], strict=True)
+               if r and not h]
+    hourly = [ms for ms, h in zip(write_ms[1:], hour[1:], strict=True) if h]
+    roll_cell, hour_cell = (f"{statistics.median(x):.1f} / {max(x):.1f} ({len(x)})"
+                            if x else "–" for x in (rolling, hourly))
     print("| endpoint rows per window | windows | first: take / write ms | "
           "later, median: take / write ms | later, max: take / write ms | "
-          "writes that rolled a minute: median / max ms (how many) | one window held, KiB |")
-    print("|---|---|---|---|---|---|---|")
+          "writes that rolled a minute: median / max ms (how many) | writes that rolled an"
+          " hour, ms | one window held, KiB |")
+    print("|---|---|---|---|---|---|---|---|")
     print(f"| {rows:,} | {windows} | {take_ms[0]:.1f} / {write_ms[0]:.1f} | "
           f"{statistics.median(take_ms[1:]):.1f} / {statistics.median(plain):.1f} | "
-          f"{max(take_ms[1:]):.1f} / {max(plain):.1f} | {roll_cell} | {held / 1024:,.0f} |")
+          f"{max(take_ms[1:]):.1f} / {max(plain):.1f} | {roll_cell} | {hour_cell} |"
+          f" {held / 1024:,.0f} |")
     return 0
 
 
-def _rollups(db: Path) -> int:
-    """Rows in the store's per-minute rollups (read apart from the writer, untimed)."""
+def _rollups(db: Path, table: str = "endpoint_rollups") -> int:
+    """Rows in the store's per-minute (or hour) rollups (read apart from the writer, untimed)."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM endpoint_rollups").fetchone()[0])
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
 def _window_memory(endpoints: list[Endpoint], paths: list[str]) -> int:

@@ -234,6 +234,18 @@ class LatencyFold:
         e, c = len(self._cols.endpoints), len(self._cols.cohorts)
         return np.asarray((path.astype(np.int64) * e + endpoint) * c + cohort, dtype=np.int64)
 
+    def whole(self, rows: Any) -> Bool:
+        """Which of `rows` (`LatencyRows` spanning minutes, an hour's rollup: `start` the
+        stratum of its first with records, `last` of its last, one pod start throughout)
+        count whole: their pod is warm and from `since` at the first (so at every later
+        one), and no `exclude` span touches any of their strata. `add` takes those as it
+        takes any row."""
+        _, use, _ = _warm_rows(self._keys, self._first,
+                               self._key(rows.path, rows.endpoint, rows.cohort), rows.start,
+                               rows.started, since=self._since, warmup_s=self._warmup)
+        return use & ~overlapping(rows.start, rows.last - rows.start + self._length,
+                                  self._exclude)
+
     def add(self, lat: Any) -> None:
         """The records `lat` (`LatencyRows`, indexed as the columns), those of windows
         touching an `exclude` span left out as `per_pod_of` leaves them out."""
@@ -306,10 +318,15 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
     if per_pod and stream is not None:
         # The latency records a chunk at a time, summed into each pod's histogram as they
         # come: a day's records held whole grew with pods past the store's size (BENCHMARKS.md D23).
+        # Whole hours of a pod's records where they all count (`LatencyFold.whole`): the
+        # fold is made once the rows are read, before the records come.
+        folds: list[LatencyFold] = []
         with stream(since=lo, until=until, paths=paths, cohorts=cohorts,
-                    stratum_s=stratum_s, by_row=True) as (cols, chunks):
+                    stratum_s=stratum_s, by_row=True,
+                    whole=lambda rows: folds[0].whole(rows)) as (cols, chunks):
             fold = LatencyFold(cols, since=since, warmup_s=warmup_s, length_s=length_s,
                                exclude=exclude)
+            folds.append(fold)
             for chunk in chunks:
                 fold.add(chunk)
         return fold.grids(_grids_of(cols, since, warmup_s, length_s, exclude, per_pod))

@@ -36,7 +36,7 @@ import math
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -44,15 +44,18 @@ import numpy.typing as npt
 from probes.errors import StoreCorrupt
 from probes.measure.sparse import COUNTS, LATENCY
 
-__all__ = ["CATCH_UP_S", "ENDPOINT_ROLLS", "KEYS", "PATH_ROLLS", "PATH_ROLLUPS",
-           "PATH_ROLLUP_TABLE", "RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE", "TABLE_COLUMNS",
-           "Range", "Rolls", "blobs", "ints", "keys", "latency_blobs", "merged_records",
-           "minute", "reroll", "roll", "roll_up", "rolled_until", "segments", "strata_rows",
-           "stratum_index", "stratum_sql", "summed", "within"]
+__all__ = ["CATCH_UP_S", "ENDPOINT_ROLLS", "HOURS", "HOUR_S", "KEYS", "PATH_ROLLS",
+           "PATH_ROLLUPS", "PATH_ROLLUP_TABLE", "RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE",
+           "TABLE_COLUMNS", "HourReader", "Range", "Rolls", "blobs", "ints", "keys",
+           "latency_blobs", "latency_records", "merged_records", "minute", "reroll", "roll",
+           "roll_up", "rolled_until", "segments", "strata_rows", "stratum_index",
+           "stratum_sql", "summed", "whole_records", "within"]
 
 RAW = "endpoint_windows"
 ROLLUPS = "endpoint_rollups"
 ROLLUP_S = 60.0  # a rollup row sums one minute of an endpoint's windows
+HOURS = "endpoint_hours"  # the minute rollups of an hour in one row (`probes.store._hours`)
+HOUR_S = 3600.0
 # Latency records a stored row holds on average (~9 for a window of 10 calls): a range of
 # rows is sized by its records too, since a rollup row carries six windows' worth.
 RECORDS_A_ROW = 9
@@ -60,6 +63,15 @@ _RECORD_BYTES = 3  # `probes.measure.sparse.LATENCY`
 
 # A range of start read at once: (table, from, to).
 Range = tuple[str, float, float]
+
+
+class HourReader(NamedTuple):
+    """The hour rollups a read may take whole hours from (`probes.store._hours`): every
+    minute rollup before `until` is in one, and `read(conn, where, args)` gives the
+    minute rows of the hour rows of `where` (as `_read_ranges` reads a table's), by start."""
+
+    until: float
+    read: Callable[[sqlite3.Connection, str, list[Any]], npt.NDArray[np.int64]]
 
 
 def stratum_sql(stratum_s: float) -> str:
@@ -90,21 +102,28 @@ def ints(text: str | None) -> npt.NDArray[np.int64]:
     return np.fromstring(text, dtype=np.int64, sep=",")
 
 
-def segments(lo: float, hi: float, stratum_s: float, rolled_until: float | None
-             ) -> list[Range]:
+def segments(lo: float, hi: float, stratum_s: float, rolled_until: float | None,
+             hours_until: float | None = None) -> list[Range]:
     """[lo, hi) as the tables it is read from: the whole minutes inside it and before
-    `rolled_until` from the rollups when the strata are whole minutes, the rest raw."""
+    `rolled_until` from the rollups when the strata are whole minutes (the whole hours
+    among them before `hours_until` from the hour rollups), the rest raw."""
     if rolled_until is None or math.fmod(stratum_s, ROLLUP_S):
         return [(RAW, lo, hi)]
     first = math.ceil(lo / ROLLUP_S) * ROLLUP_S
     end = math.floor(min(hi, rolled_until) / ROLLUP_S) * ROLLUP_S
     if not first < end:
         return [(RAW, lo, hi)]
-    return [(RAW, lo, first), (ROLLUPS, first, end), (RAW, end, hi)]
+    h0 = math.ceil(first / HOUR_S) * HOUR_S
+    h1 = math.floor(min(end, hours_until) / HOUR_S) * HOUR_S if hours_until is not None else h0
+    if not h0 < h1:
+        return [(RAW, lo, first), (ROLLUPS, first, end), (RAW, end, hi)]
+    return [(RAW, lo, first), *([(ROLLUPS, first, h0)] if first < h0 else []),
+            (HOURS, h0, h1), *([(ROLLUPS, h1, end)] if h1 < end else []), (RAW, end, hi)]
 
 
 def strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], stratum_s: float,
-                v2: tuple[str, str, str], rows: int, rolled_until: float | None = None
+                v2: tuple[str, str, str], rows: int, rolled_until: float | None = None,
+                hours: HourReader | None = None
                 ) -> tuple[npt.NDArray[np.float64], list[Range]]:
     """The endpoint rows of `where` summed into strata, as `_endpoint_columns` takes them
     (by stratum, then path, endpoint and cohort id: start, the ids, requests, errors,
@@ -113,10 +132,21 @@ def strata_rows(conn: sqlite3.Connection, where: str, args: list[Any], stratum_s
     table). Read a range at a time as one text column per field (`group_concat`) and
     summed in numpy: SQLite's GROUP BY sorted every row first, and a tuple per row cost
     more than the sums. `v2`: the stored columns of attempts sum and count and latency,
-    or "NULL" for a v1 store's."""
+    or "NULL" for a v1 store's. `hours`: whole hours from the hour rollups, an hour a
+    range, their minutes as the minute rollups hold them."""
     parts: list[npt.NDArray[np.int64]] = []
     ranges: list[Range] = []
-    for table, lo, hi in segments(args[0], args[1], stratum_s, rolled_until):
+    for table, lo, hi in segments(args[0], args[1], stratum_s, rolled_until,
+                                  hours.until if hours is not None else None):
+        if table == HOURS and hours is not None:
+            for at in np.arange(lo, hi, HOUR_S).tolist():
+                bounds = within(args, at, at + HOUR_S)
+                ranges.append((HOURS, bounds[0], bounds[1]))
+                found = hours.read(conn, where, bounds)
+                if len(found):
+                    found[:, 0] = stratum_index(found[:, 0].astype(np.float64), stratum_s)
+                    parts.append(summed(found))
+            continue
         _read_ranges(conn, table, where, within(args, lo, hi), stratum_s, v2, rows,
                      parts, ranges)
     if not parts:
@@ -180,6 +210,30 @@ def latency_blobs(conn: sqlite3.Connection, table: str, where: str, args: list[A
     one text column per key (`group_concat`), not a Python tuple per row. None: no rows."""
     return blobs(conn, table, "latency", (stratum_sql(stratum_s), "path_id", "endpoint_id",
                                          "cohort_id"), where, args)
+
+
+def latency_records(conn: sqlite3.Connection, table: str, where: str, args: list[Any],
+                    stratum_s: float, path: str
+                    ) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """`latency_blobs`, each row's length in records instead of bytes."""
+    return whole_records(conn, table, "latency", (stratum_sql(stratum_s), "path_id",
+                                                  "endpoint_id", "cohort_id"),
+                         where, args, LATENCY, path)
+
+
+def whole_records(conn: sqlite3.Connection, table: str, column: str, keys: Sequence[str],
+                  where: str, args: list[Any], record: np.dtype[Any], path: str
+                  ) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """`blobs`, each row's length in `record`s instead of bytes; StoreCorrupt for a blob
+    that is not whole records."""
+    found = blobs(conn, table, column, keys, where, args)
+    if found is None:
+        return None
+    blob, size, key = found
+    if np.any(size % record.itemsize):
+        raise StoreCorrupt(f"{path}: read endpoint windows: malformed {column} in"
+                           f" {table} (not a whole number of records)")
+    return blob, size // record.itemsize, key
 
 
 def blobs(conn: sqlite3.Connection, table: str, column: str, keys: Sequence[str], where: str,
@@ -246,18 +300,24 @@ CATCH_UP_S = 120.0
 
 def minute(t: float) -> float:
     """The start of the minute of `t` (a rollup row's start)."""
-    return math.floor(t / ROLLUP_S) * ROLLUP_S
+    return _floor(t, ROLLUP_S)
+
+
+def _floor(t: float, unit: float) -> float:
+    return math.floor(t / unit) * unit
 
 
 @dataclass(frozen=True, slots=True)
 class Rolls:
     """One kind of rollup kept: the raw table it sums, the meta key that says up to which
-    minute every raw row is in a rollup, and `roll(conn, lo, hi, path)`, which makes the
-    rollups of the minutes [lo, hi) anew from the raw rows."""
+    `unit` (a minute, or an hour of minute rollups) every raw row is in a rollup, and
+    `roll(conn, lo, hi, path)`, which makes the rollups of the units [lo, hi) anew from
+    the raw rows."""
 
     raw: str
     key: str
     roll: Callable[[sqlite3.Connection, float, float, str], None]
+    unit: float = ROLLUP_S
 
 
 def rolled_until(conn: sqlite3.Connection, path: str, kind: Rolls | None = None
@@ -276,14 +336,14 @@ def rolled_until(conn: sqlite3.Connection, path: str, kind: Rolls | None = None
 
 def roll_up(conn: sqlite3.Connection, before: float, path: str,
             most_s: float | None = None, kind: Rolls | None = None) -> None:
-    """Roll up the whole minutes before `before` not rolled up yet, oldest first, at most
-    `most_s` of them (None: all), inside the caller's write transaction."""
+    """Roll up the whole minutes (`kind`'s units) before `before` not rolled up yet, oldest
+    first, at most `most_s` of them (None: all), inside the caller's write transaction."""
     kind = kind or ENDPOINT_ROLLS
-    end = minute(before)
+    end = _floor(before, kind.unit)
     done = rolled_until(conn, path, kind)
     if done is None:
         first = conn.execute(f"SELECT MIN(start) FROM {kind.raw}").fetchone()[0]
-        done = end if first is None else min(minute(first), end)
+        done = end if first is None else min(_floor(first, kind.unit), end)
     if most_s is not None:
         end = min(end, done + most_s)
     if end <= done:
@@ -295,14 +355,14 @@ def roll_up(conn: sqlite3.Connection, before: float, path: str,
 
 def reroll(conn: sqlite3.Connection, starts: Iterable[float], path: str,
            kind: Rolls | None = None) -> None:
-    """Roll up again the minutes of raw rows just written at `starts` that lie under
-    `rolled_until` (a window written again late, a prune that cut a minute)."""
+    """Roll up again the minutes (`kind`'s units) of raw rows just written at `starts` that
+    lie under `rolled_until` (a window written again late, a prune that cut a minute)."""
     kind = kind or ENDPOINT_ROLLS
     done = rolled_until(conn, path, kind)
     if done is None:
         return
-    for m in sorted({minute(t) for t in starts if t < done}):
-        kind.roll(conn, m, m + ROLLUP_S, path)
+    for m in sorted({_floor(t, kind.unit) for t in starts if t < done}):
+        kind.roll(conn, m, m + kind.unit, path)
 
 
 def roll(conn: sqlite3.Connection, lo: float, hi: float, path: str) -> None:

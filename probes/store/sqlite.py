@@ -18,6 +18,8 @@ about 3 s into ~360 MB of arrays. `read_windows` builds `PathWindow`s (a 15 KB d
 tuple each) and is for bounded ranges: ~40 µs a window. Schema v3 and v4 add the endpoint and
 path windows' per-minute rollups (`_strata`): `path_rollup_keys` and
 `read_path_rollups` give a cold verdict the path windows' whole minutes pooled already.
+Schema v5 rolls the endpoint rollups up again per hour (`_hours`): a cold verdict reads a
+day's strata and latency records from 20 times fewer rows.
 
 Errors: every sqlite3 error is mapped here to `StoreError` (full disk, locked, unreadable)
 or `StoreCorrupt` (not a database, malformed), with a one-line message naming the file.
@@ -44,6 +46,7 @@ from probes.errors import StoreCorrupt, StoreError
 from probes.measure.histogram import sparse_from_tuple
 from probes.measure.sparse import LATENCY, decode, decode_many, encode_latency_map, encode_map
 from probes.spec import DEFAULT_STORE_PATH
+from probes.store._hours import HOUR_ROLLS, Whole, hour_latency, hour_rows
 from probes.store._schema import (
     ENDPOINT_V2_COLUMNS,
     SCHEMA_VERSION,
@@ -56,14 +59,16 @@ from probes.store._schema import (
 from probes.store._strata import (
     CATCH_UP_S,
     ENDPOINT_ROLLS,
+    HOURS,
     PATH_ROLLS,
     PATH_ROLLUPS,
     ROLLUP_S,
     ROLLUPS,
     TABLE_COLUMNS,
+    HourReader,
     Range,
     keys,
-    latency_blobs,
+    latency_records,
     minute,
     reroll,
     roll_up,
@@ -127,7 +132,7 @@ class Store:
 
     def __init__(self, conn: sqlite3.Connection, path: str, readonly: bool,
                  version: int = SCHEMA_VERSION, *, rollups: bool = True,
-                 path_rollups: bool = True) -> None:
+                 path_rollups: bool = True, hours: bool = True) -> None:
         self._conn = conn
         self._path = path
         self._readonly = readonly
@@ -135,6 +140,7 @@ class Store:
         # were dropped, opened read-only, is read raw).
         self._rollups = rollups
         self._path_rollups = path_rollups  # likewise the path windows' (schema v4)
+        self._hours = hours  # and the endpoint rollups' per hour (schema v5)
         # A v1 store opened read-only is read as it is: its endpoint windows lack the v2
         # columns, which its reads then take as NULL.
         self._endpoint_v2 = ", ".join(
@@ -182,10 +188,10 @@ class Store:
                 else:
                     version = check_schema(conn, p, tables)
                     if not readonly and (version < SCHEMA_VERSION
-                                         or not {ROLLUPS, PATH_ROLLUPS} <= tables):
+                                         or not {ROLLUPS, PATH_ROLLUPS, HOURS} <= tables):
                         migrate(conn, p)
                         version = SCHEMA_VERSION
-                        tables |= {ROLLUPS, PATH_ROLLUPS}
+                        tables |= {ROLLUPS, PATH_ROLLUPS, HOURS}
                 if not readonly:
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute("PRAGMA synchronous = FULL")
@@ -193,7 +199,8 @@ class Store:
             conn.close()
             raise
         return cls(conn, p, readonly, version, rollups=ROLLUPS in tables or not tables,
-                   path_rollups=PATH_ROLLUPS in tables or not tables)
+                   path_rollups=PATH_ROLLUPS in tables or not tables,
+                   hours=HOURS in tables or not tables)
 
     @property
     def path(self) -> str:
@@ -302,9 +309,11 @@ class Store:
                 " cohort_id, requests, errors, attempts_sum, attempts_count, latency)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", endpoint_rows())
             reroll(conn, starts, self._path)
+            reroll(conn, starts, self._path, HOUR_ROLLS)  # from the minutes just rolled
             reroll(conn, path_starts, self._path, PATH_ROLLS)
             if roll_before is not None:
                 roll_up(conn, roll_before, self._path, most_s=CATCH_UP_S)
+                _roll_hours(conn, self._path, most_s=HOUR_ROLLS.unit)
                 roll_up(conn, roll_before, self._path, most_s=CATCH_UP_S, kind=PATH_ROLLS)
         return n
 
@@ -319,6 +328,7 @@ class Store:
                     f"SELECT MAX(start) FROM {kind.raw}").fetchone()[0]
                 if until is not None:
                     roll_up(conn, until, self._path, kind=kind)
+            _roll_hours(conn, self._path)
 
     def _endpoint_id(self, conn: sqlite3.Connection, name: str, labels: Any) -> int:
         # By the labels object first: an endpoint's windows share its labels mapping, and
@@ -381,6 +391,8 @@ class Store:
             conn.execute("DELETE FROM endpoint_windows WHERE start < ?", (before,))
             conn.execute(f"DELETE FROM {ROLLUPS} WHERE start < ?", (before,))
             reroll(conn, [before], self._path)  # the minute `before` cuts, if it does
+            conn.execute(f"DELETE FROM {HOURS} WHERE start < ?", (before,))
+            reroll(conn, [before], self._path, HOUR_ROLLS)  # the hour it cuts
             conn.execute(f"DELETE FROM {PATH_ROLLUPS} WHERE start < ?", (before,))
             reroll(conn, [before], self._path, PATH_ROLLS)
             conn.execute("DELETE FROM events WHERE at < ?", (before,))
@@ -588,13 +600,18 @@ class Store:
         latency: bool = True,
         chunk_rows: int | None = None,
         by_row: bool = False,
+        whole: Whole | None = None,
     ) -> Iterator[tuple[EndpointColumns, Iterator[Any]]]:
         """`read_endpoint_columns` (its `latency` left empty) and the rows' latency records
         as an iterator of chunks (`EndpointLatency`; `LatencyRows` with `by_row`), each of
         about `chunk_rows` rows' records (`LATENCY_CHUNK_ROWS` unless given), indexed into
         the columns' name tables; both read in one transaction, which lasts while the block
         runs (iterate inside it). A cold verdict folds the chunks into each pod's histogram
-        as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23)."""
+        as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23).
+        `whole` (with `by_row` and strata of whole minutes): which rows of an hour's rollup
+        (`LatencyRows` with `last`) the caller takes whole, its records at the stratum of
+        the first minute that has any; the others' minutes are read instead. Without it,
+        every row is one stratum's."""
         where, args = self._where(since, until, paths, cohorts)
         v2 = self._endpoint_v2.split(", ")
         a_sum, a_count, _ = v2
@@ -615,8 +632,12 @@ class Store:
                 else:
                     # Whole minutes from the rollups where the store has them.
                     rolled = rolled_until(conn, self._path) if self._rollups else None
+                    hours_done = rolled_until(conn, self._path, HOUR_ROLLS) if (
+                        self._hours) else None
+                    hours = None if hours_done is None or rolled is None else HourReader(
+                        min(hours_done, rolled), hour_rows(self._path))
                     a, ranges = strata_rows(conn, where, args, float(stratum_s),
-                                            (a_sum, a_count, v2[2]), rows, rolled)
+                                            (a_sum, a_count, v2[2]), rows, rolled, hours)
                 endpoint_rows = conn.execute("SELECT id, name, labels FROM endpoints").fetchall()
                 started_of = np.full(max((r[0] for r in endpoint_rows), default=0) + 1, np.nan)
                 for i, _, labels in endpoint_rows:
@@ -634,7 +655,8 @@ class Store:
                         "SELECT latency, start, path_id, endpoint_id, cohort_id FROM"
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
                         lookups, rows) if stratum_s is None else self._latency_strata(
-                        conn, where, args, float(stratum_s), ranges, lookups))
+                        conn, where, args, float(stratum_s), ranges, lookups,
+                        whole if by_row else None))
                     if not by_row:
                         chunks = _expanded(chunks)
                 # What the rows were read into is let go before the chunks come: a day of
@@ -662,19 +684,24 @@ class Store:
 
     def _latency_strata(self, conn: sqlite3.Connection, where: str, args: list[Any],
                         stratum_s: float, ranges: Sequence[Range],
-                        lookups: tuple[Any, ...]) -> Iterator[LatencyRows]:
+                        lookups: tuple[Any, ...], whole: Whole | None = None
+                        ) -> Iterator[LatencyRows]:
         """The latency records of the rows in `ranges` (of start, each from its table: raw
-        windows or rollups), a range at a time, each at its row's stratum."""
+        windows or rollups), a range at a time, each at its row's stratum; an hour's rows
+        those `whole` takes (`stream_endpoint_columns`), else its minutes'."""
         for table, lo, hi in ranges:
-            found = latency_blobs(conn, table, where, within(args, lo, hi), stratum_s)
-            if found is None:
+            if table == HOURS and whole is not None:
+                yield from hour_latency(
+                    conn, where, within(args, lo, hi), self._path, stratum_s,
+                    lambda rec, start, ids, per: self._records(
+                        [rec.tobytes()], start, ids, lookups, per=per), whole)
                 continue
-            blob, size, key = found
-            if np.any(size % LATENCY.itemsize):
-                raise StoreCorrupt(f"{self._path}: read endpoint windows: malformed latency"
-                                   " (sparse blob is not a whole number of records)")
-            yield self._records([blob], stratum_s * key[:, 0], key[:, 1:], lookups,
-                                per=size // LATENCY.itemsize)
+            found = latency_records(conn, ROLLUPS if table == HOURS else table, where,
+                                    within(args, lo, hi), stratum_s, self._path)
+            if found is not None:
+                blob, per, key = found
+                yield self._records([blob], stratum_s * key[:, 0], key[:, 1:], lookups,
+                                    per=per)
 
     def _records(self, blobs: list[bytes], start: Any, ids: Any, lookups: tuple[Any, ...],
                  per: Any = None) -> LatencyRows:
@@ -877,6 +904,13 @@ class Store:
         for r in rows:
             by_time[r[0]].append(InventoryRow(r[1], r[2], r[3], r[4], r[5]))
         return [InventorySnapshot(t, tuple(by_time[t])) for t in times]
+
+
+def _roll_hours(conn: sqlite3.Connection, path: str, most_s: float | None = None) -> None:
+    """The hours whose minutes are all rolled up, rolled up in turn (`_hours`)."""
+    minutes = rolled_until(conn, path)
+    if minutes is not None:
+        roll_up(conn, minutes, path, most_s=most_s, kind=HOUR_ROLLS)
 
 
 def _rows_of(conn: sqlite3.Connection, select: str, args: Sequence[Any]

@@ -89,7 +89,9 @@ class LatencyRows:
     """`EndpointLatency` with what each record shares with its row kept once a row: the
     rows' `start`, `path`, `endpoint`, `cohort` and `started`, `per` records each, then the
     records' `bucket` and `count`. A cold verdict's fold decides a row's records at once
-    (a day is tens of millions of records, a few million rows)."""
+    (a day is tens of millions of records, a few million rows). `last`: for rows that
+    span minutes (an hour's rollup, `probes.store._hours`), each one's last minute with
+    records (`start` its first); None: each row is at one time."""
 
     start: F64
     path: I32
@@ -99,6 +101,7 @@ class LatencyRows:
     per: I64
     bucket: I64
     count: I64
+    last: F64 | None = None
 
     def __len__(self) -> int:
         return len(self.bucket)

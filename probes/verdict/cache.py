@@ -349,21 +349,9 @@ class _PooledLatency:
         self.spans = frozenset(spans)
         if not len(lat):
             return
-        p, e, c = (_lookup(names, where)[idx.astype(np.int64)] for names, where, idx in zip(
-            _names_of(moving), self._where, (lat.path, lat.endpoint, lat.cohort),
-            strict=True))
         start = _stratum_of(lat.start, stratum)
-        # Each pod's first stratum looked up once per pod, not once per row.
+        p, e, c, settled = self._settled(moving, lat, start, length_s, spans)
         sizes = [len(w) for w in self._where]
-        pods, _, which = _unique_ints((p * sizes[1] + e) * sizes[2] + c, math.prod(sizes),
-                                      first=False)
-        seen = np.array([self._first_seen.get(
-            (x // sizes[2] // sizes[1], x // sizes[2] % sizes[1], x % sizes[2]), -math.inf)
-            for x in pods.tolist()], dtype=np.float64)[which]
-        began = np.where(np.isnan(lat.started), seen, lat.started)
-        settled = ((start > began + self._warmup + self._MARGIN)
-                   & (start > self._origin + self._warmup + self._MARGIN)
-                   & ~overlapping(start, length_s, spans))
         rows = LatencyRows(start, p.astype(np.int32), e.astype(np.int32), c.astype(np.int32),
                            lat.started, lat.per, lat.bucket, lat.count)
         if settled.all():
@@ -396,6 +384,8 @@ class _PooledLatency:
         some[inverse] = np.repeat(s, per_row)
         total = np.rint(np.bincount(inverse, weights=count, minlength=len(uniq)))
         newest, oldest = _extremes(np.repeat(start[s], per_row), inverse, len(uniq))
+        if lat.last is not None:  # rows of an hour's rollup: newest at their last minute
+            newest, _ = _extremes(np.repeat(lat.last[s], per_row), inverse, len(uniq))
         at_key = np.searchsorted(self._keys, uniq)
         known = at_key < len(self._keys)
         known[known] = self._keys[at_key[known]] == uniq[known]
@@ -420,6 +410,38 @@ class _PooledLatency:
         self.pooled.count[row_of] += total.astype(np.int64)
         self.pooled.start[row_of] = np.maximum(self.pooled.start[row_of], newest)
         self.pooled_first[row_of] = np.minimum(self.pooled_first[row_of], oldest)
+
+    def _settled(self, moving: EndpointColumns, lat: LatencyRows, start: F64,
+                 length_s: F64 | float, spans: Sequence[tuple[float, float]]
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                            npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """The rows of `lat` (at `start`, `length_s` long) as codes into the name tables
+        (path, endpoint, cohort), and which are settled."""
+        p, e, c = (_lookup(names, where)[idx.astype(np.int64)] for names, where, idx in zip(
+            _names_of(moving), self._where, (lat.path, lat.endpoint, lat.cohort),
+            strict=True))
+        # Each pod's first stratum looked up once per pod, not once per row.
+        sizes = [len(w) for w in self._where]
+        pods, _, which = _unique_ints((p * sizes[1] + e) * sizes[2] + c, math.prod(sizes),
+                                      first=False)
+        seen = np.array([self._first_seen.get(
+            (x // sizes[2] // sizes[1], x // sizes[2] % sizes[1], x % sizes[2]), -math.inf)
+            for x in pods.tolist()], dtype=np.float64)[which]
+        began = np.where(np.isnan(lat.started), seen, lat.started)
+        settled = ((start > began + self._warmup + self._MARGIN)
+                   & (start > self._origin + self._warmup + self._MARGIN)
+                   & ~overlapping(start, length_s, spans))
+        return p, e, c, settled
+
+    def whole(self, moving: EndpointColumns, rows: LatencyRows, length_s: float,
+              spans: Sequence[tuple[float, float]]) -> npt.NDArray[np.bool_]:
+        """Which of `rows` (an hour's rollups, `start` to `last`, read in strata as
+        `moving`) are settled at every minute: settled at their first (then at every later
+        one: one pod start throughout) and clear of `spans` to their last's end. Their
+        records are then pooled whole (`add`), the others' read by minute."""
+        assert rows.last is not None
+        length = rows.last - rows.start + length_s
+        return self._settled(moving, rows, rows.start, length, spans)[3]
 
     def stale(self, spans: Sequence[tuple[float, float]], length_s: float) -> bool:
         """True when the pooled records no longer hold: a span known when they were pooled
@@ -583,9 +605,13 @@ class VerdictCache:
         with_latency = warmup_s is not None
         lat = _PooledLatency(origin, stratum_s, warmup_s or 0.0)
         length = self._length_bound(stratum_s)
-        with store.stream_endpoint_columns(since=origin, until=seal, stratum_s=stratum_s,
-                                           latency=with_latency, by_row=True
-                                           ) as (sealed, chunks):
+        # An hour's records pooled whole where every minute of it is settled.
+        held: list[EndpointColumns] = []
+        with store.stream_endpoint_columns(
+                since=origin, until=seal, stratum_s=stratum_s, latency=with_latency,
+                by_row=True, whole=lambda rows: lat.whole(held[0], rows, length, spans)
+        ) as (sealed, chunks):
+            held.append(sealed)
             # The rows first (each pod's first stratum), then their latency records pooled
             # a chunk at a time: a day's records held whole were gigabytes (BENCHMARKS.md D23).
             if with_latency:

@@ -366,15 +366,21 @@ def test_a_prune_deletes_path_rollups_with_their_rows(tmp_path: Path) -> None:
     assert _pooled(db) == _pooled(raw)
 
 
+def _as_version(db: Path, version: int, table: str, key: str) -> None:
+    """What schema `version` wrote: without the newer `table` (meta `key` its bound)."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(f"DROP TABLE {table}")
+        conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+        conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+
+
 def test_a_v3_store_gets_path_rollups_and_the_writer_catches_up(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     _written_paths(db, roll=False)
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute("DROP TABLE path_rollups")
-        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
-        conn.execute("PRAGMA user_version = 3")
-    conn.close()
+    _as_version(db, 3, "path_rollups", "paths_rolled_until")
     before = _pooled(db)  # read-only: read raw, as it is
     Store.open(db).close()  # writable: migrated, nothing rolled up yet
     assert _meta(db, "schema_version")[0] == str(SCHEMA_VERSION)
@@ -387,3 +393,114 @@ def test_a_damaged_path_rollup_is_refused_in_one_line(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     _written_paths(db)
     assert "malformed" in _refused(db, "path_rollups", lambda: _pooled(db))
+
+
+# --- the endpoint rollups' hours (schema v5) -------------------------------------------------
+
+HOUR_WINDOWS = 700  # to T0 + 7,000 s: whole hours from T0 + 2,800 s, and the store's first part
+
+
+def _hours_meta(db: Path) -> tuple[float | None, list[float]]:
+    """Meta `hours_rolled_until` and the hours the hour rollups hold."""
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'hours_rolled_until'").fetchone()
+        hours = [r[0] for r in conn.execute("SELECT DISTINCT start FROM endpoint_hours"
+                                            " ORDER BY start")]
+    finally:
+        conn.close()
+    return (None if row is None else float(row[0])), hours
+
+
+def _no_hours(db: Path, to: Path) -> Path:
+    return _dropped(db, to, "endpoint_hours", "hours_rolled_until")
+
+
+def _hour_records(db: Path, whole: bool, since: float = T0) -> dict[tuple[Any, ...], int]:
+    """Each pod's latency records per bucket as a cold verdict streams them by row, an
+    hour row taken `whole` or never (its minutes then), and the strata's counts."""
+    out: dict[tuple[Any, ...], int] = {}
+    with Store.open(db, readonly=True) as store, store.stream_endpoint_columns(
+            since=since, stratum_s=60.0, by_row=True,
+            whole=lambda rows: np.full(len(rows.start), whole)) as (cols, chunks):
+        for chunk in chunks:
+            lat = chunk.expanded()
+            for key in zip(lat.path.tolist(), lat.endpoint.tolist(), lat.cohort.tolist(),
+                           lat.bucket.tolist(), lat.count.tolist(), strict=True):
+                out[key[:4]] = out.get(key[:4], 0) + key[4]
+        out[("requests",)] = int(cols.requests.sum())
+        out[("rows",)] = len(cols.start)
+    return out
+
+
+def test_the_writer_rolls_hours_once_their_minutes_are_rolled_up(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    _written(db, windows=HOUR_WINDOWS)
+    rolled, _ = _meta(db, "rolled_until")
+    hours_done, hours = _hours_meta(db)
+    assert hours_done == math.floor(float(rolled) / 3600) * 3600 == T0 + 6400
+    assert hours == [T0 - 800, T0 + 2800]  # the store's first part of an hour, then whole
+    raw = _no_hours(db, tmp_path / "raw.db")
+    for stratum_s, since in ((60.0, T0 + 7.0), (120.0, T0 + 7.0), (60.0, T0 + 3000.0),
+                             (3600.0, T0 - 600.0)):
+        assert _strata(db, stratum_s, since) == _strata(raw, stratum_s, since), stratum_s
+    # An hour's records taken whole are its minutes' records.
+    expected = _hour_records(raw, whole=True)
+    assert _hour_records(db, whole=True) == expected == _hour_records(db, whole=False)
+
+
+def test_a_window_written_again_under_the_hours_rolls_its_hour_again(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    _written(db, windows=HOUR_WINDOWS)
+    with Store.open(db) as store:
+        paths, cells = windows_at(300, np.random.default_rng(9), bump=11)  # in [T0 + 2,800 s, +1 h)
+        store.write(paths, [*cells, dataclasses.replace(_hot(300), requests=777)],
+                    roll_before=T0 + (HOUR_WINDOWS - 1) * W - HORIZON_S)
+    raw = _no_hours(db, tmp_path / "raw.db")
+    assert _strata(db, 3600.0, T0) == _strata(raw, 3600.0, T0)
+    assert _hour_records(db, whole=True) == _hour_records(raw, whole=True)
+    assert 777 + 359 * 200 in _strata(db, 3600.0, T0)["requests"]  # the hot pod's hour
+
+
+def test_a_prune_deletes_hours_with_their_minutes(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    _written(db, windows=HOUR_WINDOWS)
+    with Store.open(db) as store:
+        store.prune(T0 + 4000.0 + 5)  # inside an hour: its hour row is made anew
+    assert _hours_meta(db)[1] == [T0 + 2800]
+    raw = _no_hours(db, tmp_path / "raw.db")
+    assert _strata(db, 3600.0, T0) == _strata(raw, 3600.0, T0)
+    assert _hour_records(db, whole=True) == _hour_records(raw, whole=True)
+    assert min(_strata(db, 3600.0, T0)["start"]) == T0 + 2800
+
+
+def test_a_v4_store_gets_hours_and_the_writer_catches_up_an_hour_a_write(
+        tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    _written(db, windows=HOUR_WINDOWS)
+    _as_version(db, 4, "endpoint_hours", "hours_rolled_until")
+    before = _strata(db, 3600.0, T0), _hour_records(db, whole=True)  # read-only: as it is
+    Store.open(db).close()  # writable: migrated, nothing rolled up yet
+    assert _meta(db, "schema_version")[0] == str(SCHEMA_VERSION)
+    assert _hours_meta(db) == (None, [])
+    marks = []
+    with Store.open(db) as store:
+        for _ in range(3):
+            store.write([], [], roll_before=T0 + (HOUR_WINDOWS - 1) * W - HORIZON_S)
+            marks.append(_hours_meta(db)[0])
+            assert (_strata(db, 3600.0, T0), _hour_records(db, whole=True)) == before
+    assert marks == [T0 + 2800, T0 + 6400, T0 + 6400]  # an hour a write, oldest first
+
+
+def test_a_damaged_hour_rollup_is_refused_in_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    _written(db, windows=HOUR_WINDOWS)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE endpoint_hours SET minutes = x'0102' WHERE start = ?",
+                     (T0 + 2800,))
+    conn.close()
+    with pytest.raises(StoreCorrupt) as err:
+        _strata(db, 3600.0, T0)
+    assert "\n" not in str(err.value) and str(db) in str(err.value)
+    assert "malformed minutes" in str(err.value)

@@ -1,6 +1,7 @@
 """A cold verdict reads whole minutes of endpoint windows from the store's 60 s rollups
-(schema v3), whole minutes of path windows from theirs (v4), and the rest raw: the verdict
-is the one the raw windows give, byte for byte.
+(schema v3), whole hours of them from their hour rollups (v5), whole minutes of path
+windows from theirs (v4), and the rest raw: the verdict is the one the raw windows give,
+byte for byte.
 
 One store, written as the probe writes it (a window at a time, minutes rolled up past the
 rewrite horizon): pods moving to the canary one by one, a pod joining, a pod restarted
@@ -13,6 +14,7 @@ patched low), by `skewprobe verdict --store` and by a restarted probe's first ve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sqlite3
@@ -25,13 +27,18 @@ from probes._parsing import rfc3339
 from probes.measure.overload import OVERLOAD_EVENT
 from probes.spec import JudgingSettings
 from probes.store import Event, Store
+from probes.store.records import RESTART_EVENT
 from probes.types import EndpointWindow
 from probes.verdict import service as verdict_service
 from probes.verdict.cache import VerdictCache
 from probes.verdict.service import compute_verdict
 from tests.unit.test_verdict_cache import NEW, OLD, T0, W, windows_at
 
-WINDOWS = 250  # 41 minutes and a half, from 20 s past a minute (T0)
+# 3 h 3 min, from 20 s past a minute (T0): whole hours from T0 + 2,800 s, the first with a
+# restart the probe saw (shop-1's, at T0 + 4,500 s: its pod's minutes read, the rest whole)
+# and a window written again inside it, the second with late sends (read by minute); both
+# sealed in a restarted probe's cache too.
+WINDOWS = 1100
 # What the probe's writer leaves raw behind the newest window: its rewrite horizon (a
 # window is written again up to 60 s after it ends, plus 5 s of grace) and a window.
 HORIZON_S = 75.0
@@ -41,6 +48,8 @@ RETRIED = 30  # a window written again long after (a retry), under the rolled mi
 def _write(store: Store, k: int, rng: np.random.Generator, bump: int = 0) -> None:
     restarted = {"shop-3": {"start_time": rfc3339(T0 + 95 * W)}} if k >= 95 else None
     paths, cells = windows_at(k, rng, labels=restarted, bump=bump)
+    if 750 <= k < 761:  # sends 40 ms late around the overload span inside the second hour
+        paths = [dataclasses.replace(p, lag_max_s=0.04) for p in paths]
     if k >= 70:  # a pod joins the canary
         cells.append(EndpointWindow(
             start=T0 + k * W, path="checkout", endpoint="shop-9", cohort=NEW,
@@ -63,17 +72,29 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             _write(store, k, rng)
             if k == 200:
                 _write(store, RETRIED, np.random.default_rng(5), bump=7)
+            if k == 700:  # under the first whole hour: its minute and hour rolled again
+                _write(store, 500, np.random.default_rng(6), bump=5)
         store.write_events([
             Event(OVERLOAD_EVENT, T0 + 60 * W, detail={"reason": "late"}),
             Event(OVERLOAD_EVENT, T0 + 66 * W, detail={"reason": None}),
             Event(OVERLOAD_EVENT, T0 + 104 * W, detail={"reason": "late"}),
-            Event(OVERLOAD_EVENT, T0 + 125 * W, detail={"reason": None})])
+            Event(OVERLOAD_EVENT, T0 + 125 * W, detail={"reason": None}),
+            Event(OVERLOAD_EVENT, T0 + 755 * W, detail={"reason": "late"}),
+            Event(OVERLOAD_EVENT, T0 + 761 * W, detail={"reason": None}),
+            Event(RESTART_EVENT, T0 + 4500.0, cohort=NEW, endpoint="shop-1")])
     out = {"written": db}
     for name, sql in (
-            ("dropped", "DROP TABLE endpoint_rollups; DROP TABLE path_rollups"),
-            ("emptied", "DELETE FROM endpoint_rollups; DELETE FROM path_rollups"),
+            ("dropped", "DROP TABLE endpoint_rollups; DROP TABLE path_rollups;"
+                        " DROP TABLE endpoint_hours"),
+            ("emptied", "DELETE FROM endpoint_rollups; DELETE FROM path_rollups;"
+                        " DELETE FROM endpoint_hours"),
+            ("hours dropped", "DROP TABLE endpoint_hours"),
             ("tampered", "UPDATE endpoint_rollups SET errors = errors + 1"),
-            ("paths tampered", "UPDATE path_rollups SET requests = requests + 5")):
+            ("paths tampered", "UPDATE path_rollups SET requests = requests + 5"),
+            # An hour's first minute cut from its counts; its latency records cut.
+            ("hour counts tampered", "UPDATE endpoint_hours SET minutes = substr(minutes, 42)"),
+            ("hour latency tampered",
+             "UPDATE endpoint_hours SET latency = substr(latency, 4) WHERE start > 0")):
         copy = str(base / f"{name}.db")
         shutil.copy(db, copy)
         conn = sqlite3.connect(copy)
@@ -81,7 +102,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             conn.executescript(sql)
             if "tampered" not in name:
                 conn.execute("DELETE FROM meta WHERE key IN ('rolled_until',"
-                             " 'paths_rolled_until')")
+                             " 'paths_rolled_until', 'hours_rolled_until')")
         conn.close()
         out[name] = copy
     return out
@@ -210,3 +231,58 @@ def _endpoint_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
     monkeypatch.setattr(Store, "stream_endpoint_columns", spied)
     return seen
+
+
+# (window of `--at`, warm-up, origin, MAX_STRATA, whether an hour's latency records are
+# taken whole): at the store's end, with and without warm-up (16 and 8 minute strata); from
+# an origin inside the first hour; from one in the 8-minute stratum that the first hour's
+# first minutes share with the hour before (its first stratum is cut by the origin, so the
+# hour is read by minute); from one in the second hour (late sends: read by minute); at the
+# second hour's start (the first hour whole but for the restarted pod); in strata longer
+# than an hour.
+HOUR_CASES = [
+    (WINDOWS, 30.0, None, 20, True),
+    (WINDOWS, 0.0, None, 45, True),
+    (WINDOWS, 90.0, rfc3339(T0 + 300 * W + 3), 20, False),
+    (WINDOWS, 30.0, rfc3339(T0 + 2700.0), 20, False),
+    (WINDOWS, 30.0, rfc3339(T0 + 600 * W), 45, False),
+    (700, 30.0, None, 20, True),
+    (WINDOWS, 30.0, None, 2, False),  # strata of 128 minutes, from before the moves warm
+]
+
+
+@pytest.mark.parametrize(("at", "warmup_s", "since", "strata", "whole"), HOUR_CASES)
+def test_the_verdict_from_hour_rollups_is_the_verdict_from_raw_windows(
+        stores: dict[str, str], at: int, warmup_s: float, since: str | None, strata: int,
+        whole: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verdict_service, "MAX_STRATA", strata)
+    _hours_read(stores["written"])
+    now = T0 + at * W + 1
+    query: dict[str, Any] = {"since": since, "overload": None}
+    written = _verdict(stores["written"], warmup_s, query, now)
+    assert written == _verdict(stores["dropped"], warmup_s, query, now)
+    assert written == _verdict(stores["hours dropped"], warmup_s, query, now)
+    # An hour row's counts were read, and its records where they count whole: changing
+    # them changes the verdict.
+    assert written != _verdict(stores["hour counts tampered"], warmup_s, query, now)
+    tampered = _verdict(stores["hour latency tampered"], warmup_s, query, now)
+    assert (written != tampered) == whole
+    # A restarted probe's first verdict too, its cache filled from the same hours (asked
+    # at the store's end: asked before it, the cache reads the store up to then).
+    first = _verdict(stores["written"], warmup_s, query, now, cache=True)
+    assert first == _verdict(stores["dropped"], warmup_s, query, now, cache=True)
+    tampered = _verdict(stores["hour latency tampered"], warmup_s, query, now, cache=True)
+    assert (first != tampered) == (whole and at == WINDOWS)
+
+
+def _hours_read(db: str) -> None:
+    """The store holds its whole hours, rolled up."""
+    conn = sqlite3.connect(db)
+    try:
+        done = conn.execute("SELECT value FROM meta WHERE key = 'hours_rolled_until'"
+                            ).fetchone()
+        hours = [r[0] for r in conn.execute("SELECT DISTINCT start FROM endpoint_hours")]
+    finally:
+        conn.close()
+    assert done is not None and float(done[0]) == T0 + 10_000
+    assert hours == [T0 - 800, T0 + 2800, T0 + 6400]  # the first: the store's start on
