@@ -161,12 +161,12 @@ def _by_pod(parts: Sequence[_P99Part], cuts: ExceedanceCuts, profile: ProfileCut
     buckets = parts[0].latency().shape[1]
     for lo, hi in batches([(len(p.is_canary), buckets + 1) for p in parts]):
         hist, canary_pods, real = _stacked(parts[lo:hi])
-        found = worst_pods(hist, canary_pods, real, _P)
         # Each pod's calls below each bucket, then all of them (a cut past the last counts
         # none): its calls from a cut on are all less those below, exact (sums of counts).
         below = np.zeros((*hist.shape[:2], hist.shape[2] + 1))
         np.cumsum(hist, axis=-1, out=below[..., 1:])
         del hist
+        found = worst_pods(below[..., 1:], canary_pods, real, _P, cumulative=True)
         calls = below[..., -1].copy()  # not a view: `below` is dropped with the batch
         rows = np.arange(hi - lo)
         b_level, c_pass = (calls - below[rows, :, np.asarray(cut)[lo:hi]]
