@@ -55,6 +55,7 @@ __all__ = [
     "MetricVerdict",
     "PodSums",
     "attempts_per_request",
+    "cohort_rows",
     "concentration_finding",
     "duration",
     "fails_against_one_pod",
@@ -287,6 +288,14 @@ def _pod_evidence(grid: PodGrid, rows: npt.NDArray[np.bool_],
     return _PodEvidence(grid, rows, n, s, is_canary, canary_names, track, both, totals)
 
 
+def cohort_rows(cells: F64 | None, rows: npt.NDArray[np.bool_]) -> F64:
+    """A grid's (pods, windows) array, the compared cohorts' rows: the array itself when
+    they are all of it (a copy of a day of strata per path is what a cold verdict's peak
+    is made of, and a warm verdict's work; nothing writes the cells in place)."""
+    a = np.asarray(cells, dtype=np.float64)
+    return a if rows.all() else a[rows]
+
+
 def pod_success_rates(
     grids: Sequence[PodGrid], baseline: str, canary: str, tol: Tolerances, alpha: float,
     window_s: float, memo: TrackMemo | None = None,
@@ -300,7 +309,8 @@ def pod_success_rates(
     items = []
     for g in grids:
         rows = np.array([c in (baseline, canary) for c in g.cohorts], dtype=bool)
-        items.append((g, rows, g.of(canary)[rows], g.calls[rows], g.errors[rows]))
+        items.append((g, rows, g.of(canary)[rows], cohort_rows(g.calls, rows),
+                      cohort_rows(g.errors, rows)))
     parts = _pod_evidences(items, 1.0, drop, alpha, memo)
     judged = [p for p in parts if p.totals[0] > 0 and p.totals[2] > 0]
     if judged:

@@ -93,7 +93,7 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
     judged, sums, decided = [], [], []
     for g in grids:
         rows, is_canary = _rows(g, baseline, canary)
-        n, total = _cohorts_of(g.attempts_calls, rows), _cohorts_of(g.attempts_sum, rows)
+        n, total = M.cohort_rows(g.attempts_calls, rows), M.cohort_rows(g.attempts_sum, rows)
         n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
         both = (n_b > 0) & (n_c > 0)
         decided.append(bool(both.any()))
@@ -118,14 +118,6 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
                        "attempts in common yet (each pod's warm-up is left out)")
         for d in decided
     ]
-
-
-def _cohorts_of(cells: F64 | None, rows: Bool) -> F64:
-    """A grid's (pods, windows) array, the compared cohorts' rows: the array itself when
-    they are all of it (a copy of a day of strata per path is what a cold verdict's peak
-    is made of; nothing writes the cells in place)."""
-    a = np.asarray(cells, dtype=np.float64)
-    return a if rows.all() else a[rows]
 
 
 def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
