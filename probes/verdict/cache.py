@@ -60,7 +60,17 @@ from probes.store import Store
 from probes.store.columns import concat, reduce, take
 from probes.store.sqlite import stratum_index
 from probes.store.table import EndpointColumns, EndpointLatency, LatencyRows, WindowTable
-from probes.verdict.grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
+from probes.verdict.grids import (
+    Flat,
+    Part,
+    Rules,
+    Stale,
+    extend_all,
+    flat_hists,
+    grids,
+    hists,
+    seal_all,
+)
 from probes.verdict.pooling import StalePool, check, pool, pooled_windows
 
 __all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
@@ -736,10 +746,10 @@ class CachedSource:
             if g.parts is None or g.rules != rules:
                 raise Stale
             for cols in g.pending:
-                g.parts = extend_all(g.parts, cols, rules)
+                g.parts = seal_all(extend_all(g.parts, cols, rules))
                 g.version += 1
         except Stale:
-            g.parts, g.rules = extend_all({}, p.sealed, rules), rules
+            g.parts, g.rules = seal_all(extend_all({}, p.sealed, rules)), rules
             g.version += 1
         g.pending.clear()
         tail = _select(p.tail, until, paths, None)

@@ -15,7 +15,7 @@ than comparing the two bounds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -247,18 +247,51 @@ def concentration_finding(pod: str, share: float | None, what: str = "errors") -
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class _Sums:
+    """A grid's columns (some of them) as its reason reads them: which both cohorts have
+    calls in, and over those, the cohorts' calls and sums (baseline then canary) and each
+    canary pod's."""
+
+    both: npt.NDArray[np.bool_]
+    totals: F64
+    canary_n: F64
+    canary_s: F64
+
+    def then(self, later: _Sums) -> _Sums:
+        """These columns' sums with those of the `later` columns after them."""
+        return _Sums(np.concatenate([self.both, later.both]), self.totals + later.totals,
+                     self.canary_n + later.canary_n, self.canary_s + later.canary_s)
+
+
+def _sums(n: F64, s: F64, is_canary: npt.NDArray[np.bool_], cols: slice) -> _Sums:
+    nn, ss = n[:, cols], s[:, cols]
+    # Per window first, then the windows both cohorts have (sums of counts: exact).
+    n_b, n_c = nn[~is_canary].sum(axis=0), nn[is_canary].sum(axis=0)
+    both = (n_b > 0) & (n_c > 0)
+    totals = np.array([n_b[both].sum(), ss[~is_canary].sum(axis=0)[both].sum(),
+                       n_c[both].sum(), ss[is_canary].sum(axis=0)[both].sum()])
+    # One copy of the canary's cells in the windows both have: the sums per pod as taken
+    # over that block (its rows' sums are not those of a row alone, bit for bit).
+    block = np.ix_(np.flatnonzero(is_canary), np.flatnonzero(both))
+    return _Sums(both, totals, nn[block].sum(axis=1), ss[block].sum(axis=1))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class _PodEvidence:
     """One path's pod-level test (its last look) before the pooled figures heading its reason."""
 
     grid: PodGrid
     rows: npt.NDArray[np.bool_]
-    n: F64
-    s: F64
     is_canary: npt.NDArray[np.bool_]
     canary_names: list[str]
     track: PodTrack
-    both: npt.NDArray[np.bool_]
-    totals: tuple[float, float, float, float]  # calls and sums, baseline then canary
+    sums: _Sums
+
+    @property
+    def totals(self) -> tuple[float, float, float, float]:
+        """Calls and sums over the windows both cohorts have, baseline then canary."""
+        b_n, b_s, c_n, c_s = self.sums.totals.tolist()
+        return b_n, b_s, c_n, c_s
 
 
 # What a pod-level test reads of one grid: the grid, its `rows` of the two cohorts,
@@ -267,25 +300,38 @@ PodSums = tuple[PodGrid, npt.NDArray[np.bool_], npt.NDArray[np.bool_], F64, F64]
 
 
 def _pod_evidences(items: Sequence[PodSums], ratio: float, margin: float, alpha: float,
-                   memo: TrackMemo | None = None) -> list[_PodEvidence]:
+                   memo: TrackMemo | None = None, salt: Hashable = None
+                   ) -> list[_PodEvidence]:
     """Every grid's pod-level test at its last look, in one batch (`pod_tracks`;
-    `memo`, its sums kept from the last verdict)."""
+    `memo`, its sums kept from the last verdict, and the reason's sums over the grid's
+    settled columns, for the same `salt`: what else its `s` was made from)."""
     tracks = pod_tracks([(n, s, c) for _g, _r, c, n, s in items], ratio, margin,
-                             log_threshold=math.log(1.0 / alpha), last_only=True, memo=memo)
-    return [_pod_evidence(*item, track) for item, track in zip(items, tracks, strict=True)]
+                        log_threshold=math.log(1.0 / alpha), last_only=True, memo=memo,
+                        settled=[g.settled for g, *_ in items])
+    return [_pod_evidence(*item, track, memo, (i, ratio, margin, salt))
+            for i, (item, track) in enumerate(zip(items, tracks, strict=True))]
 
 
 def _pod_evidence(grid: PodGrid, rows: npt.NDArray[np.bool_],
                   is_canary: npt.NDArray[np.bool_], n: F64, s: F64,
-                  track: PodTrack) -> _PodEvidence:
+                  track: PodTrack, memo: TrackMemo | None, key: tuple[Any, ...]
+                  ) -> _PodEvidence:
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
-    # Per window first, then the windows both cohorts have (sums of counts: exact).
-    n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
-    both = (n_b > 0) & (n_c > 0)
-    totals = (float(n_b[both].sum()), float(s[~is_canary].sum(axis=0)[both].sum()),
-              float(n_c[both].sum()), float(s[is_canary].sum(axis=0)[both].sum()))
-    return _PodEvidence(grid, rows, n, s, is_canary, canary_names, track, both, totals)
+    if memo is None or grid.settled is None or not grid.settled[1]:
+        sums = _sums(n, s, is_canary, slice(None))
+    else:
+        # The settled columns' sums kept while the grid's source vouches for them, each
+        # newly settled column added once: a verdict sums its newer columns alone.
+        fixed = grid.settled[1]
+
+        def settled(k: int, kept: _Sums | None) -> _Sums:
+            more = _sums(n, s, is_canary, slice(k, fixed))
+            return more if kept is None else kept.then(more)
+
+        sums = memo.kept_for(key[0], key[1:], grid.settled, settled).then(
+            _sums(n, s, is_canary, slice(fixed, None)))
+    return _PodEvidence(grid, rows, is_canary, canary_names, track, sums)
 
 
 def cohort_rows(cells: F64 | None, rows: npt.NDArray[np.bool_]) -> F64:
@@ -311,7 +357,7 @@ def pod_success_rates(
         rows = np.array([c in (baseline, canary) for c in g.cohorts], dtype=bool)
         items.append((g, rows, g.of(canary)[rows], cohort_rows(g.calls, rows),
                       cohort_rows(g.errors, rows)))
-    parts = _pod_evidences(items, 1.0, drop, alpha, memo)
+    parts = _pod_evidences(items, 1.0, drop, alpha, memo, "errors")
     judged = [p for p in parts if p.totals[0] > 0 and p.totals[2] > 0]
     if judged:
         req_b, err_b, req_c, err_c = (np.array(x) for x in zip(*(p.totals for p in judged),
@@ -377,7 +423,7 @@ def pod_bounded_verdicts(
     spread between pods τ in the metric's units. `memo` as `pod_success_rates`'."""
     if not pooled:
         return []
-    evidence = _pod_evidences(items, ratio, margin, pooled[0].alpha, memo)
+    evidence = _pod_evidences(items, ratio, margin, pooled[0].alpha, memo, (what, spread))
     factors = _needs_factors(evidence, pooled[0].alpha)
     return [_pod_verdict(ev, p, factors.get(ev), window_s, what=what, spread=spread,
                          warmup=None) for ev, p in zip(evidence, pooled, strict=True)]
@@ -388,8 +434,8 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
                  warmup: Mapping[str, int] | None) -> MetricVerdict:
     alpha = pooled.alpha
     log_thr = math.log(1.0 / alpha)
-    grid, n, s, is_canary = ev.grid, ev.n, ev.s, ev.is_canary
-    canary_names, track, both = ev.canary_names, ev.track, ev.both
+    grid, is_canary = ev.grid, ev.is_canary
+    canary_names, track, both = ev.canary_names, ev.track, ev.sums.both
     req_c, err_c = ev.totals[2], ev.totals[3]
     lf, lfa, lp = (float(x[-1]) for x in (track.log_e_fail, track.log_e_fail_all,
                                           track.log_e_pass))
@@ -398,13 +444,9 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     worst_name = canary_names[worst] if canary_names else None
     share = call_share = 0.0
     if canary_names:
-        # One copy of the canary's cells in the windows both have: the sums per pod as
-        # taken over that block (its rows' sums are not those of a row alone, bit for bit).
-        block = np.ix_(np.flatnonzero(is_canary), np.flatnonzero(both))
         if err_c > 0:
-            share = float(s[block].sum(axis=1)[worst] / err_c)
-        # Calls are whole numbers: the worst pod's row alone sums to the same.
-        call_share = float(n[block][worst].sum() / req_c)
+            share = float(ev.sums.canary_s[worst] / err_c)
+        call_share = float(ev.sums.canary_n[worst] / req_c)
     concentrated = pods_c >= 2 and share >= 0.5 and share >= 2 * call_share
     key, scale, unit = spread
     spread_shown = scale * float(track.tau[-1])
