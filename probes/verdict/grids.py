@@ -90,12 +90,35 @@ def _cells(old: F64 | None, rows: I64, cols: I64, x: F64, shape: tuple[int, int]
     if old is not None and place is None:
         new = np.bincount(rows * appended + (cols - (c - appended)), weights=x,
                           minlength=p * appended).reshape(p, appended)
-        return np.concatenate([old, new], axis=1)
+        return _appended(old, np.asarray(new, dtype=np.float64))
     out = np.asarray(np.bincount(rows * c + cols, weights=x, minlength=p * c),
                      dtype=np.float64).reshape(p, c)
     if old is not None and place is not None:
         out[place] += old
     return out
+
+
+# Columns a part's cells have room for beyond their own: at least this many, or a
+# quarter more; a day of strata in minutes then grows into new cells about once an hour.
+_ROOM = 64
+
+
+def _appended(old: F64, new: F64) -> F64:
+    """`old` with `new`'s columns after its own, written into the room its cells have
+    after them (a part's cells are the first columns of a wider array) rather than copied
+    whole at every verdict; into wider cells when there is none. Only a kept part is
+    extended, and the columns after its own hold nothing kept: a verdict's newest strata,
+    which the next verdict reads again (`TrackMemo` keeps copies of those it checks)."""
+    w, a = old.shape[1], new.shape[1]
+    room = old.base
+    if (isinstance(room, np.ndarray) and room.ndim == 2 and room.shape[0] == old.shape[0]
+            and room.shape[1] >= w + a and room.strides == old.strides
+            and room.ctypes.data == old.ctypes.data):
+        room[:, w:w + a] = new
+        return room[:, :w + a]
+    out = np.empty((old.shape[0], w + a + max(_ROOM, (w + a) // 4)))
+    out[:, :w], out[:, w:w + a] = old, new
+    return out[:, :w + a]
 
 
 def extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp],
