@@ -243,7 +243,7 @@ class TrackMemo:
         self._grids: list[_Kept] = []
         self._folded = np.zeros(0, dtype=np.int64)  # per grid: its windows in `_sums`
         self._sums: dict[Hashable, F64] = {}
-        self._prefix: dict[int, tuple[Hashable, Settled, Any]] = {}
+        self._prefix: dict[Hashable, tuple[Hashable, Settled, Any]] = {}
         self.depth = 2
         self.summed_whole = 0  # calls that summed every window, for the tests
 
@@ -257,17 +257,18 @@ class TrackMemo:
         """The windows copied to check the next call against, over every grid."""
         return sum(k.n.shape[1] for k in self._grids)
 
-    def kept_for(self, grid: int, key: Hashable, settled: Settled,
+    def kept_for(self, at: Hashable, key: Hashable, settled: Settled,
                  make: Callable[[int, Any], Any]) -> Any:
-        """A caller's own figure over grid `grid`'s settled columns (`settled`, its
-        `PodGrid.settled`), for `key` (what else the figure turns on): `make(k, kept)`
-        extends what was kept over the first k of them (k 0, None: nothing kept) to all."""
-        got = self._prefix.get(grid)
+        """A caller's own figure over a grid's settled columns (`settled`, its
+        `PodGrid.settled`), kept `at` a place of the caller's (the grid's), for `key` (what
+        else the figure turns on): `make(k, kept)` extends what was kept over the first k of
+        them (k 0, None: nothing kept) to all of them."""
+        got = self._prefix.get(at)
         token, fixed = settled
         if got is None or got[0] != key or got[1][0] is not token or got[1][1] > fixed:
             got = (key, (token, 0), None)
         if got[1][1] < fixed or got[2] is None:
-            got = self._prefix[grid] = (key, settled, make(got[1][1], got[2]))
+            got = self._prefix[at] = (key, settled, make(got[1][1], got[2]))
         return got[2]
 
     def tracks(self, grids: Sequence[tuple[F64, F64, Bool]], params: tuple[Any, ...],

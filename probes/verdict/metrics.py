@@ -52,6 +52,7 @@ __all__ = [
     "STREAM_RESETS",
     "SUCCESS_RATE",
     "CohortEvidence",
+    "GridSums",
     "MetricVerdict",
     "PodSums",
     "attempts_per_request",
@@ -59,6 +60,7 @@ __all__ = [
     "concentration_finding",
     "duration",
     "fails_against_one_pod",
+    "grid_sums",
     "json_number",
     "latency_p99",
     "log_clip",
@@ -247,7 +249,7 @@ def concentration_finding(pod: str, share: float | None, what: str = "errors") -
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class _Sums:
+class GridSums:
     """A grid's columns (some of them) as its reason reads them: which both cohorts have
     calls in, and over those, the cohorts' calls and sums (baseline then canary) and each
     canary pod's."""
@@ -257,13 +259,13 @@ class _Sums:
     canary_n: F64
     canary_s: F64
 
-    def then(self, later: _Sums) -> _Sums:
+    def then(self, later: GridSums) -> GridSums:
         """These columns' sums with those of the `later` columns after them."""
-        return _Sums(np.concatenate([self.both, later.both]), self.totals + later.totals,
+        return GridSums(np.concatenate([self.both, later.both]), self.totals + later.totals,
                      self.canary_n + later.canary_n, self.canary_s + later.canary_s)
 
 
-def _sums(n: F64, s: F64, is_canary: npt.NDArray[np.bool_], cols: slice) -> _Sums:
+def _sums(n: F64, s: F64, is_canary: npt.NDArray[np.bool_], cols: slice) -> GridSums:
     nn, ss = n[:, cols], s[:, cols]
     # Per window first, then the windows both cohorts have (sums of counts: exact).
     n_b, n_c = nn[~is_canary].sum(axis=0), nn[is_canary].sum(axis=0)
@@ -273,7 +275,7 @@ def _sums(n: F64, s: F64, is_canary: npt.NDArray[np.bool_], cols: slice) -> _Sum
     # One copy of the canary's cells in the windows both have: the sums per pod as taken
     # over that block (its rows' sums are not those of a row alone, bit for bit).
     block = np.ix_(np.flatnonzero(is_canary), np.flatnonzero(both))
-    return _Sums(both, totals, nn[block].sum(axis=1), ss[block].sum(axis=1))
+    return GridSums(both, totals, nn[block].sum(axis=1), ss[block].sum(axis=1))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -285,7 +287,7 @@ class _PodEvidence:
     is_canary: npt.NDArray[np.bool_]
     canary_names: list[str]
     track: PodTrack
-    sums: _Sums
+    sums: GridSums
 
     @property
     def totals(self) -> tuple[float, float, float, float]:
@@ -318,20 +320,26 @@ def _pod_evidence(grid: PodGrid, rows: npt.NDArray[np.bool_],
                   ) -> _PodEvidence:
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
+    return _PodEvidence(grid, rows, is_canary, canary_names, track,
+                        grid_sums(grid, n, s, is_canary, memo, key))
+
+
+def grid_sums(grid: PodGrid, n: F64, s: F64, is_canary: npt.NDArray[np.bool_],
+              memo: TrackMemo | None, key: tuple[Hashable, ...]) -> GridSums:
+    """`GridSums` of calls `n` and sums `s` (the grid's compared rows, `is_canary` among
+    them). With a `memo`, those of the columns its source vouches for (`PodGrid.settled`)
+    are kept (`TrackMemo.kept_for`: `key`, where to keep them, then what else `s` was made
+    from), each newly settled column added once: a verdict sums its newer columns alone."""
     if memo is None or grid.settled is None or not grid.settled[1]:
-        sums = _sums(n, s, is_canary, slice(None))
-    else:
-        # The settled columns' sums kept while the grid's source vouches for them, each
-        # newly settled column added once: a verdict sums its newer columns alone.
-        fixed = grid.settled[1]
+        return _sums(n, s, is_canary, slice(None))
+    fixed = grid.settled[1]
 
-        def settled(k: int, kept: _Sums | None) -> _Sums:
-            more = _sums(n, s, is_canary, slice(k, fixed))
-            return more if kept is None else kept.then(more)
+    def settled(k: int, kept: GridSums | None) -> GridSums:
+        more = _sums(n, s, is_canary, slice(k, fixed))
+        return more if kept is None else kept.then(more)
 
-        sums = memo.kept_for(key[0], key[1:], grid.settled, settled).then(
-            _sums(n, s, is_canary, slice(fixed, None)))
-    return _PodEvidence(grid, rows, is_canary, canary_names, track, sums)
+    return memo.kept_for(key[0], key[1:], grid.settled, settled).then(
+        _sums(n, s, is_canary, slice(fixed, None)))
 
 
 def cohort_rows(cells: F64 | None, rows: npt.NDArray[np.bool_]) -> F64:

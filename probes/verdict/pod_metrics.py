@@ -91,16 +91,15 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
     `memo`: the running probe's sums kept between verdicts (`pods.TrackMemo`)."""
     span = float(attempts_max - 1)
     judged, sums, decided = [], [], []
-    for g in grids:
+    for i, g in enumerate(grids):
         rows, is_canary = _rows(g, baseline, canary)
         n, total = M.cohort_rows(g.attempts_calls, rows), M.cohort_rows(g.attempts_sum, rows)
-        n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
-        both = (n_b > 0) & (n_c > 0)
-        decided.append(bool(both.any()))
+        # Attempts and calls are whole numbers: summed in any order, the same sums.
+        head = M.grid_sums(g, n, total, is_canary, memo, (("head", i),))
+        decided.append(bool(head.both.any()))
         if decided[-1]:
-            # Attempts and calls are whole numbers: summed per window first, the same sums.
-            t_b, t_c = total[~is_canary].sum(axis=0), total[is_canary].sum(axis=0)
-            sums.append([float(x[both].sum()) for x in (t_b, n_b, t_c, n_c)])
+            n_b, t_b, n_c, t_c = head.totals.tolist()
+            sums.append([t_b, n_b, t_c, n_c])
             # The retry volume in place of `total`, which is not kept past its grid.
             judged.append((g, rows, is_canary, n, (total - n) / span))
     cols = np.array(sums).T
