@@ -113,7 +113,7 @@ def _appended(old: F64, new: F64) -> F64:
     room = old.base
     if (isinstance(room, np.ndarray) and room.ndim == 2 and room.shape[0] == old.shape[0]
             and room.shape[1] >= w + a and room.strides == old.strides
-            and room.ctypes.data == old.ctypes.data):
+            and room.__array_interface__["data"][0] == old.__array_interface__["data"][0]):
         room[:, w:w + a] = new
         return room[:, :w + a]
     out = np.empty((old.shape[0], w + a + max(_ROOM, (w + a) // 4)))
