@@ -40,6 +40,7 @@ the endpoint windows are then read from the store, as before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -111,11 +112,22 @@ class _Pods:
     origin: float
     stratum_s: float | None
     warmup_s: float | None
-    sealed: EndpointColumns  # strata before `seal`, summed (latency records apart)
+    joined: EndpointColumns  # strata before `seal`, summed (latency records apart), by path
     tail: EndpointColumns  # endpoint windows from `seal` on, as stored, with latency
     seal: float
     latency: _PooledLatency
     grids: _Grids
+    # Strata sealed since `joined` was, summed: joined to it when the rows are read (the
+    # kept grids take them as they seal; a day's rows sorted again at each seal was not).
+    more: list[EndpointColumns] = field(default_factory=list)
+
+    @property
+    def sealed(self) -> EndpointColumns:
+        """Every stratum before `seal`, summed, by path."""
+        if self.more:
+            self.joined = _by_path(functools.reduce(concat, self.more, self.joined))
+            self.more = []
+        return self.joined
 
 
 def _in(idx: npt.NDArray[Any], table: tuple[str, ...], names: Iterable[str] | None
@@ -622,11 +634,11 @@ class VerdictCache:
             fresh = store.read_endpoint_columns(since=p.seal, latency=warmup_s is not None)
             seal = max(p.seal, self._pod_seal(origin, stratum_s))
             old = fresh.start < seal
-            sealed = p.sealed
+            more = p.more
             if old.any():
                 moving = _rows_only(take(fresh, old))
                 summed = _strata(moving, stratum_s)
-                sealed = _by_path(concat(p.sealed, summed))
+                more = [*more, summed]
                 if p.grids.parts is not None:
                     p.grids.pending.append(summed)
                 if warmup_s is not None:
@@ -635,7 +647,8 @@ class VerdictCache:
                         self._length_bound(stratum_s), spans)
             tail = dataclasses.replace(take(fresh, ~old), latency=
                 fresh.latency.taken(fresh.latency.start >= seal))
-            p = _Pods(origin, stratum_s, warmup_s, sealed, tail, seal, p.latency, p.grids)
+            p = _Pods(origin, stratum_s, warmup_s, p.joined, tail, seal, p.latency, p.grids,
+                      more)
         self._pods = p
         return p
 
