@@ -267,15 +267,16 @@ class GridSums:
 
 def _sums(n: F64, s: F64, is_canary: npt.NDArray[np.bool_], cols: slice) -> GridSums:
     nn, ss = n[:, cols], s[:, cols]
-    # Per window first, then the windows both cohorts have (sums of counts: exact).
-    n_b, n_c = nn[~is_canary].sum(axis=0), nn[is_canary].sum(axis=0)
-    both = (n_b > 0) & (n_c > 0)
-    totals = np.array([n_b[both].sum(), ss[~is_canary].sum(axis=0)[both].sum(),
-                       n_c[both].sum(), ss[is_canary].sum(axis=0)[both].sum()])
-    # One copy of the canary's cells in the windows both have: the sums per pod as taken
-    # over that block (its rows' sums are not those of a row alone, bit for bit).
-    block = np.ix_(np.flatnonzero(is_canary), np.flatnonzero(both))
-    return GridSums(both, totals, nn[block].sum(axis=1), ss[block].sum(axis=1))
+    # Each cohort's calls and sums per window, then over the windows both cohorts have,
+    # as products with the cohorts' flags: a few calls a grid, not one per cohort and
+    # figure (calls, and attempts beyond the first per attempts_max − 1, are whole
+    # numbers and quarters by default: exact in any order).
+    by = np.stack([~is_canary, is_canary]).astype(np.float64)
+    calls, sums = by @ nn, by @ ss
+    both = (calls[0] > 0) & (calls[1] > 0)
+    on = both.astype(np.float64)
+    totals = np.stack([calls @ on, sums @ on], axis=1).ravel()
+    return GridSums(both, totals, nn[is_canary] @ on, ss[is_canary] @ on)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
