@@ -92,6 +92,62 @@ def bisect_int(
         lo_ = np.where(active & ~ok, mid + 1.0, lo_)
 
 
+def crossing_int(
+    value: Callable[[F64], F64],
+    limit: ArrayLike,
+    lo: ArrayLike,
+    hi: ArrayLike,
+    *,
+    rising: bool,
+    near: tuple[ArrayLike, ArrayLike],
+) -> F64:
+    """`bisect_int` of "`value(k)` has crossed `limit`" (value ≥ limit for a rising value,
+    value < limit for a falling one): the same integer wherever that predicate is monotone
+    in k, in a few evaluations instead of one per halving of the range. Each step probes
+    two integers at once (`value` takes (2, rows)): first `near`, the caller's estimate of
+    a bracket around the crossing; then the pair around where the line through the
+    bracket's two known values crosses `limit`, or, where a step did not halve the bracket,
+    its thirds."""
+    lo_, hi_ = (a.copy() for a in np.broadcast_arrays(np.floor(f64(lo)), np.floor(f64(hi)) + 1.0))
+    top = hi_ - 1.0
+    lim = np.broadcast_to(f64(limit), lo_.shape)
+    # The value at lo − 1 (not crossed) and at hi (crossed): NaN while unknown.
+    v_lo, v_hi = np.full(lo_.shape, np.nan), np.full(lo_.shape, np.nan)
+    a, b = (np.broadcast_to(np.floor(f64(x)), lo_.shape) for x in near)
+    # Which end the last step moved (+1 lo, −1 hi): an end kept twice counts half as far
+    # from `limit` on the line (the Illinois rule), so a curved value still converges fast.
+    moved = np.zeros(lo_.shape)
+    while True:
+        active = lo_ < hi_
+        if not active.any():
+            return lo_
+        last = np.minimum(hi_ - 1.0, top)
+        a, b = np.clip(a, lo_, last), np.clip(b, lo_, last)
+        before = hi_ - lo_
+        v = np.asarray(value(np.stack([a, b])), dtype=np.float64)
+        crossed = v >= lim if rising else v < lim
+        ca, cb = crossed[0] & active, crossed[1] & active
+        at_b = cb & ~ca
+        neither = active & ~ca & ~cb
+        hi_ = np.where(ca, a, np.where(at_b, b, hi_))
+        v_hi = np.where(ca, v[0], np.where(at_b, v[1], v_hi))
+        lo_ = np.where(at_b, a + 1.0, np.where(neither, b + 1.0, lo_))
+        v_lo = np.where(at_b, v[0], np.where(neither, v[1], v_lo))
+        slow = (hi_ - lo_) * 2.0 > before
+        now = np.where(neither, 1.0, np.where(ca, -1.0, 0.0))
+        g_lo = np.where((now == -1.0) & (moved == -1.0), 0.5, 1.0) * (v_lo - lim)
+        g_hi = np.where((now == 1.0) & (moved == 1.0), 0.5, 1.0) * (v_hi - lim)
+        moved = now
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            root = (lo_ - 1.0) + (hi_ - lo_ + 1.0) * g_lo / (g_lo - g_hi)
+        line = ~slow & np.isfinite(root)
+        last = np.minimum(hi_ - 1.0, top)
+        width = np.maximum(last - lo_, 0.0)
+        b_line = np.clip(np.ceil(np.where(line, root, 0.0)), lo_, last)
+        a = np.where(line, b_line - 1.0, lo_ + np.floor(width / 3.0))
+        b = np.where(line, b_line, lo_ + np.floor(2.0 * width / 3.0))
+
+
 def first_max(a: F64, axis: int) -> I64:
     """The pod with the largest value, the first of those tied: values are rounded first,
     so that sums taken in another order (the last look alone, a full track, a batch) pick

@@ -45,6 +45,10 @@ class PodGrid:
     warm cell was written with them): `attempts_calls` / `attempts_sum` (pods, windows) as
     `calls`, and `latency` (pods, buckets of `probes.measure.histogram`), the warm calls'
     histogram over all the grid's windows; None where no row from `since` has any.
+    `settled` (a token, a count of columns): the grid's first columns are those of every
+    grid its source gave with the same token, cell for cell (the running probe's verdict
+    cache: its sealed strata), so sums over them may be kept between verdicts
+    (`pods.TrackMemo`); None where nothing is vouched for.
     """
 
     pods: tuple[str, ...]
@@ -59,6 +63,7 @@ class PodGrid:
     attempts_sum: F64 | None = None
     latency: F64 | None = None
     per_pod_metrics: bool = False
+    settled: tuple[object, int] | None = None
 
     def of(self, cohort: str) -> Bool:
         return np.array([c == cohort for c in self.cohorts], dtype=bool)

@@ -144,12 +144,15 @@ class WorstPods:
     worst_call_share: F64
 
 
-def worst_pods(hist: F64, canary: Bool, real: Bool, p: float) -> WorstPods:
+def worst_pods(hist: F64, canary: Bool, real: Bool, p: float, *,
+               cumulative: bool = False) -> WorstPods:
     """`pod_quantile_track(tests=False)` at one look for many groups at once (one per path):
-    `hist` (groups, pods, buckets), pods padded with `real` False; `canary` (groups, pods).
+    `hist` (groups, pods, buckets), pods padded with `real` False; `canary` (groups, pods);
+    `cumulative`: `hist` summed over its buckets already (the caller has that sum too).
     The same numbers: every sum is of counts, exact in any order, and ties go to the first
     pod as in the group's own pods."""
-    cum = np.cumsum(np.asarray(hist, dtype=np.float64), axis=-1)
+    cum = (np.asarray(hist, dtype=np.float64) if cumulative
+           else np.cumsum(np.asarray(hist, dtype=np.float64), axis=-1))
     g_n = cum.shape[0]
     groups = np.arange(g_n)
     cm = canary & real

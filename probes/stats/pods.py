@@ -76,7 +76,8 @@ memo that lets a caller asking again as windows arrive sum only the new ones.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -105,6 +106,7 @@ __all__ = [
     "ONE_POD_BASELINE",
     "PodGrid",
     "PodTrack",
+    "Settled",
     "TrackMemo",
     "batches",
     "few_pods_factor",
@@ -139,7 +141,8 @@ def pod_track(n: F64, s: F64, canary: Bool, ratio: float, margin: float,
 def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
                scales: tuple[float, ...] = MIXING_SCALES, *, log_threshold: float,
                last_only: bool = False, pod_ratio: float | None = None,
-               memo: TrackMemo | None = None) -> list[PodTrack]:
+               memo: TrackMemo | None = None,
+               settled: Sequence[Settled | None] | None = None) -> list[PodTrack]:
     """`pod_track` for many (n, s, canary) grids at once (one per path), in one pass of
     array operations over batches of them: a verdict judges every path, and one call per
     path cost more in numpy's per-call overhead than in arithmetic. Grids are padded with
@@ -149,9 +152,10 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
     against a constant (ratio 0) whose constant the baseline's pods stand for keeps their
     spread with 1 (`probes.stats.pod_exceed`'s pass side).
     `memo` (last look only): the sums of an earlier call kept, so that grids which only
-    gained windows since are summed over their newer windows alone (`TrackMemo`)."""
+    gained windows since are summed over their newer windows alone (`TrackMemo`);
+    `settled`: each grid's `PodGrid.settled`, the columns its source vouches for."""
     if memo is not None and last_only:
-        return memo.tracks(grids, (ratio, margin, scales, log_threshold, pod_ratio))
+        return memo.tracks(grids, (ratio, margin, scales, log_threshold, pod_ratio), settled)
     out: list[PodTrack] = []
     for lo, hi in _batches(grids):
         out += pod_batch(grids[lo:hi], ratio, margin, scales, log_threshold, Acc(last_only),
@@ -197,6 +201,24 @@ def batches(shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, int]]:
 # a grid the memo costs more than it saves (BENCHMARKS.md D16) and is not used.
 MEMO_MAX_PODS = 32
 
+# `PodGrid.settled`: a token, and the columns every grid given with it has alike.
+Settled = tuple[object, int]
+
+
+@dataclass(slots=True)
+class _Kept:
+    """What a memo keeps of one grid to check the next call's against: its shape and cohort
+    flags, and its cells from column `since` on (a copy); those before are vouched for by
+    the grid's source while its token (`settled`) is the same."""
+
+    rows: int
+    width: int
+    canary: Bool
+    since: int
+    n: F64
+    s: F64
+    settled: Settled | None
+
 
 class TrackMemo:
     """What `pod_tracks(last_only=True)` summed over each grid's settled windows, kept
@@ -211,13 +233,17 @@ class TrackMemo:
     order of floating-point sums. The newest windows may still change (the store re-writes
     recent windows): the last `depth` of each grid are summed at every call and not kept,
     `depth` growing to the most seen to change. One memo serves one sequence of calls (a
-    metric of one query). Grids of more than `MEMO_MAX_PODS` pods are summed afresh."""
+    metric of one query). Grids of more than `MEMO_MAX_PODS` pods are summed afresh.
+    A grid's source may vouch for its first columns (`PodGrid.settled`: the verdict cache's
+    sealed strata): those are neither copied nor compared while its token is the same, and
+    a caller's own sums over them are kept the same way (`kept_for`)."""
 
     def __init__(self) -> None:
         self._params: tuple[Any, ...] | None = None
-        self._grids: list[tuple[F64, F64, Bool]] = []
+        self._grids: list[_Kept] = []
         self._folded = np.zeros(0, dtype=np.int64)  # per grid: its windows in `_sums`
         self._sums: dict[Hashable, F64] = {}
+        self._prefix: dict[Hashable, tuple[Hashable, Settled, Any]] = {}
         self.depth = 2
         self.summed_whole = 0  # calls that summed every window, for the tests
 
@@ -226,22 +252,41 @@ class TrackMemo:
         """The windows the kept sums hold, over every grid."""
         return int(self._folded.sum())
 
-    def tracks(self, grids: Sequence[tuple[F64, F64, Bool]], params: tuple[Any, ...]
-               ) -> list[PodTrack]:
+    @property
+    def copied_windows(self) -> int:
+        """The windows copied to check the next call against, over every grid."""
+        return sum(k.n.shape[1] for k in self._grids)
+
+    def kept_for(self, at: Hashable, key: Hashable, settled: Settled,
+                 make: Callable[[int, Any], Any]) -> Any:
+        """A caller's own figure over a grid's settled columns (`settled`, its
+        `PodGrid.settled`), kept `at` a place of the caller's (the grid's), for `key` (what
+        else the figure turns on): `make(k, kept)` extends what was kept over the first k of
+        them (k 0, None: nothing kept) to all of them."""
+        got = self._prefix.get(at)
+        token, fixed = settled
+        if got is None or got[0] != key or got[1][0] is not token or got[1][1] > fixed:
+            got = (key, (token, 0), None)
+        if got[1][1] < fixed or got[2] is None:
+            got = self._prefix[at] = (key, settled, make(got[1][1], got[2]))
+        return got[2]
+
+    def tracks(self, grids: Sequence[tuple[F64, F64, Bool]], params: tuple[Any, ...],
+               settled: Sequence[Settled | None] | None = None) -> list[PodTrack]:
         """`pod_tracks(grids, *params, last_only=True)`; params (ratio, margin, scales,
-        log_threshold, pod_ratio)."""
+        log_threshold, pod_ratio); `settled` as `pod_tracks`'."""
         ratio, margin, scales, log_threshold, pod_ratio = params
-        # Copies: the grids are kept to check the next call's against, and a caller's
-        # array written in place would otherwise compare equal to itself.
-        cells = [(np.array(n, dtype=np.float64), np.array(s, dtype=np.float64),
+        cells = [(np.asarray(n, dtype=np.float64), np.asarray(s, dtype=np.float64),
                   np.array(c, dtype=bool)) for n, s, c in grids]
+        vouched: list[Settled | None] = (list(settled) if settled is not None
+                                         else [None] * len(cells))
         if (not cells or any(n.ndim != 2 or s.shape != n.shape for n, s, _ in cells)
                 or max(n.shape[0] for n, _, _ in cells) > MEMO_MAX_PODS):
             self._params = None  # summed afresh: nothing kept
             return pod_tracks(cells, ratio, margin, scales, log_threshold=log_threshold,
                               last_only=True, pod_ratio=pod_ratio)
         width = np.array([n.shape[1] for n, _, _ in cells], dtype=np.int64)
-        start = self._unchanged(cells) if params == self._params else None
+        start = self._unchanged(cells, vouched) if params == self._params else None
         out: list[PodTrack] = []
         if start is None:
             # Batch by batch, as without a memo (memory), then kept as one batch.
@@ -262,23 +307,37 @@ class TrackMemo:
                               zip(cells, start.tolist(), strict=True)],
                              ratio, margin, scales, log_threshold, acc, pod_ratio)
             sums = acc.kept_now
-        self._params, self._grids, self._folded, self._sums = params, cells, folded, sums
+        # Copies of what the next call is checked against: a caller's array written in
+        # place would otherwise compare equal to itself. Columns vouched for are not.
+        self._grids = []
+        for (n, s, c), k, mine in zip(cells, folded.tolist(), vouched, strict=True):
+            since = min(mine[1], k) if mine is not None else 0
+            self._grids.append(_Kept(n.shape[0], n.shape[1], c, since, n[:, since:].copy(),
+                                     s[:, since:].copy(), mine))
+        self._params, self._folded, self._sums = params, folded, sums
         return out
 
-    def _unchanged(self, grids: list[tuple[F64, F64, Bool]]) -> I64 | None:
+    def _unchanged(self, grids: list[tuple[F64, F64, Bool]],
+                   settled: list[Settled | None]) -> I64 | None:
         """Where each grid's windows after the kept ones start (the kept count), or None
         when the kept windows of one of them changed; `depth` grows to the windows seen to
         change since the last call."""
         if len(self._grids) != len(grids):
             return None
-        for (n0, s0, c0), (n, s, c), k in zip(self._grids, grids, self._folded.tolist(),
-                                              strict=True):
-            if (n.shape[0] != n0.shape[0] or n.shape[1] < k or not np.array_equal(c, c0)
-                    or not np.array_equal(n[:, :k], n0[:, :k])
-                    or not np.array_equal(s[:, :k], s0[:, :k])):
+        for old, (n, s, c), k, mine in zip(self._grids, grids, self._folded.tolist(), settled,
+                                           strict=True):
+            # Columns before `old.since` were vouched for, under a token that still holds.
+            same = old.since == 0 or (mine is not None and old.settled is not None
+                                      and mine[0] is old.settled[0])
+            f = old.since
+            if (not same or n.shape[0] != old.rows or n.shape[1] < k
+                    or not np.array_equal(c, old.canary)
+                    or not np.array_equal(n[:, f:k], old.n[:, :k - f])
+                    or not np.array_equal(s[:, f:k], old.s[:, :k - f])):
                 return None
-            w = min(n.shape[1], n0.shape[1])
-            changed = ((n[:, k:w] != n0[:, k:w]) | (s[:, k:w] != s0[:, k:w])).any(axis=0)
+            w = min(n.shape[1], old.width)
+            changed = ((n[:, k:w] != old.n[:, k - f:w - f])
+                       | (s[:, k:w] != old.s[:, k - f:w - f])).any(axis=0)
             if changed.any():
                 self.depth = max(self.depth, n.shape[1] - k - int(np.argmax(changed)))
         return self._folded

@@ -52,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import betainc
 
-from probes.stats._num import F64, ArrayLike, betaln, bisect_int, f64
+from probes.stats._num import F64, ArrayLike, betaln, crossing_int, f64
 from probes.stats.bounded import TwoSample
 
 __all__ = [
@@ -143,9 +143,17 @@ def _band(
     cum: F64, n: F64, p: float, k: float, limit: F64
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """Per row, the bucket range outside which ½(below + above) ≥ e^limit for sure."""
-    # Smallest count whose `below` drops under the limit, largest whose `above` stays under.
-    n_lo = bisect_int(lambda c: log_below(c, n, p, k) - _LOG2 < limit, 0.0, n)
-    n_hi = bisect_int(lambda c: log_above(c, n, p, k) - _LOG2 >= limit, 0.0, n) - 1.0
+    # Smallest count whose `below` drops under the limit, largest whose `above` stays under,
+    # searched first where the normal approximation of the mixture puts them: its log is
+    # about z²·n/(2(n + k)) − ½·log((n + k)/k) at z standard errors from p·n.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z2 = 2.0 * (n + k) / n * np.maximum(limit + 0.5 * np.log((n + k) / k), 0.0)
+        off = np.nan_to_num(np.sqrt(z2 * n * p * (1.0 - p)))
+    step = 0.01 * off + 2.0
+    n_lo = crossing_int(lambda c: log_below(c, n, p, k) - _LOG2, limit, 0.0, n, rising=False,
+                        near=(p * n - off - step, p * n - off + step))
+    n_hi = crossing_int(lambda c: log_above(c, n, p, k) - _LOG2, limit, 0.0, n, rising=True,
+                        near=(p * n + off - step, p * n + off + step)) - 1.0
     # Row-wise searchsorted: first j with C(j) ≥ n_lo; and C(j−1) ≤ n_hi ⇔ j ≤ #{C ≤ n_hi}
     # (C(−1) = 0, so no bucket qualifies when n_hi < 0).
     j_lo = np.sum(cum < n_lo[:, None], axis=1)

@@ -40,6 +40,7 @@ the endpoint windows are then read from the store, as before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -60,7 +61,17 @@ from probes.store import Store
 from probes.store.columns import concat, reduce, take
 from probes.store.sqlite import stratum_index
 from probes.store.table import EndpointColumns, EndpointLatency, LatencyRows, WindowTable
-from probes.verdict.grids import Flat, Part, Rules, Stale, extend_all, flat_hists, grids, hists
+from probes.verdict.grids import (
+    Flat,
+    Part,
+    Rules,
+    Stale,
+    extend_all,
+    flat_hists,
+    grids,
+    hists,
+    seal_all,
+)
 from probes.verdict.pooling import StalePool, check, pool, pooled_windows
 
 __all__ = ["REREAD_S", "CachedSource", "VerdictCache"]
@@ -101,11 +112,22 @@ class _Pods:
     origin: float
     stratum_s: float | None
     warmup_s: float | None
-    sealed: EndpointColumns  # strata before `seal`, summed (latency records apart)
+    joined: EndpointColumns  # strata before `seal`, summed (latency records apart), by path
     tail: EndpointColumns  # endpoint windows from `seal` on, as stored, with latency
     seal: float
     latency: _PooledLatency
     grids: _Grids
+    # Strata sealed since `joined` was, summed: joined to it when the rows are read (the
+    # kept grids take them as they seal; a day's rows sorted again at each seal was not).
+    more: list[EndpointColumns] = field(default_factory=list)
+
+    @property
+    def sealed(self) -> EndpointColumns:
+        """Every stratum before `seal`, summed, by path."""
+        if self.more:
+            self.joined = _by_path(functools.reduce(concat, self.more, self.joined))
+            self.more = []
+        return self.joined
 
 
 def _in(idx: npt.NDArray[Any], table: tuple[str, ...], names: Iterable[str] | None
@@ -638,11 +660,11 @@ class VerdictCache:
             fresh = store.read_endpoint_columns(since=p.seal, latency=warmup_s is not None)
             seal = max(p.seal, self._pod_seal(origin, stratum_s))
             old = fresh.start < seal
-            sealed = p.sealed
+            more = p.more
             if old.any():
                 moving = _rows_only(take(fresh, old))
                 summed = _strata(moving, stratum_s)
-                sealed = _by_path(concat(p.sealed, summed))
+                more = [*more, summed]
                 if p.grids.parts is not None:
                     p.grids.pending.append(summed)
                 if warmup_s is not None:
@@ -651,7 +673,8 @@ class VerdictCache:
                         self._length_bound(stratum_s), spans)
             tail = dataclasses.replace(take(fresh, ~old), latency=
                 fresh.latency.taken(fresh.latency.start >= seal))
-            p = _Pods(origin, stratum_s, warmup_s, sealed, tail, seal, p.latency, p.grids)
+            p = _Pods(origin, stratum_s, warmup_s, p.joined, tail, seal, p.latency, p.grids,
+                      more)
         self._pods = p
         return p
 
@@ -762,10 +785,10 @@ class CachedSource:
             if g.parts is None or g.rules != rules:
                 raise Stale
             for cols in g.pending:
-                g.parts = extend_all(g.parts, cols, rules)
+                g.parts = seal_all(extend_all(g.parts, cols, rules))
                 g.version += 1
         except Stale:
-            g.parts, g.rules = extend_all({}, p.sealed, rules), rules
+            g.parts, g.rules = seal_all(extend_all({}, p.sealed, rules)), rules
             g.version += 1
         g.pending.clear()
         tail = _select(p.tail, until, paths, None)

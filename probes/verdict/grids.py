@@ -20,7 +20,7 @@ plus those of the records after it, at every verdict.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from probes.stats.series import overlapping
 from probes.store.table import EndpointColumns, EndpointLatency
 
 __all__ = ["Flat", "Part", "Rules", "Stale", "by_path", "extend", "extend_all", "flat_hists",
-           "grids", "hists"]
+           "grids", "hists", "seal_all"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -60,7 +60,10 @@ class Rules:
 class Part:
     """One path's grid as `pods.pod_grids` lays it out (merge 1), with what adding rows
     needs: each pod's first row start (`first`) and where each pod is (`at`). `pods` sorted
-    by endpoint then cohort, the store's order."""
+    by endpoint then cohort, the store's order. Its first `fixed` columns are those of
+    every part of its `lineage`, cell for cell: a part that only appends columns to another
+    is of its lineage (`seal_all` marks a kept part's columns fixed); one laid out anew, or
+    with pods or columns moved, begins another (the grids' `PodGrid.settled`)."""
 
     pods: tuple[Pod, ...]
     at: Mapping[Pod, int]
@@ -74,6 +77,8 @@ class Part:
     warmup_errors: F64
     unrecorded: bool  # a warm row from `since` written without per-pod attempts / latency
     attempts: bool  # a row from `since` has attempts
+    fixed: int = 0
+    lineage: object = field(default_factory=object)
 
 
 def _cells(old: F64 | None, rows: I64, cols: I64, x: F64, shape: tuple[int, int],
@@ -85,12 +90,35 @@ def _cells(old: F64 | None, rows: I64, cols: I64, x: F64, shape: tuple[int, int]
     if old is not None and place is None:
         new = np.bincount(rows * appended + (cols - (c - appended)), weights=x,
                           minlength=p * appended).reshape(p, appended)
-        return np.concatenate([old, new], axis=1)
+        return _appended(old, np.asarray(new, dtype=np.float64))
     out = np.asarray(np.bincount(rows * c + cols, weights=x, minlength=p * c),
                      dtype=np.float64).reshape(p, c)
     if old is not None and place is not None:
         out[place] += old
     return out
+
+
+# Columns a part's cells have room for beyond their own: at least this many, or a
+# quarter more; a day of strata in minutes then grows into new cells about once an hour.
+_ROOM = 64
+
+
+def _appended(old: F64, new: F64) -> F64:
+    """`old` with `new`'s columns after its own, written into the room its cells have
+    after them (a part's cells are the first columns of a wider array) rather than copied
+    whole at every verdict; into wider cells when there is none. Only a kept part is
+    extended, and the columns after its own hold nothing kept: a verdict's newest strata,
+    which the next verdict reads again (`TrackMemo` keeps copies of those it checks)."""
+    w, a = old.shape[1], new.shape[1]
+    room = old.base
+    if (isinstance(room, np.ndarray) and room.ndim == 2 and room.shape[0] == old.shape[0]
+            and room.shape[1] >= w + a and room.strides == old.strides
+            and room.__array_interface__["data"][0] == old.__array_interface__["data"][0]):
+        room[:, w:w + a] = new
+        return room[:, :w + a]
+    out = np.empty((old.shape[0], w + a + max(_ROOM, (w + a) // 4)))
+    out[:, :w], out[:, w:w + a] = old, new
+    return out[:, :w + a]
 
 
 def extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp],
@@ -176,12 +204,14 @@ def _extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp]
         return Part(pods, at, first, starts, cells(None, n), cells(None, s),
                     cells(None, a_n), cells(None, a_s), per_pod(None, n), per_pod(None, s),
                     bool(np.any(unrec[warm] > 0)), bool(a_n.sum() > 0)), False
+    appended = place is None
     return Part(
         pods, at, first, starts, cells(part.calls, n), cells(part.errors, s),
         cells(part.attempts_calls, a_n), cells(part.attempts_sum, a_s),
         per_pod(part.warmup_calls, n), per_pod(part.warmup_errors, s),
-        part.unrecorded or bool(np.any(unrec[warm] > 0)), part.attempts or bool(a_n.sum() > 0)
-    ), place is None
+        part.unrecorded or bool(np.any(unrec[warm] > 0)), part.attempts or bool(a_n.sum() > 0),
+        *((part.fixed, part.lineage) if appended else ())
+    ), appended
 
 
 def by_path(cols: EndpointColumns) -> dict[str, npt.NDArray[np.intp]]:
@@ -212,6 +242,12 @@ def extend_all(parts: dict[str, Part], cols: EndpointColumns, rules: Rules
 
 
 _CELLS = ("calls", "errors", "attempts_calls", "attempts_sum")
+
+
+def seal_all(parts: dict[str, Part]) -> dict[str, Part]:
+    """`parts` with every column fixed: the kept parts of the sealed strata, which no
+    verdict changes (their lineage ends when one is laid out anew)."""
+    return {name: replace(p, fixed=len(p.starts)) for name, p in parts.items()}
 
 
 # Every pod's histogram, the parts' one after the other (`hists`), and which pods have a
@@ -287,5 +323,6 @@ def grids(parts: Sequence[tuple[str, Part]], hist: Sequence[F64], any_latency: S
             warmup_errors=p.warmup_errors, last_starts=p.starts,
             attempts_calls=p.attempts_calls if p.attempts else None,
             attempts_sum=p.attempts_sum if p.attempts else None,
-            latency=h if lat else None, per_pod_metrics=not p.unrecorded)
+            latency=h if lat else None, per_pod_metrics=not p.unrecorded,
+            settled=(p.lineage, p.fixed))
     return out

@@ -15,7 +15,7 @@ than comparing the two bounds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -52,12 +52,15 @@ __all__ = [
     "STREAM_RESETS",
     "SUCCESS_RATE",
     "CohortEvidence",
+    "GridSums",
     "MetricVerdict",
     "PodSums",
     "attempts_per_request",
+    "cohort_rows",
     "concentration_finding",
     "duration",
     "fails_against_one_pod",
+    "grid_sums",
     "json_number",
     "latency_p99",
     "log_clip",
@@ -246,18 +249,52 @@ def concentration_finding(pod: str, share: float | None, what: str = "errors") -
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class GridSums:
+    """A grid's columns (some of them) as its reason reads them: which both cohorts have
+    calls in, and over those, the cohorts' calls and sums (baseline then canary) and each
+    canary pod's."""
+
+    both: npt.NDArray[np.bool_]
+    totals: F64
+    canary_n: F64
+    canary_s: F64
+
+    def then(self, later: GridSums) -> GridSums:
+        """These columns' sums with those of the `later` columns after them."""
+        return GridSums(np.concatenate([self.both, later.both]), self.totals + later.totals,
+                     self.canary_n + later.canary_n, self.canary_s + later.canary_s)
+
+
+def _sums(n: F64, s: F64, is_canary: npt.NDArray[np.bool_], cols: slice) -> GridSums:
+    nn, ss = n[:, cols], s[:, cols]
+    # Each cohort's calls and sums per window, then over the windows both cohorts have,
+    # as products with the cohorts' flags: a few calls a grid, not one per cohort and
+    # figure (calls, and attempts beyond the first per attempts_max − 1, are whole
+    # numbers and quarters by default: exact in any order).
+    by = np.stack([~is_canary, is_canary]).astype(np.float64)
+    calls, sums = by @ nn, by @ ss
+    both = (calls[0] > 0) & (calls[1] > 0)
+    on = both.astype(np.float64)
+    totals = np.stack([calls @ on, sums @ on], axis=1).ravel()
+    return GridSums(both, totals, nn[is_canary] @ on, ss[is_canary] @ on)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class _PodEvidence:
     """One path's pod-level test (its last look) before the pooled figures heading its reason."""
 
     grid: PodGrid
     rows: npt.NDArray[np.bool_]
-    n: F64
-    s: F64
     is_canary: npt.NDArray[np.bool_]
     canary_names: list[str]
     track: PodTrack
-    both: npt.NDArray[np.bool_]
-    totals: tuple[float, float, float, float]  # calls and sums, baseline then canary
+    sums: GridSums
+
+    @property
+    def totals(self) -> tuple[float, float, float, float]:
+        """Calls and sums over the windows both cohorts have, baseline then canary."""
+        b_n, b_s, c_n, c_s = self.sums.totals.tolist()
+        return b_n, b_s, c_n, c_s
 
 
 # What a pod-level test reads of one grid: the grid, its `rows` of the two cohorts,
@@ -266,25 +303,52 @@ PodSums = tuple[PodGrid, npt.NDArray[np.bool_], npt.NDArray[np.bool_], F64, F64]
 
 
 def _pod_evidences(items: Sequence[PodSums], ratio: float, margin: float, alpha: float,
-                   memo: TrackMemo | None = None) -> list[_PodEvidence]:
+                   memo: TrackMemo | None = None, salt: Hashable = None
+                   ) -> list[_PodEvidence]:
     """Every grid's pod-level test at its last look, in one batch (`pod_tracks`;
-    `memo`, its sums kept from the last verdict)."""
+    `memo`, its sums kept from the last verdict, and the reason's sums over the grid's
+    settled columns, for the same `salt`: what else its `s` was made from)."""
     tracks = pod_tracks([(n, s, c) for _g, _r, c, n, s in items], ratio, margin,
-                             log_threshold=math.log(1.0 / alpha), last_only=True, memo=memo)
-    return [_pod_evidence(*item, track) for item, track in zip(items, tracks, strict=True)]
+                        log_threshold=math.log(1.0 / alpha), last_only=True, memo=memo,
+                        settled=[g.settled for g, *_ in items])
+    return [_pod_evidence(*item, track, memo, (i, ratio, margin, salt))
+            for i, (item, track) in enumerate(zip(items, tracks, strict=True))]
 
 
 def _pod_evidence(grid: PodGrid, rows: npt.NDArray[np.bool_],
                   is_canary: npt.NDArray[np.bool_], n: F64, s: F64,
-                  track: PodTrack) -> _PodEvidence:
+                  track: PodTrack, memo: TrackMemo | None, key: tuple[Any, ...]
+                  ) -> _PodEvidence:
     names = [p for p, keep in zip(grid.pods, rows, strict=True) if keep]
     canary_names = [p for p, c in zip(names, is_canary, strict=True) if c]
-    # Per window first, then the windows both cohorts have (sums of counts: exact).
-    n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
-    both = (n_b > 0) & (n_c > 0)
-    totals = (float(n_b[both].sum()), float(s[~is_canary].sum(axis=0)[both].sum()),
-              float(n_c[both].sum()), float(s[is_canary].sum(axis=0)[both].sum()))
-    return _PodEvidence(grid, rows, n, s, is_canary, canary_names, track, both, totals)
+    return _PodEvidence(grid, rows, is_canary, canary_names, track,
+                        grid_sums(grid, n, s, is_canary, memo, key))
+
+
+def grid_sums(grid: PodGrid, n: F64, s: F64, is_canary: npt.NDArray[np.bool_],
+              memo: TrackMemo | None, key: tuple[Hashable, ...]) -> GridSums:
+    """`GridSums` of calls `n` and sums `s` (the grid's compared rows, `is_canary` among
+    them). With a `memo`, those of the columns its source vouches for (`PodGrid.settled`)
+    are kept (`TrackMemo.kept_for`: `key`, where to keep them, then what else `s` was made
+    from), each newly settled column added once: a verdict sums its newer columns alone."""
+    if memo is None or grid.settled is None or not grid.settled[1]:
+        return _sums(n, s, is_canary, slice(None))
+    fixed = grid.settled[1]
+
+    def settled(k: int, kept: GridSums | None) -> GridSums:
+        more = _sums(n, s, is_canary, slice(k, fixed))
+        return more if kept is None else kept.then(more)
+
+    return memo.kept_for(key[0], key[1:], grid.settled, settled).then(
+        _sums(n, s, is_canary, slice(fixed, None)))
+
+
+def cohort_rows(cells: F64 | None, rows: npt.NDArray[np.bool_]) -> F64:
+    """A grid's (pods, windows) array, the compared cohorts' rows: the array itself when
+    they are all of it (a copy of a day of strata per path is what a cold verdict's peak
+    is made of, and a warm verdict's work; nothing writes the cells in place)."""
+    a = np.asarray(cells, dtype=np.float64)
+    return a if rows.all() else a[rows]
 
 
 def pod_success_rates(
@@ -300,8 +364,9 @@ def pod_success_rates(
     items = []
     for g in grids:
         rows = np.array([c in (baseline, canary) for c in g.cohorts], dtype=bool)
-        items.append((g, rows, g.of(canary)[rows], g.calls[rows], g.errors[rows]))
-    parts = _pod_evidences(items, 1.0, drop, alpha, memo)
+        items.append((g, rows, g.of(canary)[rows], cohort_rows(g.calls, rows),
+                      cohort_rows(g.errors, rows)))
+    parts = _pod_evidences(items, 1.0, drop, alpha, memo, "errors")
     judged = [p for p in parts if p.totals[0] > 0 and p.totals[2] > 0]
     if judged:
         req_b, err_b, req_c, err_c = (np.array(x) for x in zip(*(p.totals for p in judged),
@@ -367,7 +432,7 @@ def pod_bounded_verdicts(
     spread between pods τ in the metric's units. `memo` as `pod_success_rates`'."""
     if not pooled:
         return []
-    evidence = _pod_evidences(items, ratio, margin, pooled[0].alpha, memo)
+    evidence = _pod_evidences(items, ratio, margin, pooled[0].alpha, memo, (what, spread))
     factors = _needs_factors(evidence, pooled[0].alpha)
     return [_pod_verdict(ev, p, factors.get(ev), window_s, what=what, spread=spread,
                          warmup=None) for ev, p in zip(evidence, pooled, strict=True)]
@@ -378,8 +443,8 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
                  warmup: Mapping[str, int] | None) -> MetricVerdict:
     alpha = pooled.alpha
     log_thr = math.log(1.0 / alpha)
-    grid, n, s, is_canary = ev.grid, ev.n, ev.s, ev.is_canary
-    canary_names, track, both = ev.canary_names, ev.track, ev.both
+    grid, is_canary = ev.grid, ev.is_canary
+    canary_names, track, both = ev.canary_names, ev.track, ev.sums.both
     req_c, err_c = ev.totals[2], ev.totals[3]
     lf, lfa, lp = (float(x[-1]) for x in (track.log_e_fail, track.log_e_fail_all,
                                           track.log_e_pass))
@@ -388,13 +453,9 @@ def _pod_verdict(ev: _PodEvidence, pooled: MetricVerdict, factor: float | None,
     worst_name = canary_names[worst] if canary_names else None
     share = call_share = 0.0
     if canary_names:
-        # One copy of the canary's cells in the windows both have: the sums per pod as
-        # taken over that block (its rows' sums are not those of a row alone, bit for bit).
-        block = np.ix_(np.flatnonzero(is_canary), np.flatnonzero(both))
         if err_c > 0:
-            share = float(s[block].sum(axis=1)[worst] / err_c)
-        # Calls are whole numbers: the worst pod's row alone sums to the same.
-        call_share = float(n[block][worst].sum() / req_c)
+            share = float(ev.sums.canary_s[worst] / err_c)
+        call_share = float(ev.sums.canary_n[worst] / req_c)
     concentrated = pods_c >= 2 and share >= 0.5 and share >= 2 * call_share
     key, scale, unit = spread
     spread_shown = scale * float(track.tau[-1])

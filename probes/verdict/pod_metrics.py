@@ -91,16 +91,15 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
     `memo`: the running probe's sums kept between verdicts (`pods.TrackMemo`)."""
     span = float(attempts_max - 1)
     judged, sums, decided = [], [], []
-    for g in grids:
+    for i, g in enumerate(grids):
         rows, is_canary = _rows(g, baseline, canary)
-        n, total = _cohorts_of(g.attempts_calls, rows), _cohorts_of(g.attempts_sum, rows)
-        n_b, n_c = n[~is_canary].sum(axis=0), n[is_canary].sum(axis=0)
-        both = (n_b > 0) & (n_c > 0)
-        decided.append(bool(both.any()))
+        n, total = M.cohort_rows(g.attempts_calls, rows), M.cohort_rows(g.attempts_sum, rows)
+        # Attempts and calls are whole numbers: summed in any order, the same sums.
+        head = M.grid_sums(g, n, total, is_canary, memo, (("head", i),))
+        decided.append(bool(head.both.any()))
         if decided[-1]:
-            # Attempts and calls are whole numbers: summed per window first, the same sums.
-            t_b, t_c = total[~is_canary].sum(axis=0), total[is_canary].sum(axis=0)
-            sums.append([float(x[both].sum()) for x in (t_b, n_b, t_c, n_c)])
+            n_b, t_b, n_c, t_c = head.totals.tolist()
+            sums.append([t_b, n_b, t_c, n_c])
             # The retry volume in place of `total`, which is not kept past its grid.
             judged.append((g, rows, is_canary, n, (total - n) / span))
     cols = np.array(sums).T
@@ -118,14 +117,6 @@ def pod_attempts_many(grids: Sequence[PodGrid], baseline: str, canary: str, tol:
                        "attempts in common yet (each pod's warm-up is left out)")
         for d in decided
     ]
-
-
-def _cohorts_of(cells: F64 | None, rows: Bool) -> F64:
-    """A grid's (pods, windows) array, the compared cohorts' rows: the array itself when
-    they are all of it (a copy of a day of strata per path is what a cold verdict's peak
-    is made of; nothing writes the cells in place)."""
-    a = np.asarray(cells, dtype=np.float64)
-    return a if rows.all() else a[rows]
 
 
 def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alpha: float,
@@ -161,12 +152,12 @@ def _by_pod(parts: Sequence[_P99Part], cuts: ExceedanceCuts, profile: ProfileCut
     buckets = parts[0].latency().shape[1]
     for lo, hi in batches([(len(p.is_canary), buckets + 1) for p in parts]):
         hist, canary_pods, real = _stacked(parts[lo:hi])
-        found = worst_pods(hist, canary_pods, real, _P)
         # Each pod's calls below each bucket, then all of them (a cut past the last counts
         # none): its calls from a cut on are all less those below, exact (sums of counts).
         below = np.zeros((*hist.shape[:2], hist.shape[2] + 1))
         np.cumsum(hist, axis=-1, out=below[..., 1:])
         del hist
+        found = worst_pods(below[..., 1:], canary_pods, real, _P, cumulative=True)
         calls = below[..., -1].copy()  # not a view: `below` is dropped with the batch
         rows = np.arange(hi - lo)
         b_level, c_pass = (calls - below[rows, :, np.asarray(cut)[lo:hi]]

@@ -115,3 +115,7 @@ def test_worst_pods_of_many_groups_are_each_groups_own() -> None:
         assert found.worst[i] == one.worst[-1], i
         assert found.worst_share[i] == one.worst_share[-1], i
         assert found.worst_call_share[i] == one.worst_call_share[-1], i
+    # Given the counts summed over the buckets already (the live verdict has that sum).
+    summed = worst_pods(np.cumsum(stacked, axis=-1), canary_all, real, 0.99, cumulative=True)
+    for field in ("pods_baseline", "pods_canary", "worst", "worst_share", "worst_call_share"):
+        np.testing.assert_array_equal(getattr(summed, field), getattr(found, field))

@@ -199,14 +199,17 @@ def test_a_batch_of_grids_is_judged_as_each_grid_alone(batch_cells: int,
                                                err_msg=f"case {case}, grid {i}: {name}")
 
 
+@pytest.mark.parametrize("vouched", [False, True])
 @pytest.mark.parametrize("batch_cells", [1_000_000, 300])
-def test_a_memo_gives_what_summing_afresh_gives(batch_cells: int,
+def test_a_memo_gives_what_summing_afresh_gives(batch_cells: int, vouched: bool,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """`TrackMemo` (the running probe's verdicts, one after each window): grids that gain
     windows, whose newest windows are written again, that gain a pod, or whose kept
     windows change (a pod's warm-up moved) give at every call what `pod_tracks` gives
     summing every window afresh, in one batch or several kept as one; and only a change
-    to kept windows or pods sums every window again."""
+    to kept windows or pods sums every window again. `vouched`: the source vouches for
+    all but each grid's last window (`PodGrid.settled`, a new token where a kept window
+    changed or a pod joined, as the verdict cache gives), and the memo copies only those."""
     monkeypatch.setattr(pod_tracks_module, "_BATCH_CELLS", batch_cells)
     rng = np.random.default_rng(20261205)
     for case in range(12):
@@ -217,13 +220,13 @@ def test_a_memo_gives_what_summing_afresh_gives(batch_cells: int,
             canary = rng.random(pods) < 0.5
             canary[0], canary[-1] = False, True
             grids.append([np.zeros((pods, 0)), np.zeros((pods, 0)), canary,
-                          0.001 * rng.lognormal(0.0, 1.0, pods)])
+                          0.001 * rng.lognormal(0.0, 1.0, pods), object()])
         ratio, margin = (1.0, TOL) if case % 2 else (1.5, 0.0)
         expected_whole = 1
         for call in range(25):
             changed_kept = False
             for g in grids:
-                n, s, canary, rates = g
+                n, s, canary, rates, token = g
                 new = int(rng.integers(0, 4))
                 n_new = rng.poisson(rng.uniform(1, 60), (len(rates), new)).astype(float)
                 n_new *= rng.random(n_new.shape) > 0.2
@@ -233,17 +236,19 @@ def test_a_memo_gives_what_summing_afresh_gives(batch_cells: int,
                     n[:, -1] += rng.poisson(3, len(rates))
                 if call % 9 == 8 and n.shape[1] > 12:  # a kept window changes
                     n[:, 1] += 1.0
-                    changed_kept = True
+                    changed_kept, token = True, object()
                 if call == 13:  # a pod joins, in the canary
                     n = np.vstack([n, np.zeros((1, n.shape[1]))])
                     s = np.vstack([s, np.zeros((1, s.shape[1]))])
                     canary, rates = np.append(canary, True), np.append(rates, 0.002)
-                    changed_kept = True
-                g[:] = [n, s, canary, rates]
-            items = [(n, s, c) for n, s, c, _ in grids]
+                    changed_kept, token = True, object()
+                g[:] = [n, s, canary, rates, token]
+            items = [(n, s, c) for n, s, c, _, _ in grids]
+            settled = ([(token, max(n.shape[1] - 1, 0)) for n, _, _, _, token in grids]
+                       if vouched else None)
             expected_whole += bool(call and changed_kept)
             kept = pod_tracks(items, ratio, margin, log_threshold=LOG_THR, last_only=True,
-                              memo=memo)
+                              memo=memo, settled=settled)
             afresh = pod_tracks(items, ratio, margin, log_threshold=LOG_THR, last_only=True)
             for i, (a, b) in enumerate(zip(afresh, kept, strict=True)):
                 for name in a.__slots__:
@@ -254,6 +259,10 @@ def test_a_memo_gives_what_summing_afresh_gives(batch_cells: int,
         # Only the newest window was written again: all but the last two are kept.
         assert memo.depth == 2
         assert memo.kept_windows == sum(max(n.shape[1] - 2, 0) for n, *_ in grids)
+        # The windows it copied to check the next call against: the last two of each
+        # grid where the source vouches for the others, else all of them.
+        assert memo.copied_windows == sum(min(n.shape[1], 2) if vouched else n.shape[1]
+                                          for n, *_ in grids)
 
 
 def test_a_memo_takes_odd_grids_as_summing_afresh_does(monkeypatch: pytest.MonkeyPatch

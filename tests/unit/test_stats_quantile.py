@@ -15,6 +15,7 @@ from scipy.stats import binom, norm
 
 from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER, index_of
 from probes.stats import quantile
+from probes.stats._num import bisect_int
 
 P = 0.99
 LAYOUT = quantile.Layout.from_edges(LOWER, UPPER)
@@ -135,3 +136,35 @@ def test_p99_doubling_fails_within_stated_windows() -> None:
         t = quantile.two_sample(cb, cc, layout, P, 1.2, 0.005, thr)
         hits += bool((t.log_e_fail >= thr).any())
     assert hits >= 38
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_band_is_the_one_a_bisection_finds(seed: int) -> None:
+    """`_band` finds its counts by `crossing_int` (a few probes near where the normal
+    approximation puts them): the counts bisecting the whole range finds, for counts from
+    0 to 10^7, the quantiles the verdict and the tests use, limits per row or shared. Each
+    row's cumulative counts step through the bisection's counts ± 1, so a count one off
+    lands in another bucket."""
+    rng = np.random.default_rng(seed)
+    k = quantile.CONCENTRATION
+    for trial in range(40):
+        n = np.floor(10 ** rng.uniform(0, 7, 50))
+        n[rng.random(50) < 0.1] = 0.0
+        p = float(rng.choice([0.5, 0.9, 0.99, 0.999]))
+        limit = (rng.uniform(-2.0, 30.0, 50) if trial % 2
+                 else np.full(50, float(rng.uniform(2.0, 25.0))))
+        lo, hi = _bisected(n, p, limit)
+        cum = np.sort(np.stack([lo - 1, lo, hi, hi + 1, n], axis=1), axis=1)
+        j_lo, j_hi = quantile._band(cum, n, p, k, limit)
+        last = cum.shape[1] - 1
+        np.testing.assert_array_equal(j_lo, np.minimum(np.sum(cum < lo[:, None], axis=1), last))
+        np.testing.assert_array_equal(
+            j_hi, np.minimum(np.where(hi < 0, -1, np.sum(cum <= hi[:, None], axis=1)), last))
+
+
+def _bisected(n: np.ndarray, p: float, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The counts `_band` cuts at, by bisecting the whole range of counts."""
+    k, log2 = quantile.CONCENTRATION, math.log(2)
+    lo = bisect_int(lambda c: quantile.log_below(c, n, p, k) - log2 < limit, 0.0, n)
+    hi = bisect_int(lambda c: quantile.log_above(c, n, p, k) - log2 >= limit, 0.0, n)
+    return lo, hi - 1.0

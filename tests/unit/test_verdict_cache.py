@@ -7,6 +7,7 @@ a pod restarted under its own name). Every comparison is of the whole verdict JS
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -270,6 +271,9 @@ def _same_grids(kept: Any, fresh: Any) -> None:
     assert list(kept) == list(fresh)
     for path in fresh:
         for f in dataclasses.fields(PodGrid):
+            if f.name == "settled":  # what the cache vouches for: a fresh read, nothing
+                assert fresh[path].settled is None
+                continue
             a, b = getattr(kept[path], f.name), getattr(fresh[path], f.name)
             if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
                 assert a is not None and b is not None, (path, f.name)
@@ -287,11 +291,14 @@ def test_the_kept_grids_are_those_a_fresh_read_lays_out(
     db, store, cache = estate
     rng = np.random.default_rng(11)
     served: list[bool] = []
+    tokens: list[tuple[int, dict[str, Any]]] = []  # each verdict's grids' `settled`
     laid, kept_grids = verdict_service._pod_grids, CachedSource.pod_grids
 
     def counted(self: CachedSource, **kwargs: Any) -> Any:
         out = kept_grids(self, **kwargs)
         served.append(out is not None)
+        if out is not None:
+            tokens.append((k, {name: g.settled for name, g in out.items()}))
         return out
 
     def both(source: Any, *args: Any, **kwargs: Any) -> Any:
@@ -324,6 +331,15 @@ def test_the_kept_grids_are_those_a_fresh_read_lays_out(
     # The grids were laid out from the kept parts, the sealed strata added as they sealed.
     assert cache._pods is not None and cache._pods.grids.parts is not None
     assert not cache._pods.grids.pending
+    # What the cache vouched for (`PodGrid.settled`, what the memos neither copy nor
+    # compare): the sealed strata, growing while they were only appended to; another
+    # lineage for checkout where a pod joined it (its rows moved), not for search.
+    kept = sum(a[name][0] is b[name][0] and 0 < a[name][1] <= b[name][1]
+               for (_, a), (_, b) in itertools.pairwise(tokens) for name in a)
+    assert kept > 40, tokens
+    before, after = (next(t for k_, t in tokens if k_ >= at) for at in (68, 71))
+    assert after["checkout"][0] is not before["checkout"][0]
+    assert after["search"][0] is before["search"][0]
 
 
 @pytest.mark.parametrize("runs_max", [256, 2])  # a scatter per run; ufunc.at past the runs

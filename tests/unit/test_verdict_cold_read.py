@@ -284,6 +284,15 @@ def test_kept_grids_share_their_cells_with_the_verdicts(db: str) -> None:
         assert shared == (out[name].pods == pods), name
     assert not np.shares_memory(kept["checkout"].calls, out["checkout"].calls)
     assert np.shares_memory(kept["search"].calls, out["search"].calls)
+    # The next verdict appends its strata again into the room after the kept columns
+    # (what the last verdict appended there is read again), not into a copy of them all;
+    # the kept columns stay as they were.
+    search = kept["search"].calls.copy()
+    again = extend_all(kept, take(cols, cols.start >= seal), rules)
+    for name, p in again.items():
+        np.testing.assert_array_equal(p.calls, out[name].calls, err_msg=name)
+    np.testing.assert_array_equal(kept["search"].calls, search)
+    assert again["search"].calls.ctypes.data == out["search"].calls.ctypes.data
 
 
 def test_strata_rows_are_summed_per_key_in_key_order() -> None:
