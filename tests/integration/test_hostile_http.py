@@ -71,10 +71,15 @@ async def test_slowloris_headers_time_out_and_do_not_hold_up_other_calls(
     slow, healthy = (hostile, hostile) if version.number == "1.1" else (raw, h2c)
     target = "/slowheaders" if version.number == "1.1" else "/x.Y/slowheaders"
     timeout_s = 0.6
+    # The healthy calls' timeout is a hang guard: on a loaded machine a healthy answer may
+    # take longer than the stuck call's deadline, and is still an answer.
+    healthy_guard_s = 10.0
     prober = version.clients.build(path(target, version=version.number, timeout_s=timeout_s))
-    good = version.clients.build(path("/status/200", version=version.number, timeout_s=timeout_s))
+    good = version.clients.build(path("/status/200", version=version.number,
+                                      timeout_s=healthy_guard_s))
     (outcome, took), answers = await stuck_beside_healthy(
-        prober, at(slow.port), good, at(healthy.port, name="pod-1"), timeout_s)
+        prober, at(slow.port), good, at(healthy.port, name="pod-1"), healthy_guard_s,
+        stuck_timeout_s=timeout_s)
     assert (outcome.outcome, outcome.detail) == (Outcome.TIMEOUT, "engine deadline")
     assert took >= timeout_s
     # Held up until the stuck call ended, the loop would get one answer: more came meanwhile.
