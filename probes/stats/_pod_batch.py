@@ -28,9 +28,11 @@ __all__ = ["ONE_POD_BASELINE", "PodTrack", "batch_looks", "pod_batch", "pod_stat
 # Pseudo-calls at the running mean that smooth each window's mean for the variance.
 _SMOOTH_CALLS = 50.0
 # The fewest pods a cohort must have for one of them to be set aside: with fewer, the
-# others' spread is too uncertain to call one of them sick (with 3-4, an ordinary pod at
-# the top of a lognormal spread was, and the capped fail then exceeded every pod's).
-_ASIDE_MIN_PODS = 5
+# others' spread is too uncertain to call one of them sick. The profile's factors
+# (`fail_level`), sums against a known rate with no cohort beside them to compare, take
+# five: with 3-4 an ordinary pod at the top of a lognormal spread was set aside there.
+_ASIDE_MIN_PODS = 3
+_ASIDE_MIN_PODS_FACTOR = 5
 # The confidence of the upper bound on the other pods' τ² a sick pod is judged against
 # (`_sick`): at 0.7 an ordinary pod of 5-8 lognormal σ 0.5 was set aside in 12-16 % of
 # rollouts, at 0.9 in 4-10 %, while a 10× pod among σ 0.3 still is in 99 % (0.99: 83 %).
@@ -222,10 +224,11 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
                                                    v_pool, acc, "wo")
     # A worst pod the others' spread cannot account for is sick, not the version's: set
     # aside (out of the window means, τ² and D) and named. The canary keeps its only pod.
+    fewest = _ASIDE_MIN_PODS if fail_level is None else _ASIDE_MIN_PODS_FACTOR
     aside_c = np.where(_sick(dropped[0], parts_wo[0], parts_all[1], v_pool)
-                       & (pods_c >= _ASIDE_MIN_PODS), worst_wo, -1)
+                       & (pods_c >= fewest), worst_wo, -1)
     aside_b = np.where(_sick(dropped[1], parts_all[0], parts_wo[1], v_pool) & (drop_b >= 0)
-                       & (pods_b >= _ASIDE_MIN_PODS), drop_b, -1)
+                       & (pods_b >= fewest), drop_b, -1)
     tau2_p, df_p, se_p, _, q_p, _ = dl_tau2([(*cohorts[0], aside_c, some_c),
                                        (*cohorts[1], aside_b, several_b)], v_pool, acc, "aside")
     out_b = (aside_b >= 0)[:, None, :]

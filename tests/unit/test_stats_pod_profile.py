@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
+from probes.stats._num import Acc
+from probes.stats._pod_batch import batch_looks
+from probes.stats._pod_mixture import MIXING_SCALES
 from probes.stats.pod_profile import (
     TAU2_LEVEL,
     ProfileInput,
@@ -335,28 +338,26 @@ def test_capping_a_factors_worst_pod_never_fails_more_than_every_pod_in() -> Non
     assert aside > 0  # the set-aside looks are among those checked
 
 
-def rate_track(rates: list[float], baseline: int, calls: float = 300.0, windows: int = 12
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """Each look's pods set aside (canary, baseline) of `pod_track` at ratio 1 on pods whose
-    error rates are `rates` exactly (the first `baseline` the baseline's): no sampling noise,
-    so what is set aside is the rule's doing alone."""
-    flags = np.arange(len(rates)) >= baseline
-    n = np.full((len(rates), windows), calls)
-    t = pod_track(n, n * np.array(rates)[:, None], flags, 1.0, 0.005, log_threshold=THR)
-    return t.aside_canary, t.aside_baseline
+def factor_aside(rates: list[float], tested: int, calls: float = 300.0, windows: int = 12
+                 ) -> np.ndarray:
+    """Each look's tested pod set aside (−1: none) in a profile factor's grid (`batch_looks`
+    with the factors' τ² level) on `tested` pods whose rates are `rates` exactly, the other
+    cohort one summed pod after them: no sampling noise, so what is set aside is the rule's
+    doing alone."""
+    flags = np.arange(len(rates)) < tested
+    n = np.where(flags, calls, calls * tested)[:, None] * np.ones(windows)
+    looks = batch_looks([(n, n * np.array(rates)[:, None], flags)], 0.0, 0.01, MIXING_SCALES,
+                        THR, Acc(False), fail_level=TAU2_LEVEL)[0]
+    return np.asarray(looks["aside_canary"][0])
 
 
-def test_a_sick_pod_is_set_aside_only_where_five_pods_or_more_show_the_spread() -> None:
-    # A pod 10× the others is set aside in a cohort of six; in one of three or four the
+def test_a_factors_sick_pod_is_set_aside_only_where_five_pods_or_more_show_the_spread() -> None:
+    # A pod 10× the others is set aside among six tested pods; among three or four the
     # others' spread is too uncertain to call one pod sick, and nothing is.
     spread = [0.009, 0.0095, 0.0105, 0.011, 0.01]
-    sick_c, _ = rate_track([*spread, 0.01, *spread, 0.1], 6)
-    assert (sick_c == 5).all()
-    _, sick_b = rate_track([*spread, 0.1, *spread[:2], 0.01], 6)
-    assert (sick_b == 5).all()
+    assert (factor_aside([*spread, 0.1, 0.01], 6) >= 0).all()
     for few in (3, 4):
-        sick_c, sick_b = rate_track([*spread[:few - 1], 0.1, *spread[:few - 1], 0.1], few)
-        assert (sick_c < 0).all() and (sick_b < 0).all()
+        assert (factor_aside([*spread[:few - 1], 0.1, 0.01], few) < 0).all()
 
 
 def test_an_ordinary_pod_at_the_top_of_the_spread_is_not_set_aside() -> None:
