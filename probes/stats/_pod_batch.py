@@ -37,6 +37,8 @@ _ASIDE_MIN_PODS_FACTOR = 5
 # (`_sick`): at 0.7 an ordinary pod of 5-8 lognormal σ 0.5 was set aside in 12-16 % of
 # rollouts, at 0.9 in 4-10 %, while a 10× pod among σ 0.3 still is in 99 % (0.99: 83 %).
 _SICK_LEVEL = 0.9
+# The most `_at_boundary` scales τ's by: pods' shares ten times below the boundary's.
+_BOUNDARY_MOST = 10.0
 # The fewest baseline pods that judge a canary of one pod: fewer show too little of the
 # spread a new pod is judged against (at σ 0.5 between pods, 3-5 baseline pods failed a
 # healthy one-pod canary in 1-4 % of rollouts at α 1 %; BENCHMARKS.md D21).
@@ -342,7 +344,10 @@ def _at_boundary(tau2: F64, rate: F64, bound: F64) -> F64:
     with np.errstate(divide="ignore", invalid="ignore"):
         own = np.clip(rate, 1e-9, 1.0 - 1e-9)
         rel = bound * (1.0 - bound) / (own * (1.0 - own))
-    return np.asarray(tau2 * np.maximum(rel, 1.0) ** 2, dtype=np.float64)
+    # At most `_BOUNDARY_MOST`: a cohort with next to no calls in the tail (a canary 70×
+    # slower against a baseline with none beyond q) would otherwise have any τ² at all
+    # scaled by millions, and no evidence left.
+    return np.asarray(tau2 * np.clip(rel, 1.0, _BOUNDARY_MOST) ** 2, dtype=np.float64)
 
 
 def _sick(dropped: tuple[F64, F64], canary: tuple[F64, F64, F64],
