@@ -233,7 +233,8 @@ def profile_flags(cum: np.ndarray, canary: np.ndarray, layout: quantile.Layout,
     below = np.concatenate([np.zeros((*cum.shape[:1], looks.size, 1)),
                             np.cumsum(cum[:, looks], axis=-1)], axis=-1)
     cuts = profile_cuts(np.cumsum(cum[~canary][:, looks].sum(0), axis=-1),
-                        np.cumsum(cum[canary][:, looks].sum(0), axis=-1), layout, 0.99, r, m)
+                        np.cumsum(cum[canary][:, looks].sum(0), axis=-1), layout, 0.99, r, m,
+                        alpha)
     grids = [profile_input(below[:, i], canary, cuts, i) for i in range(looks.size)]
     out[looks] = profile_fails(grids, 0.99, alpha)[0] >= profile_threshold(alpha)
     return out

@@ -202,7 +202,7 @@ def _profile_fails(h: np.ndarray, is_canary: np.ndarray, alpha: float,
     buckets), as `pod_metrics` runs it."""
     cum_b = np.cumsum(h[:, ~is_canary].sum(axis=1), axis=-1)
     profile = profile_cuts(cum_b, np.cumsum(h[:, is_canary].sum(axis=1), axis=-1), layout,
-                           0.99, RATIO, MARGIN_S)
+                           0.99, RATIO, MARGIN_S, alpha)
     below = np.concatenate([np.zeros((*h.shape[:2], 1)), np.cumsum(h, axis=-1)], axis=-1)
     fails = profile_fails([profile_input(below[k], is_canary, profile, k)
                            for k in range(h.shape[0])], 0.99, alpha)[0]

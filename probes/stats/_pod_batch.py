@@ -28,17 +28,8 @@ __all__ = ["ONE_POD_BASELINE", "PodTrack", "batch_looks", "pod_batch", "pod_stat
 # Pseudo-calls at the running mean that smooth each window's mean for the variance.
 _SMOOTH_CALLS = 50.0
 # The fewest pods a cohort must have for one of them to be set aside: with fewer, the
-# others' spread is too uncertain to call one of them sick. The profile's factors
-# (`fail_level`), sums against a known rate with no cohort beside them to compare, take
-# five: with 3-4 an ordinary pod at the top of a lognormal spread was set aside there.
+# others' spread is too uncertain to call one of them sick.
 _ASIDE_MIN_PODS = 3
-_ASIDE_MIN_PODS_FACTOR = 5
-# The confidence of the upper bound on the other pods' τ² a sick pod is judged against
-# (`_sick`): at 0.7 an ordinary pod of 5-8 lognormal σ 0.5 was set aside in 12-16 % of
-# rollouts, at 0.9 in 4-10 %, while a 10× pod among σ 0.3 still is in 99 % (0.99: 83 %).
-_SICK_LEVEL = 0.9
-# The most `_at_boundary` scales τ's by: pods' shares ten times below the boundary's.
-_BOUNDARY_MOST = 10.0
 # The fewest baseline pods that judge a canary of one pod: fewer show too little of the
 # spread a new pod is judged against (at σ 0.5 between pods, 3-5 baseline pods failed a
 # healthy one-pod canary in 1-4 % of rollouts at α 1 %; BENCHMARKS.md D21).
@@ -115,14 +106,11 @@ def pod_batch(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: floa
 
 def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
                 scales: tuple[float, ...], log_threshold: float, acc: Acc,
-                pod_ratio: float | None = None, fail_level: float | None = None
-                ) -> tuple[dict[str, Any], F64, Bool, I64]:
+                pod_ratio: float | None = None) -> tuple[dict[str, Any], F64, Bool, I64]:
     """The batch's (groups, looks) arrays named as `PodTrack`'s fields, the canary pods'
     excess (groups, pods, looks), the cohort flags and each grid's windows: what
     `pod_batch` cuts into one `PodTrack` per grid, for a caller that reads one field of many
-    grids (`pods.pod_fail_values`). With `fail_level`, the fail of several canary pods takes
-    τ² at least at its upper bound at that confidence (`tau2_upper`), not as estimated, and
-    at the boundary's rate (`_at_boundary`)."""
+    grids (`pods.pod_fail_values`)."""
     g_n = len(grids)
     shapes = [np.shape(x[0]) for x in grids]
     rows = np.array([sh[0] for sh in shapes], dtype=np.int64)
@@ -192,8 +180,8 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     pods_b = (pod_calls_b > 0).sum(axis=1)
     everyone = np.ones(g_n, dtype=bool)
     cohorts = [(nc, sc, pod_calls_c, sum_sc, canary), (nb, sb, pod_calls_b, sum_sb, base)]
-    tau2, df, _, _, q_all, parts_all = dl_tau2([(*cohorts[0], None, everyone),
-                                              (*cohorts[1], None, everyone)], v_pool, acc, "all")
+    tau2, df, _, _, q_all = dl_tau2([(*cohorts[0], None, everyone),
+                                   (*cohorts[1], None, everyone)], v_pool, acc, "all")
 
     d_all = excess.sum(axis=1)
     vs_all = own.sum(axis=1)
@@ -221,18 +209,16 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     ex_pp, own_pp, sq_w_fail, worst_wo = _fail_side(
         nb, sb, nc, sc, pod_calls_c, base, drop_b, ratio, margin, (v_t, u_t), acc)
     some_c = np.asarray(canary.any(axis=1))
-    tau2_fail, _, _, dropped, _, parts_wo = dl_tau2([(*cohorts[0], worst_wo, some_c),
-                                                    (*cohorts[1], drop_b, several_b)],
-                                                   v_pool, acc, "wo")
+    tau2_fail, _, _, dropped, _ = dl_tau2([(*cohorts[0], worst_wo, some_c),
+                                          (*cohorts[1], drop_b, several_b)], v_pool, acc, "wo")
     # A worst pod the others' spread cannot account for is sick, not the version's: set
     # aside (out of the window means, τ² and D) and named. The canary keeps its only pod.
-    fewest = _ASIDE_MIN_PODS if fail_level is None else _ASIDE_MIN_PODS_FACTOR
-    aside_c = np.where(_sick(dropped[0], parts_wo[0], parts_all[1], v_pool)
-                       & (pods_c >= fewest), worst_wo, -1)
-    aside_b = np.where(_sick(dropped[1], parts_all[0], parts_wo[1], v_pool) & (drop_b >= 0)
-                       & (pods_b >= fewest), drop_b, -1)
-    tau2_p, df_p, se_p, _, q_p, _ = dl_tau2([(*cohorts[0], aside_c, some_c),
-                                       (*cohorts[1], aside_b, several_b)], v_pool, acc, "aside")
+    aside_c = np.where(outlier(*dropped[0], tau2_fail, v_pool) & (pods_c >= _ASIDE_MIN_PODS),
+                       worst_wo, -1)
+    aside_b = np.where(outlier(*dropped[1], tau2_fail, v_pool) & (drop_b >= 0)
+                       & (pods_b >= _ASIDE_MIN_PODS), drop_b, -1)
+    tau2_p, df_p, se_p, _, q_p = dl_tau2([(*cohorts[0], aside_c, some_c),
+                                   (*cohorts[1], aside_b, several_b)], v_pool, acc, "aside")
     out_b = (aside_b >= 0)[:, None, :]
     ex_p = np.where(out_b, ex_pp, excess)
     own_p = np.where(out_b, own_pp, own)
@@ -272,16 +258,7 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     # pod), and a cap at the trimmed spread made the capped fail exceed the fail with every
     # pod in, whichever pod the look trimmed.
     tau2_wo = np.maximum(tau2_fail, tau2_p)
-    # The profile's factors (`fail_level`) take τ² at the boundary's rate (`_at_boundary`),
-    # and their spread term is never below τ²'s upper bound there: the few-pods factor
-    # alone let pods drawn fast pass as evidence.
-    bound = None
-    if fail_level is not None:
-        rate = running_mean(calls_c, sum_c)
-        tau2_wo = _at_boundary(tau2_wo, rate, q_run)
-        bound = _at_boundary(tau2_upper(*q_p, df_p, v_pool, fail_level), rate, q_run)
-    d_cap, _ = capped(ex_pp, pod_calls_c, sd2, tau2_wo if bound is None
-                      else np.maximum(tau2_wo, bound), aside_c)
+    d_cap, _ = capped(ex_pp, pod_calls_c, sd2, tau2_wo, aside_c)
     n_w = pick(pod_calls_c, worst_wo)
     with np.errstate(divide="ignore", invalid="ignore"):
         share_wo = np.where(calls_c > 0, (calls_c - n_w) / np.where(calls_c > 0, calls_c, 1.0),
@@ -294,12 +271,6 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
     # With few pods the fail is allowed for as the pass is (D19).
     vp_wo, vs_floor_wo = spread_term(tau2_wo, df_p, se_p, weights_wo, vs_wo, sd2,
                                      log_threshold, scales)
-    if bound is not None:
-        # Whichever allowance is the larger: the bound's (no few-pods factor on it, both at
-        # once left three canary pods alike ×1.5 no evidence), or the estimate's.
-        small = vp_wo + vs_floor_wo < bound * weights_wo
-        vp_wo = np.where(small, bound * weights_wo, vp_wo)
-        vs_floor_wo = np.where(small, 0.0, vs_floor_wo)
     vs_wo = vs_wo + vs_floor_wo
     # A canary of one pod (`_one_pod`) needs `ONE_POD_BASELINE` baseline pods on either side
     # to measure the spread a new pod is judged against.
@@ -331,34 +302,6 @@ def batch_looks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: fl
         "v_pods_wo": vp_wo / sd2,
     }
     return looks, excess, canary, cols
-
-
-def _at_boundary(tau2: F64, rate: F64, bound: F64) -> F64:
-    """τ² as the pods' spread would be at the boundary's rate `bound` rather than at the
-    canary's own `rate`, were the pods' effects multiplicative on the rarer outcome (τ
-    ∝ p(1−p)); never below `tau2`. Pods' shares of calls in a tail are right-skewed (pods
-    ±30 % apart in scale: 0.1-4 % beyond the version's p99), so a cohort drawn fast shows
-    both a low share and a small spread, and its τ² as measured made six fast baseline
-    pods look like evidence against the known rate (the profile's E_b had a mean of 1e28
-    at the version's p99, BENCHMARKS.md D18)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        own = np.clip(rate, 1e-9, 1.0 - 1e-9)
-        rel = bound * (1.0 - bound) / (own * (1.0 - own))
-    # At most `_BOUNDARY_MOST`: a cohort with next to no calls in the tail (a canary 70×
-    # slower against a baseline with none beyond q) would otherwise have any τ² at all
-    # scaled by millions, and no evidence left.
-    return np.asarray(tau2 * np.clip(rel, 1.0, _BOUNDARY_MOST) ** 2, dtype=np.float64)
-
-
-def _sick(dropped: tuple[F64, F64], canary: tuple[F64, F64, F64],
-          baseline: tuple[F64, F64, F64], v_pool: F64) -> Bool:
-    """Whether a cohort's dropped pod (its residual and calls, `dl_tau2`) is sick: beyond
-    what every other pod's spread allows, τ² taken with that pod alone left out (each
-    cohort's Q parts, the one with the pod dropped and the other whole) and at its upper
-    bound. Judged against τ² trimmed of both cohorts' worst pods and as estimated, an
-    ordinary pod at the top of a lognormal spread was set aside in 18-45 % of rollouts."""
-    q, df, denom = (c + b for c, b in zip(canary, baseline, strict=True))
-    return outlier(*dropped, tau2_upper(q, denom, df, v_pool, _SICK_LEVEL), v_pool)
 
 
 def _pass_tau2(tau2: F64, q: tuple[F64, F64], df: F64, v: F64, weight: float) -> F64:

@@ -134,8 +134,7 @@ def spread_term(tau2: F64, df: F64, tau2_se: F64, weights: F64, v_sampling: F64,
 
 def dl_tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_pool: F64,
           acc: Acc, tag: str
-          ) -> tuple[F64, F64, F64, list[tuple[F64, F64]], tuple[F64, F64],
-                     list[tuple[F64, F64, F64]]]:
+          ) -> tuple[F64, F64, F64, list[tuple[F64, F64]], tuple[F64, F64]]:
     """DerSimonian–Laird τ² per group and look from each cohort's pods (calls `n`, sums
     `s`: groups × pods × windows, 0 off the cohort; `calls`, `sums` theirs summed over the
     windows, as `acc` sums them; the cohort's pods `members`), each pod measured against its
@@ -148,17 +147,12 @@ def dl_tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_
     freedom (pods counted, less one per cohort) and its standard error were the pods alike
     (Q's is √(2 df) then), per cohort the dropped pod's residual against the others'
     window means and its calls (0 where none is dropped), for `outlier`, and Q's sum of
-    squares with its denominator, for a τ² at another per-call variance (`tau2_at`); and
-    per cohort its own share of Q's sum of squares, degrees of freedom and denominator (they
-    add up to the totals), so that a caller can form τ² with one cohort's pod left out and
-    the other's all in (`outlier`'s yardstick)."""
-    parts: list[tuple[F64, F64, F64]] = []
+    squares with its denominator, for a τ² at another per-call variance (`tau2_at`)."""
+    q, df, denom = (np.zeros(v_pool.shape) for _ in range(3))
     dropped: list[tuple[F64, F64]] = []
     for i, (n, s, calls, sums, members, drop, counts) in enumerate(cohorts):
         out_resid, out_calls = np.zeros(v_pool.shape), np.zeros(v_pool.shape)
         dropped.append((out_resid, out_calls))
-        q, df, denom = (np.zeros(v_pool.shape) for _ in range(3))
-        parts.append((q, df, denom))
         n_t, s_t = n.sum(axis=1), s.sum(axis=1)
         if drop is None:
             drop = np.full(v_pool.shape, -1, dtype=np.int64)
@@ -195,9 +189,8 @@ def dl_tau2(cohorts: list[tuple[F64, F64, F64, F64, Bool, I64 | None, Bool]], v_
             if k >= 0:
                 out_resid[g] += np.where(at, resid[:, k], 0.0)
                 out_calls[g] += np.where(at, calls_g[:, k], 0.0)
-    q, df, denom = (np.sum([x[i] for x in parts], axis=0) for i in range(3))
     tau2, se = tau2_at(q, denom, df, v_pool)
-    return tau2, df, se, dropped, (q, denom), parts
+    return tau2, df, se, dropped, (q, denom)
 
 
 def tau2_upper(q: F64, denom: F64, df: F64, v: F64, level: float = _UPPER_LEVEL) -> F64:

@@ -40,32 +40,24 @@ baseline's calls counted from L_j (at least those at or beyond q), the canary's 
 bucket wholly at or above r·U_j + m (only calls beyond r·q + m). The family of buckets is
 fixed, so each bucket's E is one process whatever the data.
 
-Where the infimum is sought. Every bucket of the layout (equal counts kept once), so q_b's
-bucket is always a candidate whichever pods ran, and the threshold is 1/α. A confidence
-sequence on the baseline's pooled calls, which placed the candidates before, covers the p99
-of the pods that ran, not their version's: on pods ±30 % apart it missed the version's
-bucket in most rollouts, and six baseline pods drawn fast then put every candidate, and the
-canary's cut with it, below the version's p99. The guess is tried first (`profile_fails`),
-so a healthy path costs one candidate per look and a failing one all of its distinct ones.
+Where the infimum is sought. Only the buckets of the baseline p99's confidence sequence at
+α·`CS_SHARE` (`quantile.quantile_cs`), the profile tested at the rest, (1 − `CS_SHARE`)·α: a
+decision errs only if the sequence ever misses q_b or E(q_b) ever reaches its threshold
+(union bound). Outside the sequence the baseline's own calls place q_b, and buckets far from
+q_b have one factor overwhelming and the other only polynomially small (the normal mixture's
+tail), so the infimum is near q_b; the sequence keeps the search to a few dozen buckets early
+and a handful later. Against the sequence's ends at α/2 each, the threshold drops from 2/α to
+1/(0.95·α), and each candidate's canary cut sits at r·q + m rather than r·U + m.
 
-Each factor's τ² (`TAU2_LEVEL`). Pods' shares of calls in a tail are right-skewed: pods ±30 %
-apart in scale have 0.1-4 % of their calls beyond the version's p99, so a cohort drawn fast
-shows a low share and a small spread at once, and a τ² estimated from it made E_b at the
-version's p99 anything but an e-value (a mean of 1e28 on 6 vs 6). Each factor takes τ² at
-the boundary's rate (τ ∝ p(1−p): the spread the pods would show at the rate H0 puts them
-at), its spread term never below that of τ²'s upper bound at `TAU2_LEVEL`; and the figure is
-never above the factor with every pod in (`pods.pod_fail_values`), as capping or setting a
-pod aside can only remove evidence against a known rate.
-
-What it rests on, besides `pods.pod_tracks`' own assumptions (a CLT per pod, the mixture's
-tail asymptotic): pod effects no more skewed on the boundary's scale than the pods drawn
-show, within τ²'s bound, which the every-look rows of `benchmarks/small_estates_sim.py`
-measure (pods drawn per rollout, canaries at H0's edge, uniform and lognormal pod scales);
-the product needs the cohorts' calls independent given the pods: an outage that slows both
-cohorts raises E_c and lowers E_b at once, which lowers the product's mean. With two pods in
-a cohort its factor's τ² has one degree of freedom and that factor next to no evidence: on
-two pods a side only regressions far beyond ×2 fail, and two baseline pods bound the
-version's p99 from above only far out (×3 on three canary pods stays inconclusive).
+What it rests on, besides `pods.pod_tracks`' own assumptions (a CLT per pod, a consistent τ²,
+the mixture's tail asymptotic): the sequence is on the baseline's pooled calls, so its q_b is
+the pooled p99 of the pods that ran (as the pass's cuts take it), not their version's: where
+the baseline's pods differ, the pods drawn move it by more than the sequence's width late in
+a rollout, which the every-look rows of `benchmarks/small_estates_sim.py` measure (pods drawn
+per rollout, canaries at H0's edge); the product needs the cohorts' calls independent given
+the pods: an outage that slows both cohorts raises E_c and lowers E_b at once, which lowers
+the product's mean. With two pods in a cohort its factor's τ² has one degree of freedom and
+that factor next to no evidence: on two pods a side only regressions far beyond ×2 fail.
 `benchmarks/p99_pods_sim.py` measures the false fails on estates whose pods differ, restart
 cold and sit on slow nodes.
 """
@@ -80,9 +72,9 @@ import numpy as np
 import numpy.typing as npt
 
 from probes.stats.pods import pod_fail_values
-from probes.stats.quantile import Layout
+from probes.stats.quantile import Layout, quantile_cs
 
-__all__ = ["TAU2_LEVEL", "ProfileCuts", "ProfileInput", "profile_cuts", "profile_fails",
+__all__ = ["CS_SHARE", "ProfileCuts", "ProfileInput", "profile_cuts", "profile_fails",
            "profile_input", "profile_threshold"]
 
 F64 = npt.NDArray[np.float64]
@@ -91,29 +83,25 @@ Bool = npt.NDArray[np.bool_]
 
 # The share of α spent on the confidence sequence that bounds where the infimum is sought:
 # small, as a wider sequence only adds buckets whose E is large anyway.
-# The confidence of the upper bound each factor takes τ² at (`tau2_upper`), at the
-# boundary's rate: with τ² as estimated, the factors at the version's p99 had means of
-# 1e28 (E_b) and 1e2 (E_c) on 6 vs 6 pods ±30 % apart; with this, 0.9 and 0.004 at 30 min.
-TAU2_LEVEL = 0.7
-# Candidates tried at once per grid and round once its guess reaches the threshold
-# (`profile_fails`), the nearest first: a healthy grid's infimum is usually near the guess.
-_ROUNDS = (8, 64, 512)
+CS_SHARE = 0.05
 
 
 def profile_threshold(alpha: float) -> float:
-    """log 1/α, at which the profile fails: every bucket is a candidate, so no share of α
-    goes to placing the baseline's p99."""
-    return math.log(1.0 / alpha)
+    """log 1/α' at which the profile fails: α less the sequence's share."""
+    return math.log(1.0 / ((1.0 - CS_SHARE) * alpha))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ProfileCuts:
-    """Per row of the baseline's cumulative counts: each candidate bucket j's canary cut
-    `canary[j]` over the layout (the first bucket wholly at or above r·U_j + m; the layout's
-    size counts nothing), and the buckets of the baseline's and the canary's estimated
-    p-quantiles (`level_b`, `level_c`): the baseline's is the guess tried first, and from
-    them the other cohort's pods are counted for τ²."""
+    """Per row of the baseline's cumulative counts: the candidate buckets `first`..`last`
+    (the baseline p99's confidence sequence; `last` < `first` where it is unbounded above,
+    so nothing fails), each candidate j's canary cut `canary[j]` over the layout (the first
+    bucket wholly at or above r·U_j + m; the layout's size counts nothing), and the buckets
+    of the baseline's and the canary's estimated p-quantiles (`level_b`, `level_c`), from
+    which the other cohort's pods are counted for τ²."""
 
+    first: I64
+    last: I64
     canary: I64
     level_b: I64
     level_c: I64
@@ -126,14 +114,18 @@ def _level(cum: F64, layout: Layout, p: float) -> I64:
 
 
 def profile_cuts(cum_b: F64, cum_c: F64, layout: Layout, p: float, ratio: float,
-                 margin_s: float) -> ProfileCuts:
-    """The cuts (module docstring) for rows of the cohorts' pooled cumulative bucket counts
-    (rows, buckets)."""
+                 margin_s: float, alpha: float) -> ProfileCuts:
+    """The candidates and cuts (module docstring) for rows of the cohorts' pooled cumulative
+    bucket counts (rows, buckets)."""
     cb = np.atleast_2d(np.asarray(cum_b, dtype=np.float64))
     cc = np.atleast_2d(np.asarray(cum_c, dtype=np.float64))
+    lo, hi = quantile_cs(cb, layout, p, math.log(1.0 / (CS_SHARE * alpha)))
+    first = np.maximum(np.searchsorted(layout.lower, lo, side="right") - 1, 0)
+    last = np.where(np.isfinite(hi), np.searchsorted(layout.upper, hi, side="left"), -1)
     canary = np.searchsorted(layout.lower, ratio * layout.upper + margin_s, side="left")
     canary[~np.isfinite(layout.upper)] = layout.size
-    return ProfileCuts(np.asarray(canary, dtype=np.int64), _level(cb, layout, p),
+    return ProfileCuts(np.asarray(first, dtype=np.int64), np.asarray(last, dtype=np.int64),
+                       np.asarray(canary, dtype=np.int64), _level(cb, layout, p),
                        _level(cc, layout, p))
 
 
@@ -155,19 +147,15 @@ class ProfileInput:
 def profile_input(below: F64, canary: Bool, cuts: ProfileCuts, row: int) -> ProfileInput:
     """One grid's `ProfileInput` from `below` (pods, buckets + 1), each pod's calls below each
     bucket (none in the first column, all of them in the last), at row `row` of `cuts`: each
-    pod's calls pooled over time, as the live verdict keeps them. Every bucket is a
-    candidate; those whose counts are another's (no call between them, in either cohort) are
-    kept once. A pod's calls from a cut on are its calls less those below."""
-    level_b = int(cuts.level_b[row])
+    pod's calls pooled over time, as the live verdict keeps them. Only the columns the cuts
+    name are read: a pod's calls from a cut on are its calls less those below."""
+    first, level_b = int(cuts.first[row]), int(cuts.level_b[row])
+    js = np.arange(first, int(cuts.last[row]) + 1)
     calls = below[:, -1:]
-    at_q = (calls - np.where(canary[:, None], below[:, cuts.canary], below[:, :-1])).T
-    # Each pod's count falls (or stays) from one bucket to the next, so equal candidates
-    # are neighbours: the first of each run stands for it.
-    first = np.flatnonzero(np.r_[True, (np.diff(at_q, axis=0) != 0).any(axis=1)])
+    at_q = calls - np.where(canary[:, None], below[:, cuts.canary[js]], below[:, js])
     level = calls[:, 0] - np.where(canary, below[:, int(cuts.level_c[row])], below[:, level_b])
-    # The guess: the candidate holding the baseline's estimated p-quantile.
-    guess = int(np.searchsorted(first, level_b, side="right")) - 1
-    return ProfileInput(calls.copy(), at_q[first][..., None], level[:, None], canary, guess)
+    return ProfileInput(calls.copy(), at_q.T[..., None], level[:, None], canary,
+                        min(max(level_b - first, 0), max(js.size - 1, 0)))
 
 
 def profile_fails(grids: Sequence[ProfileInput], p: float, alpha: float
@@ -177,36 +165,25 @@ def profile_fails(grids: Sequence[ProfileInput], p: float, alpha: float
     attains it; −inf where a grid has no candidate or a cohort no calls.
 
     Each grid's `guess` is tried first, and its other candidates only where that one reaches
-    the threshold, the nearest first and a few more each round (`_ROUNDS`), until one stays
-    below or none is left: the infimum is at most any candidate's E, so a grid with one
-    candidate below cannot fail, and most grids of a healthy rollout cost one candidate
-    instead of hundreds (a warm verdict judges every path). Where some candidate stays
-    below, the figure is its E (at least the infimum; the decision is the same), else the
-    infimum itself."""
+    the threshold: the infimum is at most any candidate's E, so a grid whose guess stays below
+    cannot fail, and most grids of a healthy rollout cost one candidate instead of several
+    (a warm verdict judges every path). Where the guess stays below, the figure is its E (at
+    least the infimum; the decision is the same), else the infimum itself."""
     log_thr = profile_threshold(alpha)
     out = np.full(len(grids), -np.inf)
     arg = np.full(len(grids), -1, dtype=np.int64)
     tried = [i for i, g in enumerate(grids) if len(g.at_q)]
     first = _values(grids, [(i, grids[i].guess) for i in tried], p, log_thr)
     out[tried], arg[tried] = first, [grids[i].guess for i in tried]
-    # Each remaining grid's candidates by distance from its guess, the guess done.
-    order = {i: np.argsort(np.abs(np.arange(len(grids[i].at_q)) - grids[i].guess),
-                           kind="stable")[1:]
-             for i, v in zip(tried, first.tolist(), strict=True) if v >= log_thr}
-    done = dict.fromkeys(order, 0)
-    for size in (*_ROUNDS, None):
-        pairs = [(i, int(j)) for i in order
-                 for j in order[i][done[i]:None if size is None else done[i] + size]]
-        if not pairs:
-            break
-        got = _values(grids, pairs, p, log_thr)
-        for (i, j), v in zip(pairs, got.tolist(), strict=True):
-            if v < out[i]:
-                out[i], arg[i] = v, j
-        for i in list(order):
-            done[i] += len(order[i][done[i]:None if size is None else done[i] + size])
-            if out[i] < log_thr or done[i] >= len(order[i]):
-                del order[i]
+    rest = [i for i, v in zip(tried, first.tolist(), strict=True) if v >= log_thr]
+    pairs = [(i, j) for i in rest for j in range(len(grids[i].at_q))]
+    every = _values(grids, pairs, p, log_thr)
+    at = 0
+    for i in rest:
+        k = len(grids[i].at_q)
+        arg[i] = int(np.argmin(every[at:at + k]))
+        out[i] = float(every[at + arg[i]])
+        at += k
     return out, arg
 
 
@@ -226,9 +203,8 @@ def _values(grids: Sequence[ProfileInput], pairs: Sequence[tuple[int, int]], p: 
         # Baseline tested: its calls below q against the rate p, the canary's pods from
         # their level.
         items_b.append(_factor(calls, calls - np.where(on_c, g.at_level, at), ~canary))
-    return (pod_fail_values(items_c, 0.0, 1.0 - p, log_threshold=log_thr,
-                            tau2_level=TAU2_LEVEL)
-            + pod_fail_values(items_b, 0.0, p, log_threshold=log_thr, tau2_level=TAU2_LEVEL))
+    return (pod_fail_values(items_c, 0.0, 1.0 - p, log_threshold=log_thr)
+            + pod_fail_values(items_b, 0.0, p, log_threshold=log_thr))
 
 
 def _factor(calls: F64, counts: F64, tested: Bool) -> tuple[F64, F64, Bool]:

@@ -160,23 +160,13 @@ def pod_tracks(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: flo
 
 
 def pod_fail_values(grids: Sequence[tuple[F64, F64, Bool]], ratio: float, margin: float,
-                    scales: tuple[float, ...] = MIXING_SCALES, *, log_threshold: float,
-                    tau2_level: float | None = None) -> F64:
+                    scales: tuple[float, ...] = MIXING_SCALES, *, log_threshold: float) -> F64:
     """The last look's `log_e_fail` of `pod_tracks(grids, ..., last_only=True)`, one per
     grid, without a `PodTrack` per grid: a profile over candidate cuts
     (`probes.stats.pod_profile`) judges several grids per path and reads this figure of each,
-    and building the tracks cost more than judging them.
-
-    Never above the last look's `log_e_fail_all` (every pod in): the profile's factors are
-    tests against a known rate, where capping or setting a pod aside can only remove
-    evidence; where the pod set aside was an ordinary one at the top of the spread, the
-    τ² without it made the capped figure the larger. `tau2_level`: τ² in the fail at least
-    at its upper bound at that confidence (`batch_looks`' `fail_level`)."""
-    out = []
-    for lo, hi in _batches(grids):
-        looks = batch_looks(grids[lo:hi], ratio, margin, scales, log_threshold, Acc(True),
-                            fail_level=tau2_level)[0]
-        out.append(np.minimum(looks["log_e_fail"][:, -1], looks["log_e_fail_all"][:, -1]))
+    and building the tracks cost more than judging them."""
+    out = [batch_looks(grids[lo:hi], ratio, margin, scales, log_threshold,
+                       Acc(True))[0]["log_e_fail"][:, -1] for lo, hi in _batches(grids)]
     return np.concatenate(out) if out else np.zeros(0)
 
 

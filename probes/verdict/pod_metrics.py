@@ -32,6 +32,7 @@ from probes.measure.histogram import LOWER, UPPER
 from probes.spec import Tolerances
 from probes.stats.pod_exceed import ExceedanceCuts, Exceedances, exceedance_cuts, pass_tracks
 from probes.stats.pod_profile import (
+    CS_SHARE,
     ProfileCuts,
     ProfileInput,
     profile_cuts,
@@ -211,7 +212,7 @@ def pod_latency_p99s(grids: Sequence[PodGrid], baseline: str, canary: str, tol: 
         log_half = math.log(2.0 / alpha)
         cuts = exceedance_cuts(cum_b, _LAYOUT, _P, r, m, log_half)
         fails, passes, worst = _by_pod(judged, cuts, profile_cuts(cum_b, cum_c, _LAYOUT, _P,
-                                                                  r, m))
+                                                                  r, m, alpha))
         # Every part's tracks in one call per side, as `pod_tracks` batches them.
         tracks = zip(profile_fails(fails, _P, alpha)[0].tolist(),
                      pass_tracks(passes, _P, log_threshold=log_half, last_only=True),
@@ -320,8 +321,8 @@ def _pod_p99(part: _P99Part, canary: str, tol: Tolerances, alpha: float, window_
     return replace(
         warm, verdict=verdict, reason=reason,
         # Scaled so that what the JSON says is compared with 1/α, as every metric's is: the
-        # pass halved (the fail's profile is already at 1/α).
-        e_fail=float(log_clip(np.array(lf))),
+        # fail by the share of α its profile has, the pass halved.
+        e_fail=float(log_clip(np.array(lf + math.log1p(-CS_SHARE)))),
         e_pass=float(log_clip(np.array(lp - _LOG2))),
         pods={"baseline": pods_b, "canary": pods_c, "spread_pp": json_number(spread, 3),
               "worst": worst, "worst_share": json_number(share, 3),

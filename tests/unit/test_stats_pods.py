@@ -525,12 +525,12 @@ def test_a_small_estate_whose_pods_agree_is_told_how_far_a_pass_is() -> None:
 
 
 def test_a_sick_pod_in_either_cohort_is_set_aside_and_the_version_judged_on_the_rest() -> None:
-    # Seven baseline pods and five canary pods at 0.1 %, alike; one pod at 10x in one
+    # Eight baseline pods and four canary pods at 0.1 %, alike; one pod at 10x in one
     # cohort. Its spread would otherwise be the whole τ² and keep a healthy canary from
     # ever passing; set aside, the rest pass, and the pod is named. Without it, nothing
-    # is set aside. (A cohort needs five pods for one to be set aside.)
+    # is set aside.
     rng = np.random.default_rng(8)
-    flags = [False] * 7 + [True] * 5
+    flags = [False] * 8 + [True] * 4
     for sick, who in ((9, "canary"), (2, "baseline")):
         rates = [0.001] * 12
         rates[sick] = 0.01
@@ -538,7 +538,7 @@ def test_a_sick_pod_in_either_cohort_is_set_aside_and_the_version_judged_on_the_
         track = pod_track(n, s, canary, 1.0, TOL, log_threshold=LOG_THR, last_only=True)
         assert pods_module.pod_states(track, LOG_THR)[-1] == "pass"
         if who == "canary":
-            assert int(track.aside_canary[-1]) == sick - 7
+            assert int(track.aside_canary[-1]) == sick - 8
             assert int(track.aside_baseline[-1]) == -1
         else:
             assert int(track.aside_baseline[-1]) == sick
