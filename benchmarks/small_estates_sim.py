@@ -81,12 +81,13 @@ class RateRow:
 class P99Row:
     baseline: int
     canary: int
-    spread: float  # each pod's latency scale uniform in 1 ± spread
+    spread: float  # each pod's latency scale uniform in 1 ± spread (`lognormal`: its σ)
     alpha: float
     rollouts: int
     edge: float | None = 0.001  # the canary version's p99 at (1 + edge) × the boundary
     factor: float = 1.0  # else every canary call × this
     canary_spread: float | None = None  # the canary pods' own spread, else `spread`
+    lognormal: bool = False  # pods' scales lognormal (median 1): now and then a slow node
 
 
 def rate_passes(rng: np.random.Generator, row: RateRow, alpha: float = 0.01,
@@ -123,9 +124,17 @@ def _bucket_probs(scale: float) -> np.ndarray:
     return p / p.sum()
 
 
-def _mixture_p99(lo: float, hi: float) -> float:
-    """The p99 of a version whose pods' scales are uniform in [lo, hi] (its population)."""
-    scales = np.linspace(lo, hi, 2001) if hi > lo else np.array([lo])
+def _population(spread: float, lognormal: bool) -> np.ndarray:
+    """Evenly spaced quantiles of a version's pods' latency scales: uniform in 1 ± `spread`,
+    or lognormal with median 1 and σ `spread`."""
+    if spread <= 0:
+        return np.array([1.0])
+    u = (np.arange(2001) + 0.5) / 2001
+    return np.exp(spread * norm.ppf(u)) if lognormal else 1 - spread + 2 * spread * u
+
+
+def _mixture_p99(scales: np.ndarray) -> float:
+    """The p99 of a version whose pods' scales are `scales`' population."""
 
     def below(x: float) -> float:
         return float(np.mean(norm.cdf(np.log(x / (MEDIAN_S * scales)) / SIGMA))) - 0.99
@@ -140,13 +149,18 @@ def _pods_drawn(rng: np.random.Generator, row: P99Row, calls: int
     spread_c = row.spread if row.canary_spread is None else row.canary_spread
     factor = row.factor
     if row.edge is not None:
-        boundary = RATIO * _mixture_p99(1 - row.spread, 1 + row.spread) + MARGIN_S
-        factor = (1 + row.edge) * boundary / _mixture_p99(1 - spread_c, 1 + spread_c)
+        boundary = RATIO * _mixture_p99(_population(row.spread, row.lognormal)) + MARGIN_S
+        factor = (1 + row.edge) * boundary / _mixture_p99(_population(spread_c, row.lognormal))
     pods = row.baseline + row.canary
     is_canary = np.arange(pods) >= row.baseline
+
+    def draw(spread: float, k: int) -> np.ndarray:
+        if row.lognormal:
+            return rng.lognormal(0.0, spread, k)
+        return 1 + rng.uniform(-spread, spread, k)
+
     per = np.where(is_canary, calls * row.baseline / row.canary, calls)
-    scales = np.concatenate([1 + rng.uniform(-row.spread, row.spread, row.baseline),
-                             (1 + rng.uniform(-spread_c, spread_c, row.canary)) * factor])
+    scales = np.concatenate([draw(row.spread, row.baseline), draw(spread_c, row.canary) * factor])
     return is_canary, per, scales
 
 
@@ -289,6 +303,15 @@ _EVERY_LOOK_ROWS = (
     ("6 vs 6", P99Row(6, 6, 0.0, 0.0025, 5, edge=None, factor=1.5)),
     ("2 vs 2", P99Row(2, 2, 0.3, 0.0025, 5, edge=None, factor=2.0)),
     ("11 vs 1", P99Row(11, 1, 0.0, 0.0025, 5, edge=None, factor=2.0)),
+    # H0's edge on the estates an independent review asked for, and pods with a long tail.
+    ("2 vs 2", P99Row(2, 2, 0.3, 0.0025, 1, edge=0.0)),
+    ("3 vs 2", P99Row(3, 2, 0.3, 0.0025, 1, edge=0.0)),
+    ("6 vs 2", P99Row(6, 2, 0.3, 0.0025, 1, edge=0.0)),
+    ("6 vs 1", P99Row(6, 1, 0.3, 0.0025, 1, edge=0.0)),
+    ("11 vs 1", P99Row(11, 1, 0.3, 0.0025, 1, edge=0.0)),
+    ("12 vs 12", P99Row(12, 12, 0.3, 0.0025, 1, edge=0.0)),
+    ("6 vs 6", P99Row(6, 6, 0.2, 0.0025, 1, edge=0.0, lognormal=True)),
+    ("6 vs 6", P99Row(6, 6, 0.1, 0.0025, 5, edge=None, factor=1.5)),
 )
 
 
@@ -319,7 +342,9 @@ def every_look_table(seed: int, rollouts: int, minutes: int, rows: Sequence[int]
         k = sum(math.isfinite(x) for x in first)
         what = ("like the baseline" if row.edge is None and row.factor == 1.0 else
                 f"×{row.factor:g}" if row.edge is None else "at the tolerance's edge")
-        print(f"| {label} | ±{100 * row.spread:.0f} % | {what} | {n} | "
+        spread = (f"lognormal σ {row.spread:g}" if row.lognormal else
+                  f"±{100 * row.spread:.0f} %")
+        print(f"| {label} | {spread} | {what} | {n} | "
               f"{100 * k / n:.1f} % ({100 * cp_upper(k, n):.2f} %) | {_minutes(first)} |",
               flush=True)
 
