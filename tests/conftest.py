@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import warnings
+from asyncio import selector_events
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -43,3 +47,27 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 def stranger(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """Another CA: its client certificate is well formed but not one the targets trust."""
     return make_pki(tmp_path_factory.mktemp("pki-other"), "other")
+
+
+def _name_unclosed_transports() -> None:
+    """An asyncio transport left open warns only `unclosed transport <fd=N>` when the
+    collector frees it, often during a later test: name the protocol it served and the test
+    that opened it, so the leak can be found (the warning is an error in this suite)."""
+    transport_class: Any = selector_events._SelectorTransport  # type: ignore[attr-defined]
+    init = transport_class.__init__
+
+    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._opened_in = os.environ.get("PYTEST_CURRENT_TEST", "outside a test")
+
+    def naming_del(self: Any, _warn: Any = warnings.warn) -> None:
+        if self._sock is not None:
+            _warn(f"unclosed transport {self!r} of {self._protocol!r}, opened in "
+                  f"{getattr(self, '_opened_in', '?')}", ResourceWarning, source=self)
+            self._sock.close()
+
+    transport_class.__init__ = recording_init  # type: ignore[method-assign]
+    transport_class.__del__ = naming_del  # type: ignore[attr-defined]
+
+
+_name_unclosed_transports()
