@@ -71,27 +71,6 @@ def bisect(
     return np.asarray(0.5 * (lo_ + hi_), dtype=np.float64)
 
 
-def bisect_int(
-    holds: Callable[[F64], npt.NDArray[np.bool_]],
-    lo: ArrayLike,
-    hi: ArrayLike,
-) -> F64:
-    """The smallest integer k in [lo, hi] with `holds(k)`, for a predicate monotone in k
-    (False ... False True ... True); hi + 1 where it holds nowhere in the range."""
-    lo_, hi_ = np.broadcast_arrays(np.floor(f64(lo)), np.floor(f64(hi)) + 1.0)
-    lo_, hi_ = lo_.copy(), hi_.copy()
-    top = hi_ - 1.0  # the predicate is only ever evaluated inside [lo, hi]
-    # Invariant: holds(k) is False below lo and True at hi (hi may be one past the range).
-    while True:
-        active = lo_ < hi_
-        if not active.any():
-            return lo_
-        mid = np.minimum(np.floor(0.5 * (lo_ + hi_)), top)
-        ok = holds(mid) & active
-        hi_ = np.where(ok, mid, hi_)
-        lo_ = np.where(active & ~ok, mid + 1.0, lo_)
-
-
 def crossing_int(
     value: Callable[[F64], F64],
     limit: ArrayLike,
@@ -101,9 +80,10 @@ def crossing_int(
     rising: bool,
     near: tuple[ArrayLike, ArrayLike],
 ) -> F64:
-    """`bisect_int` of "`value(k)` has crossed `limit`" (value ≥ limit for a rising value,
-    value < limit for a falling one): the same integer wherever that predicate is monotone
-    in k, in a few evaluations instead of one per halving of the range. Each step probes
+    """The smallest integer k in [lo, hi] where `value(k)` has crossed `limit` (value ≥ limit
+    for a rising value, value < limit for a falling one), hi + 1 where it crosses nowhere in
+    the range: a bisection's integer wherever that predicate is monotone in k, in a few
+    evaluations instead of one per halving of the range. Each step probes
     two integers at once (`value` takes (2, rows)): first `near`, the caller's estimate of
     a bracket around the crossing; then the pair around where the line through the
     bracket's two known values crosses `limit`, or, where a step did not halve the bracket,

@@ -7,15 +7,17 @@ Latencies are lognormal (median 50 ms, σ 0.5: p99 ≈ 160 ms), bucketed in the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from scipy.special import betainc, logsumexp
 from scipy.stats import binom, norm
 
 from probes.measure.histogram import BUCKET_COUNT, LOWER, UPPER, index_of
 from probes.stats import quantile
-from probes.stats._num import bisect_int
+from probes.stats._num import F64, ArrayLike, f64
 
 P = 0.99
 LAYOUT = quantile.Layout.from_edges(LOWER, UPPER)
@@ -168,3 +170,25 @@ def _bisected(n: np.ndarray, p: float, limit: np.ndarray) -> tuple[np.ndarray, n
     lo = bisect_int(lambda c: quantile.log_below(c, n, p, k) - log2 < limit, 0.0, n)
     hi = bisect_int(lambda c: quantile.log_above(c, n, p, k) - log2 >= limit, 0.0, n)
     return lo, hi - 1.0
+
+
+def bisect_int(
+    holds: Callable[[F64], npt.NDArray[np.bool_]],
+    lo: ArrayLike,
+    hi: ArrayLike,
+) -> F64:
+    """The reference `_band`'s search is checked against: the smallest integer k in [lo, hi]
+    with `holds(k)`, for a predicate monotone in k (False ... False True ... True); hi + 1
+    where it holds nowhere in the range, by halving the range."""
+    lo_, hi_ = np.broadcast_arrays(np.floor(f64(lo)), np.floor(f64(hi)) + 1.0)
+    lo_, hi_ = lo_.copy(), hi_.copy()
+    top = hi_ - 1.0  # the predicate is only ever evaluated inside [lo, hi]
+    # Invariant: holds(k) is False below lo and True at hi (hi may be one past the range).
+    while True:
+        active = lo_ < hi_
+        if not active.any():
+            return lo_
+        mid = np.minimum(np.floor(0.5 * (lo_ + hi_)), top)
+        ok = holds(mid) & active
+        hi_ = np.where(ok, mid, hi_)
+        lo_ = np.where(active & ~ok, mid + 1.0, lo_)
