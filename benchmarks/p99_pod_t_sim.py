@@ -27,6 +27,7 @@ plug-in τ² of the live rule does not pay.
 
     .venv/bin/python benchmarks/p99_pod_t_sim.py --rule welch --row 6 --row 13 --rollouts 1200
     .venv/bin/python benchmarks/p99_pod_t_sim.py --rule welch --ab     # p99_pods_sim's A/B rows
+    .venv/bin/python benchmarks/p99_pod_t_sim.py --oracle    # what τ unknown from k pods costs
 """
 
 from __future__ import annotations
@@ -169,6 +170,42 @@ def ab_rows(rule: str, argv: list[str]) -> None:
     p99_pods_sim.main()
 
 
+def oracle_table(seed: int, draws: int = 100_000) -> None:
+    """What the pods drawn allow once their calls are unlimited, to a test that knows the
+    baseline version's p99 and the canary pods' spread τ: each canary pod's share beyond
+    r·q_b + m is its true one, and the normal random-effects model's largest likelihood
+    ratio against the boundary is exp(z²/2), z = √k (mean share − 1 %)/τ. Beside it the
+    one-sided thresholds on z and on a t from the same k pods (k − 1 degrees of freedom),
+    and how often those pods' own t passes its threshold at α/12."""
+    rng = np.random.default_rng(seed)
+    print("\n| canary pods | pods' spread | canary | version's share beyond the cut, τ "
+          "| median z | exp(z²/2) ≥ 1/α | z, t at α; at α/12 | their t past α/12's |\n| --- | --- "
+          "| --- | --- | --- | --- | --- | --- |")
+    for k, spread, factor in ((6, 0.1, 1.5), (12, 0.1, 1.5), (6, 0.3, 1.5), (6, 0.3, 2.0),
+                              (12, 0.3, 2.0)):
+        cut = sim.RATIO * sim._mixture_p99(sim._population(spread, False)) + sim.MARGIN_S
+
+        def share(scale: np.ndarray, cut: float = cut) -> np.ndarray:
+            return np.asarray(stats.norm.sf(np.log(cut / (sim.MEDIAN_S * scale)) / sim.SIGMA))
+
+        version = share(sim._population(spread, False) * factor)
+        tau = float(version.std())
+        drawn = share((1 + rng.uniform(-spread, spread, (draws, k))) * factor)
+        z = math.sqrt(k) * (drawn.mean(axis=1) - P0) / tau
+        alpha = 0.0025
+        reach = np.mean((z > 0) & (z * z / 2 >= math.log(1 / alpha)))
+        levels = [alpha, alpha / len(SCHEDULE)]
+        # The same pods' one-sample t, τ estimated from them: the canary's factor of this
+        # rule with unlimited calls and the baseline's p99 given.
+        t = (drawn.mean(axis=1) - P0) / (drawn.std(axis=1, ddof=1) / math.sqrt(k))
+        t_reach = np.mean(t >= stats.t.isf(levels[1], k - 1))
+        thresholds = "; ".join(f"{stats.norm.isf(a):.2f}, {stats.t.isf(a, k - 1):.2f}"
+                               for a in levels)
+        print(f"| {k} | ±{100 * spread:.0f} % | ×{factor:g} | {100 * version.mean():.2f} %, "
+              f"{100 * tau:.2f} pp | {np.median(z):.2f} | {100 * reach:.1f} % | {thresholds} "
+              f"| {100 * t_reach:.1f} % |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rule", choices=RULES, default="welch")
@@ -179,7 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20261205)
     ap.add_argument("--ab", action="store_true",
                     help="p99_pods_sim.py --quick's A/B rows (×1.5 and ×2) instead")
+    ap.add_argument("--oracle", action="store_true",
+                    help="what unlimited calls allow a test knowing τ and the baseline's p99")
     args = ap.parse_args(argv)
+    if args.oracle:
+        oracle_table(args.seed)
+        return 0
     if args.ab:
         ab_rows(args.rule, ["--quick", "--scenario", "A/B: canary ×1.5",
                             "--scenario", "A/B: canary ×2"])
