@@ -28,6 +28,7 @@ plug-in τ² of the live rule does not pay.
     .venv/bin/python benchmarks/p99_pod_t_sim.py --rule welch --row 6 --row 13 --rollouts 1200
     .venv/bin/python benchmarks/p99_pod_t_sim.py --rule welch --ab     # p99_pods_sim's A/B rows
     .venv/bin/python benchmarks/p99_pod_t_sim.py --oracle    # what τ unknown from k pods costs
+    .venv/bin/python benchmarks/p99_pod_t_sim.py --quick     # the oracle and two edge rows
 """
 
 from __future__ import annotations
@@ -218,7 +219,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="p99_pods_sim.py --quick's A/B rows (×1.5 and ×2) instead")
     ap.add_argument("--oracle", action="store_true",
                     help="what unlimited calls allow a test knowing τ and the baseline's p99")
+    ap.add_argument("--quick", action="store_true",
+                    help="the oracle table and H0's edge on 6 vs 6 and 6 vs 1, 300 rollouts")
     args = ap.parse_args(argv)
+    if args.quick:
+        oracle_table(args.seed)
+        every_look_rows([6, 13], 300, args.minutes, args.seed, args.rule)
+        return 0
     if args.oracle:
         oracle_table(args.seed)
         return 0
