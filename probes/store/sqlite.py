@@ -28,12 +28,13 @@ or `StoreCorrupt` (not a database, malformed), with a one-line message naming th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -636,9 +637,9 @@ class Store:
         runs (iterate inside it). A cold verdict folds the chunks into each pod's histogram
         as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23).
         `whole` (with `by_row` and strata of whole minutes): which rows of an hour's rollup
-        (`LatencyRows` with `last`) the caller takes whole, its records at the stratum of
-        the first minute that has any; the others' minutes are read instead. Without it,
-        every row is one stratum's."""
+        (`LatencyRows` with `last`) the caller takes whole, asked with the columns this
+        yields, its records at the stratum of the first minute that has any; the others'
+        minutes are read instead. Without it, every row is one stratum's."""
         where, args = self._where(since, until, paths, cohorts)
         v2 = self._endpoint_v2.split(", ")
         a_sum, a_count, _ = v2
@@ -683,7 +684,7 @@ class Store:
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
                         lookups, rows) if stratum_s is None else self._latency_strata(
                         conn, where, args, float(stratum_s), ranges, lookups,
-                        whole if by_row else None))
+                        functools.partial(whole, cols) if whole and by_row else None))
                     if not by_row:
                         chunks = _expanded(chunks)
                 # What the rows were read into is let go before the chunks come: a day of
@@ -711,7 +712,8 @@ class Store:
 
     def _latency_strata(self, conn: sqlite3.Connection, where: str, args: list[Any],
                         stratum_s: float, ranges: Sequence[Range],
-                        lookups: tuple[Any, ...], whole: Whole | None = None
+                        lookups: tuple[Any, ...],
+                        whole: Callable[[LatencyRows], npt.NDArray[np.bool_]] | None = None
                         ) -> Iterator[LatencyRows]:
         """The latency records of the rows in `ranges` (of start, each from its table: raw
         windows or rollups), a range at a time, each at its row's stratum; an hour's rows

@@ -426,7 +426,7 @@ def _hour_records(db: Path, whole: bool, since: float = T0) -> dict[tuple[Any, .
     out: dict[tuple[Any, ...], int] = {}
     with Store.open(db, readonly=True) as store, store.stream_endpoint_columns(
             since=since, stratum_s=60.0, by_row=True,
-            whole=lambda rows: np.full(len(rows.start), whole)) as (cols, chunks):
+            whole=lambda _cols, rows: np.full(len(rows.start), whole)) as (cols, chunks):
         for chunk in chunks:
             lat = chunk.expanded()
             for key in zip(lat.path.tolist(), lat.endpoint.tolist(), lat.cohort.tolist(),
