@@ -362,11 +362,13 @@ class _PooledLatency:
         if codes:
             t = _stratum_of(moving.start, stratum)
             pod = (codes[0] * len(self._where[1]) + codes[1]) * len(self._where[2]) + codes[2]
-            uniq, inv = np.unique(pod, return_inverse=True)
+            # By a table of the pods, not a sort: a cold fill's rows are a day's strata.
+            uniq, _, inv = _unique_ints(pod, math.prod(len(w) for w in self._where),
+                                        first=False)
             low = np.full(uniq.size, math.inf)
-            np.minimum.at(low, inv.ravel(), t)
+            np.minimum.at(low, inv, t)
             first_rows = np.zeros(uniq.size, dtype=np.int64)
-            first_rows[inv.ravel()] = np.arange(pod.size)
+            first_rows[inv] = np.arange(pod.size)
             for r, lo in zip(first_rows.tolist(), low.tolist(), strict=True):
                 name = (int(codes[0][r]), int(codes[1][r]), int(codes[2][r]))
                 if lo < self._first_seen.get(name, math.inf):
