@@ -1,7 +1,8 @@
 """Windows rolled up by the minute, and endpoint rows summed by time: into the verdict's
 strata in numpy, a range of start at a time, from the raw windows (`endpoint_windows`) or
 the 60 s rollups (`endpoint_rollups`, schema v3), and the rollups kept; the path windows'
-rollups (`path_rollups`, schema v4) kept by the same machinery (`Rolls`).
+rollups (`path_rollups`, schema v4) kept by the same machinery (`Rolls`), as are both kinds'
+hour rows (`probes.store._hours`, v5; `probes.store._path_hours`, v6).
 
 A stratum is `stratum_s` long from the epoch (`stratum_index`), so a stratum that is a
 whole number of minutes is the sum of its minutes' rollups: a read takes whole minutes
