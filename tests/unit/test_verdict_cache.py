@@ -21,6 +21,7 @@ from probes.measure.overload import OVERLOAD_EVENT
 from probes.spec import JudgingSettings
 from probes.store import Event, Store
 from probes.types import EndpointWindow, PathWindow
+from probes.verdict import grids as grids_module
 from probes.verdict import service as verdict_service
 from probes.verdict.cache import CachedSource, VerdictCache
 from probes.verdict.service import compute_verdict
@@ -308,6 +309,17 @@ def test_the_kept_grids_are_those_a_fresh_read_lays_out(
                 _same_grids(kept, laid(fresh, *args, **kwargs))
         return kept
 
+    # Most verdicts add their strata to every path at once (`grids._appending`); a pod new
+    # to its path's grid, or strata a path lacks, add them path by path.
+    at_once: list[bool] = []
+    appending = grids_module._appending
+
+    def spied(*args: Any) -> Any:
+        out = appending(*args)
+        at_once.append(out is not None)
+        return out
+
+    monkeypatch.setattr(grids_module, "_appending", spied)
     monkeypatch.setattr(CachedSource, "pod_grids", counted)
     monkeypatch.setattr(verdict_service, "_pod_grids", both)
     restarted = {"start_time": rfc3339(T0 + 95 * W)}
@@ -328,6 +340,7 @@ def test_the_kept_grids_are_those_a_fresh_read_lays_out(
             warm = compute_verdict(db, settings, now=now, overload=None, cache=cache)
             assert warm == compute_verdict(db, settings, now=now, overload=None), k
     assert sum(served) > 30, served
+    assert sum(at_once) > 30 and not all(at_once), at_once
     # The grids were laid out from the kept parts, the sealed strata added as they sealed.
     assert cache._pods is not None and cache._pods.grids.parts is not None
     assert not cache._pods.grids.pending
