@@ -12,9 +12,10 @@ window; `take()`, then the path windows' build and the write, timed with
 `time.thread_time()` (CPU of this thread). The first window is reported apart (it interns
 every endpoint's labels). Each write rolls up the minutes past the rewrite horizon into the
 per-minute rollups (schema v3) as the runner's writer does, and the hours whose minutes are
-rolled into the hour rollups (schema v5, once an hour); the writes that rolled a minute, and
-those that rolled an hour (from 370 windows on: `--windows 400`), are reported apart too
-(`--no-roll`: never, for the write's cost without them). Then,
+rolled into the hour rollups (schema v5 and v6: endpoint and path hours, once an hour);
+the writes that rolled a minute, and those that rolled an hour (from 370 windows on:
+`--windows 400`), are reported apart too (`--no-roll`: never, for the write's cost without
+them). Then,
 apart from the timing, the memory one window's counters hold
 in the aggregator (`tracemalloc`, one window of calls with per-endpoint attempts and
 latency, as schema v2 keeps them): the aggregator holds a window until it is `retain_s`

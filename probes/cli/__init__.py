@@ -245,11 +245,13 @@ def _run(args: argparse.Namespace) -> int:
 def _verdict(args: argparse.Namespace) -> int:
     import time
 
+    from probes._heap import keep_freed_memory
     from probes.spec import PrometheusSettings
     from probes.verdict.entry import Query, StoreSource, verdict
     from probes.verdict.service import verdict_time
     from probes.verdict.settings import Resolved, load_judging_config, resolve
 
+    keep_freed_memory()  # one verdict and the process ends: no memory to give back
     now = verdict_time(args.at, now=time.time())
     if args.prometheus:
         resolved = Resolved(load_judging_config(args.config),

@@ -328,7 +328,7 @@ def read_pod_grids(source: Any, *, since: float | None, until: float | None,
         folds: list[LatencyFold] = []
         with stream(since=lo, until=until, paths=paths, cohorts=cohorts,
                     stratum_s=stratum_s, by_row=True,
-                    whole=lambda rows: folds[0].whole(rows)) as (cols, chunks):
+                    whole=lambda _cols, rows: folds[0].whole(rows)) as (cols, chunks):
             fold = LatencyFold(cols, since=since, warmup_s=warmup_s, length_s=length_s,
                                exclude=exclude)
             folds.append(fold)

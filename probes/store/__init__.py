@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probes.store._strata import HOUR_S, ROLLUP_S
 from probes.store.records import (
     APPEARED_EVENT,
     BOOKKEEPING_EVENTS,
@@ -19,8 +20,10 @@ __all__ = [
     "APPEARED_EVENT",
     "BOOKKEEPING_EVENTS",
     "DEFAULT_PATH",
+    "HOUR_S",
     "PRESENT_EVENT",
     "RESTART_EVENT",
+    "ROLLUP_S",
     "SCHEMA_VERSION",
     "SETTINGS_EVENT",
     "Event",

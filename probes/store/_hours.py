@@ -42,7 +42,7 @@ from probes.store._strata import (
     stratum_index,
     whole_records,
 )
-from probes.store.table import LatencyRows
+from probes.store.table import EndpointColumns, LatencyRows
 
 __all__ = ["HOUR_ROLLS", "HOUR_TABLE", "MINUTE", "hour_latency", "hour_rows"]
 
@@ -156,15 +156,18 @@ def hour_rows(path: str) -> Callable[[sqlite3.Connection, str, list[Any]],
 
 
 # Which rows of a chunk of hour rows (`LatencyRows`, each at the stratum of its first minute
-# with records, `last` at its last's) a reader takes whole; the others are read by minute.
-Whole = Callable[[LatencyRows], npt.NDArray[np.bool_]]
+# with records, `last` at its last's) a reader takes whole, given the endpoint rows the
+# stream read them with (`EndpointColumns`); the others are read by minute.
+Whole = Callable[[EndpointColumns, LatencyRows], npt.NDArray[np.bool_]]
 # The store's indexing of records: (records, each row's start, stored ids, records a row).
 Index = Callable[[npt.NDArray[Any], npt.NDArray[np.float64], npt.NDArray[np.int64],
                   npt.NDArray[np.int64]], LatencyRows]
 
 
 def hour_latency(conn: sqlite3.Connection, where: str, args: list[Any], path: str,
-                 stratum_s: float, index: Index, whole: Whole) -> Iterator[LatencyRows]:
+                 stratum_s: float, index: Index,
+                 whole: Callable[[LatencyRows], npt.NDArray[np.bool_]]
+                 ) -> Iterator[LatencyRows]:
     """The latency records of the hour rows of `where` (one hour): the rows `whole` takes
     as they are, each at the stratum of its first minute with records (`last`: of its
     last), as its minutes would be read (never one with a pod start inside: its `started`

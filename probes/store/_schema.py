@@ -1,4 +1,4 @@
-"""The store's schema (v5), its version check and migration, and the sqlite3 -> store
+"""The store's schema (v6), its version check and migration, and the sqlite3 -> store
 error mapping.
 
 The schema is versioned in the `meta` table (`application`, `schema_version`) and mirrored
@@ -23,6 +23,8 @@ Versions:
 - v5: `endpoint_hours`, the endpoint rollups of each hour in one row (`probes.store._hours`),
   and meta `hours_rolled_until`; a migrated store's hours are rolled by the writer, an hour
   a write.
+- v6: `path_hours`, the path rollups of each hour in one row (`probes.store._path_hours`),
+  and meta `path_hours_rolled_until`, kept and migrated as the endpoint hours are.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from contextlib import contextmanager
 
 from probes.errors import StoreCorrupt, StoreError
 from probes.store._hours import HOUR_TABLE
+from probes.store._path_hours import PATH_HOUR_TABLE, PATH_HOURS
 from probes.store._strata import HOURS, PATH_ROLLUP_TABLE, PATH_ROLLUPS, ROLLUP_TABLE
 
 __all__ = [
@@ -45,7 +48,7 @@ __all__ = [
     "migrate",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _APPLICATION = "skewprobe"
 _APPLICATION_ID = 0x736B6577  # "skew": lets file(1) and sqlite tools tell our files apart
 
@@ -80,7 +83,7 @@ CREATE TABLE inventory (
     at REAL NOT NULL, namespace TEXT NOT NULL, workload TEXT NOT NULL,
     proxy_version TEXT NOT NULL, pods INTEGER NOT NULL, max_age_s REAL NOT NULL,
     PRIMARY KEY (at, namespace, workload, proxy_version)) WITHOUT ROWID;
-""" + ROLLUP_TABLE + ";" + PATH_ROLLUP_TABLE + ";" + HOUR_TABLE
+""" + ROLLUP_TABLE + ";" + PATH_ROLLUP_TABLE + ";" + HOUR_TABLE + ";" + PATH_HOUR_TABLE
 
 UPSERT_WINDOW = """
 INSERT INTO path_windows (start, path_id, cohort_id, length, requests, successes,
@@ -188,14 +191,13 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
                         ).fetchone() is None:
             conn.execute(ROLLUP_TABLE)
             conn.execute("DELETE FROM meta WHERE key = 'rolled_until'")
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (PATH_ROLLUPS,)
-                        ).fetchone() is None:
-            conn.execute(PATH_ROLLUP_TABLE)
-            conn.execute("DELETE FROM meta WHERE key = 'paths_rolled_until'")
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (HOURS,)
-                        ).fetchone() is None:
-            conn.execute(HOUR_TABLE)
-            conn.execute("DELETE FROM meta WHERE key = 'hours_rolled_until'")
+        for table, create, key in ((PATH_ROLLUPS, PATH_ROLLUP_TABLE, "paths_rolled_until"),
+                                   (HOURS, HOUR_TABLE, "hours_rolled_until"),
+                                   (PATH_HOURS, PATH_HOUR_TABLE, "path_hours_rolled_until")):
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)
+                            ).fetchone() is None:
+                conn.execute(create)
+                conn.execute("DELETE FROM meta WHERE key = ?", (key,))
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                      (str(SCHEMA_VERSION),))
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -1,7 +1,8 @@
 """Windows rolled up by the minute, and endpoint rows summed by time: into the verdict's
 strata in numpy, a range of start at a time, from the raw windows (`endpoint_windows`) or
 the 60 s rollups (`endpoint_rollups`, schema v3), and the rollups kept; the path windows'
-rollups (`path_rollups`, schema v4) kept by the same machinery (`Rolls`).
+rollups (`path_rollups`, schema v4) kept by the same machinery (`Rolls`), as are both kinds'
+hour rows (`probes.store._hours`, v5; `probes.store._path_hours`, v6).
 
 A stratum is `stratum_s` long from the epoch (`stratum_index`), so a stratum that is a
 whole number of minutes is the sum of its minutes' rollups: a read takes whole minutes
@@ -44,8 +45,9 @@ import numpy.typing as npt
 from probes.errors import StoreCorrupt
 from probes.measure.sparse import COUNTS, LATENCY
 
-__all__ = ["CATCH_UP_S", "ENDPOINT_ROLLS", "HOURS", "HOUR_S", "KEYS", "PATH_ROLLS",
-           "PATH_ROLLUPS", "PATH_ROLLUP_TABLE", "RAW", "ROLLUPS", "ROLLUP_S", "ROLLUP_TABLE",
+__all__ = ["BLOB_RECORDS", "CATCH_UP_S", "ENDPOINT_ROLLS", "HOURS", "HOUR_S", "KEYS",
+           "PATH_ROLLS", "PATH_ROLLUPS", "PATH_ROLLUP_TABLE", "RAW", "ROLLUPS", "ROLLUP_S",
+           "ROLLUP_TABLE",
            "TABLE_COLUMNS", "HourReader", "Range", "Rolls", "blobs", "ints", "keys",
            "latency_blobs", "latency_records", "merged_records", "minute", "reroll", "roll",
            "roll_up", "rolled_until", "segments", "strata_rows", "stratum_index",
@@ -465,7 +467,8 @@ _SUMS = (f"{stratum_sql(ROLLUP_S)} AS m, path_id, cohort_id, MIN(start), MAX(sta
          f" MIN(length) = MAX(length) AND SUM({_HAS_DATA}) = COUNT(*),"
          " SUM(requests), SUM(successes), SUM(attempts_sum), SUM(attempts_count), SUM(churn),"
          " MAX(lag_max_s), SUM(streams_opened), SUM(stream_seconds)")
-_BLOBS = (("outcomes", COUNTS), ("stream_resets", COUNTS), ("latency", LATENCY))
+# The path rows' record columns and their records.
+BLOB_RECORDS = (("outcomes", COUNTS), ("stream_resets", COUNTS), ("latency", LATENCY))
 
 
 def _roll_paths(conn: sqlite3.Connection, lo: float, hi: float, path: str) -> None:
@@ -482,7 +485,7 @@ def _roll_paths(conn: sqlite3.Connection, lo: float, hi: float, path: str) -> No
         if rows:
             key_rows = np.array([r[:3] for r in rows], dtype=np.int64)
             merged = []
-            for column, record in _BLOBS:
+            for column, record in BLOB_RECORDS:
                 found = blobs(conn, _PATH_RAW, column, (stratum_sql(ROLLUP_S), "path_id",
                                                    "cohort_id"), where, args)
                 merged.append(merged_records(key_rows, found, record, path, "path windows")
@@ -496,11 +499,12 @@ def _roll_paths(conn: sqlite3.Connection, lo: float, hi: float, path: str) -> No
 PATH_ROLLS = Rolls(_PATH_RAW, "paths_rolled_until", _roll_paths)
 
 
-def keys(conn: sqlite3.Connection, where: str, args: list[Any]
+def keys(conn: sqlite3.Connection, where: str, args: list[Any], table: str = PATH_ROLLUPS
          ) -> dict[str, npt.NDArray[np.float64]]:
-    """The `KEYS` of the rollup rows of `where` as columns, by start, path and cohort id."""
+    """The `KEYS` of the rollup rows of `where` (of `table`: the minute rollups, or the
+    hour rows) as columns, by start, path and cohort id."""
     a: npt.NDArray[np.float64] = np.fromiter(
-        conn.execute(f"SELECT {', '.join(KEYS)} FROM {PATH_ROLLUPS} WHERE {where}"
+        conn.execute(f"SELECT {', '.join(KEYS)} FROM {table} WHERE {where}"
                      " ORDER BY start, path_id, cohort_id", args),
         dtype=np.dtype((np.float64, len(KEYS)))).reshape(-1, len(KEYS)).astype(np.float64)
     return {name: a[:, i].copy() for i, name in enumerate(KEYS)}

@@ -19,7 +19,8 @@ tuple each) and is for bounded ranges: ~40 µs a window. Schema v3 and v4 add th
 path windows' per-minute rollups (`_strata`): `path_rollup_keys` and
 `read_path_rollups` give a cold verdict the path windows' whole minutes pooled already.
 Schema v5 rolls the endpoint rollups up again per hour (`_hours`): a cold verdict reads a
-day's strata and latency records from 20 times fewer rows.
+day's strata and latency records from 20 times fewer rows; schema v6 the path rollups
+(`_path_hours`), which `path_rollup_keys` gives whole hours of.
 
 Errors: every sqlite3 error is mapped here to `StoreError` (full disk, locked, unreadable)
 or `StoreCorrupt` (not a database, malformed), with a one-line message naming the file.
@@ -27,12 +28,13 @@ or `StoreCorrupt` (not a database, malformed), with a one-line message naming th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -47,6 +49,7 @@ from probes.measure.histogram import sparse_from_tuple
 from probes.measure.sparse import LATENCY, decode, decode_many, encode_latency_map, encode_map
 from probes.spec import DEFAULT_STORE_PATH
 from probes.store._hours import HOUR_ROLLS, Whole, hour_latency, hour_rows
+from probes.store._path_hours import PATH_HOUR_ROLLS, PATH_HOURS
 from probes.store._schema import (
     ENDPOINT_V2_COLUMNS,
     SCHEMA_VERSION,
@@ -59,6 +62,7 @@ from probes.store._schema import (
 from probes.store._strata import (
     CATCH_UP_S,
     ENDPOINT_ROLLS,
+    HOUR_S,
     HOURS,
     PATH_ROLLS,
     PATH_ROLLUPS,
@@ -67,6 +71,7 @@ from probes.store._strata import (
     TABLE_COLUMNS,
     HourReader,
     Range,
+    Rolls,
     keys,
     latency_records,
     minute,
@@ -93,6 +98,9 @@ from probes.store.table import (
     WindowTable,
 )
 from probes.types import EndpointWindow, PathWindow
+
+# The rollups' tables: a store without one of them is migrated when opened for writing.
+_ROLLUP_TABLES = frozenset({ROLLUPS, PATH_ROLLUPS, HOURS, PATH_HOURS})
 
 __all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "Store", "StoreMarks", "stratum_index"]
 
@@ -134,7 +142,8 @@ class Store:
 
     def __init__(self, conn: sqlite3.Connection, path: str, readonly: bool,
                  version: int = SCHEMA_VERSION, *, rollups: bool = True,
-                 path_rollups: bool = True, hours: bool = True) -> None:
+                 path_rollups: bool = True, hours: bool = True,
+                 path_hours: bool = True) -> None:
         self._conn = conn
         self._path = path
         self._readonly = readonly
@@ -143,6 +152,7 @@ class Store:
         self._rollups = rollups
         self._path_rollups = path_rollups  # likewise the path windows' (schema v4)
         self._hours = hours  # and the endpoint rollups' per hour (schema v5)
+        self._path_hours = path_hours  # and the path rollups' (schema v6)
         # A v1 store opened read-only is read as it is: its endpoint windows lack the v2
         # columns, which its reads then take as NULL.
         self._endpoint_v2 = ", ".join(
@@ -190,10 +200,10 @@ class Store:
                 else:
                     version = check_schema(conn, p, tables)
                     if not readonly and (version < SCHEMA_VERSION
-                                         or not {ROLLUPS, PATH_ROLLUPS, HOURS} <= tables):
+                                         or not tables >= _ROLLUP_TABLES):
                         migrate(conn, p)
                         version = SCHEMA_VERSION
-                        tables |= {ROLLUPS, PATH_ROLLUPS, HOURS}
+                        tables |= _ROLLUP_TABLES
                 if not readonly:
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute("PRAGMA synchronous = FULL")
@@ -202,7 +212,8 @@ class Store:
             raise
         return cls(conn, p, readonly, version, rollups=ROLLUPS in tables or not tables,
                    path_rollups=PATH_ROLLUPS in tables or not tables,
-                   hours=HOURS in tables or not tables)
+                   hours=HOURS in tables or not tables,
+                   path_hours=PATH_HOURS in tables or not tables)
 
     @property
     def path(self) -> str:
@@ -313,10 +324,12 @@ class Store:
             reroll(conn, starts, self._path)
             reroll(conn, starts, self._path, HOUR_ROLLS)  # from the minutes just rolled
             reroll(conn, path_starts, self._path, PATH_ROLLS)
+            reroll(conn, path_starts, self._path, PATH_HOUR_ROLLS)
             if roll_before is not None:
                 roll_up(conn, roll_before, self._path, most_s=CATCH_UP_S)
-                _roll_hours(conn, self._path, most_s=HOUR_ROLLS.unit)
+                _roll_hours(conn, self._path, most_s=HOUR_S)
                 roll_up(conn, roll_before, self._path, most_s=CATCH_UP_S, kind=PATH_ROLLS)
+                _roll_hours(conn, self._path, most_s=HOUR_S, kind=PATH_HOUR_ROLLS)
         return n
 
     def roll_up(self, before: float | None = None) -> None:
@@ -331,6 +344,7 @@ class Store:
                 if until is not None:
                     roll_up(conn, until, self._path, kind=kind)
             _roll_hours(conn, self._path)
+            _roll_hours(conn, self._path, kind=PATH_HOUR_ROLLS)
 
     def _endpoint_id(self, conn: sqlite3.Connection, name: str, labels: Any) -> int:
         # By the labels object first: an endpoint's windows share its labels mapping, and
@@ -397,6 +411,8 @@ class Store:
             reroll(conn, [before], self._path, HOUR_ROLLS)  # the hour it cuts
             conn.execute(f"DELETE FROM {PATH_ROLLUPS} WHERE start < ?", (before,))
             reroll(conn, [before], self._path, PATH_ROLLS)
+            conn.execute(f"DELETE FROM {PATH_HOURS} WHERE start < ?", (before,))
+            reroll(conn, [before], self._path, PATH_HOUR_ROLLS)
             conn.execute("DELETE FROM events WHERE at < ?", (before,))
             row = conn.execute(
                 "SELECT MAX(at) FROM inventory_snapshots WHERE at <= ?", (before,)
@@ -481,11 +497,13 @@ class Store:
 
     def path_rollup_keys(
         self, since: float | None, until: float | None, paths: Iterable[str] | None = None,
-        cohorts: Iterable[str] | None = None,
+        cohorts: Iterable[str] | None = None, *, hours: bool = True,
     ) -> tuple[float, float, dict[str, npt.NDArray[np.float64]], dict[int, str]] | None:
         """The whole minutes [lo, hi) of [since, until) that the path windows' rollups hold
-        (schema v4, `probes.store._strata`), their rows' `KEYS` (one row each) and
-        the names of their ids; None when they hold none of it (read it raw)."""
+        (schema v4, `probes.store._strata`), their rows' `KEYS` (one row each, `unit` its
+        length: the whole hours among them that the hour rows hold, schema v6, as one row
+        an hour unless `hours` is False, the other minutes a row each) and the names of
+        their ids; None when they hold none of it (read it raw)."""
         if not self._path_rollups:
             return None
         where, args = self._where(since, until, paths, cohorts)
@@ -499,18 +517,28 @@ class Store:
             if not lo < hi:
                 return None
             names = dict(conn.execute("SELECT id, name FROM names").fetchall())
-            return lo, hi, keys(conn, where, within(args, lo, hi)), names
+            hours_done = rolled_until(conn, self._path, PATH_HOUR_ROLLS) if (
+                hours and self._path_hours) else None
+            if hours_done is None:
+                return lo, hi, _united(keys(conn, where, within(args, lo, hi))), names
+            h0 = math.ceil(lo / HOUR_S) * HOUR_S if math.isfinite(lo) else lo
+            h1 = max(h0, math.floor(min(hi, hours_done) / HOUR_S) * HOUR_S)
+            parts = [_united(keys(conn, where, within(args, lo, h0))),
+                     _united(keys(conn, where, within(args, h0, h1), PATH_HOURS), HOUR_S),
+                     _united(keys(conn, where, within(args, h1, hi)))]
+            return lo, hi, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, names
 
     def read_path_rollups(
         self, since: float, until: float, paths: Iterable[str] | None = None,
-        cohorts: Iterable[str] | None = None,
+        cohorts: Iterable[str] | None = None, *, hours: bool = False,
     ) -> WindowTable:
-        """The path rollups of the minutes [since, until) as pooled rows, one a minute, path
-        and cohort (each row's start and length its newest window's), in the order of
-        `path_rollup_keys`' rows."""
+        """The path rollups of the minutes [since, until) (with `hours`: the hour rows of
+        the hours) as pooled rows, one a minute (an hour), path and cohort (each row's start
+        and length its newest window's), in the order of `path_rollup_keys`' rows."""
         where, args = self._where(since, until, paths, cohorts)
         with self._read_transaction("read path rollups") as conn:
-            return self._table(conn, PATH_ROLLUPS, TABLE_COLUMNS, where, args)
+            return self._table(conn, PATH_HOURS if hours else PATH_ROLLUPS, TABLE_COLUMNS,
+                               where, args)
 
     def read_windows(
         self,
@@ -611,10 +639,11 @@ class Store:
         runs (iterate inside it). A cold verdict folds the chunks into each pod's histogram
         as they come: a day of 12 pods' records held whole was gigabytes (BENCHMARKS.md D23).
         `whole` (with `by_row` and strata of whole minutes): which rows of an hour's rollup
-        (`LatencyRows` with `last`) the caller takes whole, its records at the stratum of
-        the first minute that has any; the others' minutes are read instead. Without it,
-        every row is one stratum's. Rows not in strata that fit one chunk (the running
-        probe's re-read of its last minutes) come with their latency in one query."""
+        (`LatencyRows` with `last`) the caller takes whole, asked with the columns this
+        yields, its records at the stratum of the first minute that has any; the others'
+        minutes are read instead. Without it, every row is one stratum's. Rows not in strata
+        that fit one chunk (the running probe's re-read of its last minutes) come with their
+        latency in one query."""
         where, args = self._where(since, until, paths, cohorts)
         v2 = self._endpoint_v2.split(", ")
         a_sum, a_count, _ = v2
@@ -670,7 +699,7 @@ class Store:
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
                         lookups, rows) if stratum_s is None else self._latency_strata(
                         conn, where, args, float(stratum_s), ranges, lookups,
-                        whole if by_row else None))
+                        functools.partial(whole, cols) if whole and by_row else None))
                     if not by_row:
                         chunks = _expanded(chunks)
                 # What the rows were read into is let go before the chunks come: a day of
@@ -707,7 +736,8 @@ class Store:
 
     def _latency_strata(self, conn: sqlite3.Connection, where: str, args: list[Any],
                         stratum_s: float, ranges: Sequence[Range],
-                        lookups: tuple[Any, ...], whole: Whole | None = None
+                        lookups: tuple[Any, ...],
+                        whole: Callable[[LatencyRows], npt.NDArray[np.bool_]] | None = None
                         ) -> Iterator[LatencyRows]:
         """The latency records of the rows in `ranges` (of start, each from its table: raw
         windows or rollups), a range at a time, each at its row's stratum; an hour's rows
@@ -929,11 +959,20 @@ class Store:
         return [InventorySnapshot(t, tuple(by_time[t])) for t in times]
 
 
-def _roll_hours(conn: sqlite3.Connection, path: str, most_s: float | None = None) -> None:
-    """The hours whose minutes are all rolled up, rolled up in turn (`_hours`)."""
-    minutes = rolled_until(conn, path)
+def _united(k: dict[str, npt.NDArray[np.float64]], unit: float = ROLLUP_S
+            ) -> dict[str, npt.NDArray[np.float64]]:
+    """Rollup keys with their rows' length of time (`unit`) as a column."""
+    k["unit"] = np.full(len(k["start"]), unit)
+    return k
+
+
+def _roll_hours(conn: sqlite3.Connection, path: str, most_s: float | None = None,
+                kind: Rolls = HOUR_ROLLS) -> None:
+    """The hours whose minutes are all rolled up, rolled up in turn (`kind`: the endpoint
+    hours, `_hours`, or the path hours, `_path_hours`)."""
+    minutes = rolled_until(conn, path, PATH_ROLLS if kind is PATH_HOUR_ROLLS else None)
     if minutes is not None:
-        roll_up(conn, minutes, path, most_s=most_s, kind=HOUR_ROLLS)
+        roll_up(conn, minutes, path, most_s=most_s, kind=kind)
 
 
 def _rows_of(conn: sqlite3.Connection, select: str, args: Sequence[Any]

@@ -288,19 +288,25 @@ def _unique_floats(x: F64, times: F64) -> tuple[F64, npt.NDArray[np.int64]]:
 _RUNS_MAX = 256
 
 
-def _extremes(t: F64, group: npt.NDArray[np.int64], n: int) -> tuple[F64, F64]:
-    """The largest and smallest of `t` per group (`group` in [0, `n`); +-inf where none):
-    records come in order of their stratum, so each run of one stratum is scattered whole,
-    later runs over earlier ones, instead of a ufunc.at over every record."""
+def _extremes(t: F64, group: npt.NDArray[np.int64], n: int, last: F64 | None = None
+              ) -> tuple[F64, F64]:
+    """The largest of `last` (default `t`) and the smallest of `t` per group (`group` in
+    [0, `n`); +-inf where none), in one pass: records come in order of their stratum, so
+    each run of one stratum (and last) is scattered whole, later runs over earlier ones,
+    instead of a ufunc.at over every record."""
+    top = t if last is None else last
     newest, oldest = np.full(n, -math.inf), np.full(n, math.inf)
-    cuts = np.flatnonzero(t[1:] != t[:-1]) + 1
-    if len(cuts) < _RUNS_MAX and not np.any(t[cuts] < t[cuts - 1]):
+    change = t[1:] != t[:-1]
+    if last is not None:
+        change |= top[1:] != top[:-1]
+    cuts = np.flatnonzero(change) + 1
+    if len(cuts) < _RUNS_MAX and not np.any(top[cuts] < top[cuts - 1]):
         for lo, hi in itertools.pairwise([0, *cuts.tolist(), len(t)]):
             g = group[lo:hi]
-            newest[g] = t[lo]
+            newest[g] = top[lo]
             oldest[g] = np.minimum(oldest[g], t[lo])
         return newest, oldest
-    np.maximum.at(newest, group, t)
+    np.maximum.at(newest, group, top)
     np.minimum.at(oldest, group, t)
     return newest, oldest
 
@@ -361,11 +367,13 @@ class _PooledLatency:
         if codes:
             t = _stratum_of(moving.start, stratum)
             pod = (codes[0] * len(self._where[1]) + codes[1]) * len(self._where[2]) + codes[2]
-            uniq, inv = np.unique(pod, return_inverse=True)
+            # By a table of the pods, not a sort: a cold fill's rows are a day's strata.
+            uniq, _, inv = _unique_ints(pod, math.prod(len(w) for w in self._where),
+                                        first=False)
             low = np.full(uniq.size, math.inf)
-            np.minimum.at(low, inv.ravel(), t)
+            np.minimum.at(low, inv, t)
             first_rows = np.zeros(uniq.size, dtype=np.int64)
-            first_rows[inv.ravel()] = np.arange(pod.size)
+            first_rows[inv] = np.arange(pod.size)
             for r, lo in zip(first_rows.tolist(), low.tolist(), strict=True):
                 name = (int(codes[0][r]), int(codes[1][r]), int(codes[2][r]))
                 if lo < self._first_seen.get(name, math.inf):
@@ -410,9 +418,10 @@ class _PooledLatency:
         some = np.empty(len(uniq), dtype=np.int64)
         some[inverse] = np.repeat(s, per_row)
         total = np.rint(np.bincount(inverse, weights=count, minlength=len(uniq)))
-        newest, oldest = _extremes(np.repeat(start[s], per_row), inverse, len(uniq))
-        if lat.last is not None:  # rows of an hour's rollup: newest at their last minute
-            newest, _ = _extremes(np.repeat(lat.last[s], per_row), inverse, len(uniq))
+        # Rows of an hour's rollup: newest at their last minute, oldest at their first.
+        newest, oldest = _extremes(
+            np.repeat(start[s], per_row), inverse, len(uniq),
+            None if lat.last is None else np.repeat(lat.last[s], per_row))
         at_key = np.searchsorted(self._keys, uniq)
         known = at_key < len(self._keys)
         known[known] = self._keys[at_key[known]] == uniq[known]
@@ -633,12 +642,10 @@ class VerdictCache:
         lat = _PooledLatency(origin, stratum_s, warmup_s or 0.0)
         length = self._length_bound(stratum_s)
         # An hour's records pooled whole where every minute of it is settled.
-        held: list[EndpointColumns] = []
         with store.stream_endpoint_columns(
                 since=origin, until=seal, stratum_s=stratum_s, latency=with_latency,
-                by_row=True, whole=lambda rows: lat.whole(held[0], rows, length, spans)
+                by_row=True, whole=lambda cols, rows: lat.whole(cols, rows, length, spans)
         ) as (sealed, chunks):
-            held.append(sealed)
             # The rows first (each pod's first stratum), then their latency records pooled
             # a chunk at a time: a day's records held whole were gigabytes (BENCHMARKS.md D23).
             if with_latency:

@@ -1,13 +1,16 @@
 """Path windows pooled to what the verdict needs: one row per path, cohort and stretch of
 windows between the times the verdict's arithmetic turns on (`probes.verdict.cache`'s
-docstring says which), read from the store a range at a time, whole minutes from the path
-windows' rollups where the store keeps them (schema v4, `probes.store._strata`).
+docstring says which), read from the store a range at a time, whole hours and minutes from
+the path windows' rollups where the store keeps them (schema v4 and v6,
+`probes.store._strata`, `probes.store._path_hours`).
 
-A minute's rollup is its windows pooled already, so it stands for them wherever no cut
-falls inside it; `_raw_minutes` finds the minutes that must be read raw: those whose
+A minute's rollup is its windows pooled already, and an hour's row its minutes, so it
+stands for them wherever no cut falls inside it; `_raw_minutes` finds the rows that must be
+opened (an hour into its minute rollups, a minute into its stored windows): those whose
 windows differ in length or have no data, those an overload span reaches into, those that
-may hold the first window two cohorts share (the raw windows tell where it is), and those
-a cut falls into. The rest is read from the rollups, six times fewer rows than windows.
+may hold the first window two cohorts share (the windows tell where it is), and those a
+cut falls into. The rest is read from the rollups: a day's path windows from 360 times
+fewer rows.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy.typing as npt
 
 from probes.errors import StoreError
 from probes.stats.series import columns, overlapping
-from probes.store import Store
+from probes.store import HOUR_S, ROLLUP_S, Store
 from probes.store.columns import concat, reduce, take
 from probes.store.table import WindowTable
 
@@ -209,14 +212,16 @@ def _read_raw(store: Store, since: float | None, until: float, paths: Iterable[s
         read.add(part, part.start, spans)
 
 
-# A rollup row holds a minute's records, several windows' worth: ranges of fewer rows.
+# A rollup row holds a minute's records, several windows' worth: ranges of fewer rows; an
+# hour row holds its minutes' records merged per bucket, several minutes' worth.
 _ROLLED_WEIGHT = 4
+_HOUR_WEIGHT = 16
 
 
 @dataclass(frozen=True, slots=True)
 class _Rollups:
     """`Store.path_rollup_keys`: the whole minutes [lo, hi) the rollups hold, their rows'
-    keys (as columns) and the names of their ids."""
+    keys (as columns; `unit`: a minute's row or an hour's) and the names of their ids."""
 
     lo: float
     hi: float
@@ -239,19 +244,15 @@ def _read_rolled(store: Store, rolled: _Rollups, read: _Read, lead: tuple[int, i
                  seal: float, spans: Spans, tail: WindowTable | None,
                  paths: Iterable[str] | None, cohorts: Iterable[str] | None) -> None:
     """The minutes of `rolled` into `read`, in time order (after the `lead` parts and
-    empty rows read before them): from the rollups, but the minutes `_raw_minutes` says
-    from the stored windows, each range of rows pooled at the whole span's cuts."""
-    raw, cuts = _raw_minutes(store, rolled, read, seal, spans, tail, paths, cohorts)
-    k = rolled.keys
+    empty rows read before them): from the hour rows and the minute rollups, but the hours
+    and minutes `_raw_minutes` opens from their minutes and stored windows, each range of
+    rows pooled at the whole span's cuts."""
+    raw, cuts, k = _raw_minutes(store, rolled, read, seal, spans, tail, paths, cohorts)
     used = ~np.isin(k["start"], list(raw))
     read.lengths.append(np.repeat(k["length"][used], k["windows"][used].astype(np.int64)))
     out = _Read()
-    minutes = np.unique(k["start"])
-    per = max(1, int(len(minutes) * POOL_ROWS / _ROLLED_WEIGHT / max(len(k["start"]), 1)))
-    for at in range(0, len(minutes), per):
-        lo = float(minutes[at])
-        hi = float(minutes[at + per]) if at + per < len(minutes) else rolled.hi
-        table = store.read_path_rollups(lo, hi, paths, cohorts)
+    for lo, hi, hours in _ranges(k, rolled.hi):
+        table = store.read_path_rollups(lo, hi, paths, cohorts, hours=hours)
         rows_at = slice(*np.searchsorted(k["start"], [lo, hi]).tolist())
         keep, first = used[rows_at], k["first"][rows_at]
         if len(first) != len(table.start):
@@ -274,33 +275,71 @@ def _read_rolled(store: Store, rolled: _Rollups, read: _Read, lead: tuple[int, i
     read.empty[lead[1]:lead[1]] = out.empty
 
 
+def _ranges(k: dict[str, F64], end: float) -> list[tuple[float, float, bool]]:
+    """The rows of `k` as ranges of start [lo, hi) read at once, each of hour rows only
+    (True) or minute rows only, about `POOL_ROWS` rows' worth of records each."""
+    starts, at, count = np.unique(k["start"], return_index=True, return_counts=True)
+    if not len(starts):
+        return []
+    hour = k["unit"][at] > ROLLUP_S
+    weight = np.cumsum(count * np.where(hour, _HOUR_WEIGHT, _ROLLED_WEIGHT))
+    part = weight // POOL_ROWS
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = (part[1:] != part[:-1]) | (hour[1:] != hour[:-1])
+    first = np.flatnonzero(new)
+    bounds = [*starts[first].tolist(), end]
+    return [(bounds[i], bounds[i + 1], bool(hour[j])) for i, j in enumerate(first.tolist())]
+
+
 def _raw_minutes(store: Store, rolled: _Rollups, read: _Read, seal: float, spans: Spans,
                  tail: WindowTable | None, paths: Iterable[str] | None,
-                 cohorts: Iterable[str] | None) -> tuple[dict[float, WindowTable], dict[str, F64]]:
-    """The minutes of `rolled` to read raw, read (by minute), and the whole span's cuts:
-    a minute is raw when a rollup of it is irregular or an overload span reaches into it,
-    when it may hold the first window two cohorts of a path share before the first one the
-    raw windows show, and when a cut falls inside one of its rollups; a minute read raw
-    may show another, so until none does."""
+                 cohorts: Iterable[str] | None
+                 ) -> tuple[dict[float, WindowTable], dict[str, F64], dict[str, F64]]:
+    """The minutes of `rolled` to read raw, read (by minute), the whole span's cuts, and
+    the rollups' keys with the hours opened into their minutes: an hour or minute row is
+    opened (an hour into its minute rollups, a minute into its stored windows) when it is
+    irregular or an overload span reaches into it, when it may hold the first window two
+    cohorts of a path share before the first one the rows opened show, and when a cut
+    falls inside it; a row opened may show another, so until none does."""
     k = rolled.keys
-    todo = set(k["start"][(k["regular"] == 0) | overlapping(
-        k["first"], k["last"] + k["length"] - k["first"], spans)].tolist())
     raw: dict[float, WindowTable] = {}
     known = list(read.parts)
     if tail is not None:
         known.append(take(tail, columns(tail).has_data))
     while True:
-        for m in sorted(todo - raw.keys()):
-            raw[m] = store.read_table(m, m + 60.0, paths, cohorts)
         used = ~np.isin(k["start"], list(raw))
-        exact = [*known, *(take(t, columns(t).has_data) for t in raw.values())]
-        rows = _rows(exact, k, used, rolled.names)
-        todo = _shared_minutes(rows, k["start"], used)
-        cuts = cut_times(rows, seal, spans)
+        todo = set(k["start"][used & ((k["regular"] == 0) | overlapping(
+            k["first"], k["last"] + k["length"] - k["first"], spans))].tolist())
         if not todo:
-            todo = _straddled(rows, cuts, k, used)
-        if not todo:
-            return raw, cuts
+            exact = [*known, *(take(t, columns(t).has_data) for t in raw.values())]
+            rows = _rows(exact, k, used, rolled.names)
+            todo = _shared_minutes(rows, k["start"], used)
+            cuts = cut_times(rows, seal, spans)
+            if not todo:
+                todo = _straddled(rows, cuts, k, used)
+            if not todo:
+                return raw, cuts, k
+        hours = sorted(set(k["start"][k["unit"] > ROLLUP_S].tolist()) & todo)
+        if hours:
+            k = _opened(store, k, hours, paths, cohorts)
+        for m in sorted(todo - raw.keys() - set(hours)):
+            raw[m] = store.read_table(m, m + ROLLUP_S, paths, cohorts)
+
+
+def _opened(store: Store, k: dict[str, F64], hours: list[float],
+            paths: Iterable[str] | None, cohorts: Iterable[str] | None) -> dict[str, F64]:
+    """`k` with the hour rows of `hours` replaced by their minute rollups' rows."""
+    kept = ~np.isin(k["start"], hours) | (k["unit"] <= ROLLUP_S)
+    parts = [{name: col[kept] for name, col in k.items()}]
+    for h in hours:
+        found = store.path_rollup_keys(h, h + HOUR_S, paths, cohorts, hours=False)
+        if found is None:
+            raise StoreError(f"{store.path}: read path rollups: the store changed while it"
+                             " was read; ask again")
+        parts.append(found[2])
+    out = {name: np.concatenate([p[name] for p in parts]) for name in k}
+    order = np.lexsort((out["cohort_id"], out["path_id"], out["start"]))
+    return {name: col[order] for name, col in out.items()}
 
 
 def _rows(exact: list[WindowTable], k: dict[str, F64], used: npt.NDArray[np.bool_],
@@ -330,7 +369,7 @@ def _shared_minutes(rows: _Rows, minute: F64, used: npt.NDArray[np.bool_]) -> se
     n_rolled = int(used.sum())
     rolled = np.zeros(len(rows.start), dtype=bool)
     rolled[len(rows.start) - n_rolled:] = True
-    at = np.where(rolled, 0.0, np.floor(rows.start / 60.0) * 60.0)
+    at = np.where(rolled, 0.0, np.floor(rows.start / ROLLUP_S) * ROLLUP_S)
     at[rolled] = minute[used]
     out: set[float] = set()
     for p in np.unique(rows.path):

@@ -507,7 +507,7 @@ def test_a_v1_store_is_migrated_in_place_and_its_old_rows_read_as_unrecorded(
         [e] = old.read_endpoint_windows()
         assert (e.requests, e.errors, e.attempts_count, dict(e.latency)) == (5, 1, 0, {})
 
-    with Store.open(db) as store:  # writable: migrated, then written as v5
+    with Store.open(db) as store:  # writable: migrated, then written as v6
         store.write([], [EndpointWindow(20.0, "checkout", "pod-0", "v1", 2, 0, {},
                                         attempts_sum=3, attempts_count=2,
                                         latency={600: 1, 610: 1})])
@@ -524,8 +524,8 @@ def test_a_v1_store_is_migrated_in_place_and_its_old_rows_read_as_unrecorded(
     conn = sqlite3.connect(db)
     try:
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        assert version[0] == str(probes.store.SCHEMA_VERSION) == "5"
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert version[0] == str(probes.store.SCHEMA_VERSION) == "6"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
     finally:
         conn.close()
     Store.open(db).close()  # opening a migrated store again changes nothing

@@ -272,13 +272,17 @@ def _gone(k: int, w: PathWindow) -> bool:
     return w.cohort == NEW and (k == 15 or (w.path == "search" and k > 42))
 
 
-def _written_paths(db: Path, windows: int = WINDOWS, *, roll: bool = True) -> None:
+def _written_paths(db: Path, windows: int = WINDOWS, *, roll: bool = True,
+                   odd_at: Callable[[int], list[PathWindow]] = _odd,
+                   gone: Callable[[int, PathWindow], bool] = _gone) -> None:
+    """As the probe's writer writes path windows, `odd_at(k)` replacing window k's (or
+    added), those `gone` left out."""
     rng = np.random.default_rng(5)
     with Store.open(db) as store:
         for k in range(windows):
             paths, cells = windows_at(k, rng)
-            odd = {(w.path, w.cohort): w for w in _odd(k)}
-            paths = [odd.pop((w.path, w.cohort), w) for w in paths if not _gone(k, w)]
+            odd = {(w.path, w.cohort): w for w in odd_at(k)}
+            paths = [odd.pop((w.path, w.cohort), w) for w in paths if not gone(k, w)]
             store.write([*paths, *odd.values()], cells,
                         roll_before=T0 + k * W - HORIZON_S if roll else None)
 
@@ -422,7 +426,7 @@ def _hour_records(db: Path, whole: bool, since: float = T0) -> dict[tuple[Any, .
     out: dict[tuple[Any, ...], int] = {}
     with Store.open(db, readonly=True) as store, store.stream_endpoint_columns(
             since=since, stratum_s=60.0, by_row=True,
-            whole=lambda rows: np.full(len(rows.start), whole)) as (cols, chunks):
+            whole=lambda _cols, rows: np.full(len(rows.start), whole)) as (cols, chunks):
         for chunk in chunks:
             lat = chunk.expanded()
             for key in zip(lat.path.tolist(), lat.endpoint.tolist(), lat.cohort.tolist(),
@@ -483,13 +487,24 @@ def test_a_v4_store_gets_hours_and_the_writer_catches_up_an_hour_a_write(
     Store.open(db).close()  # writable: migrated, nothing rolled up yet
     assert _meta(db, "schema_version")[0] == str(SCHEMA_VERSION)
     assert _hours_meta(db) == (None, [])
+    marks = hours_caught_up(db, 3, T0 + (HOUR_WINDOWS - 1) * W - HORIZON_S,
+                            lambda: _hours_meta(db)[0],
+                            lambda: (_strata(db, 3600.0, T0), _hour_records(db, whole=True)),
+                            before)
+    assert marks == [T0 + 2800, T0 + 6400, T0 + 6400]  # an hour a write, oldest first
+
+
+def hours_caught_up(db: Path, writes: int, roll_before: float, mark: Callable[[], Any],
+                    read: Callable[[], Any], before: Any) -> list[Any]:
+    """`mark()` after each of `writes` writes that roll what is due (`roll_before`), each
+    read (`read()`) as `before`."""
     marks = []
     with Store.open(db) as store:
-        for _ in range(3):
-            store.write([], [], roll_before=T0 + (HOUR_WINDOWS - 1) * W - HORIZON_S)
-            marks.append(_hours_meta(db)[0])
-            assert (_strata(db, 3600.0, T0), _hour_records(db, whole=True)) == before
-    assert marks == [T0 + 2800, T0 + 6400, T0 + 6400]  # an hour a write, oldest first
+        for _ in range(writes):
+            store.write([], [], roll_before=roll_before)
+            marks.append(mark())
+            assert read() == before, marks
+    return marks
 
 
 def test_a_damaged_hour_rollup_is_refused_in_one_line(tmp_path: Path) -> None:

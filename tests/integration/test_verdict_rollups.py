@@ -1,7 +1,7 @@
 """A cold verdict reads whole minutes of endpoint windows from the store's 60 s rollups
 (schema v3), whole hours of them from their hour rollups (v5), whole minutes of path
-windows from theirs (v4), and the rest raw: the verdict is the one the raw windows give,
-byte for byte.
+windows from theirs (v4), whole hours of them from their hour rows (v6), and the rest raw:
+the verdict is the one the raw windows give, byte for byte.
 
 One store, written as the probe writes it (a window at a time, minutes rolled up past the
 rewrite horizon): pods moving to the canary one by one, a pod joining, a pod restarted
@@ -36,8 +36,8 @@ from tests.unit.test_verdict_cache import NEW, OLD, T0, W, windows_at
 
 # 3 h 3 min, from 20 s past a minute (T0): whole hours from T0 + 2,800 s, the first with a
 # restart the probe saw (shop-1's, at T0 + 4,500 s: its pod's minutes read, the rest whole)
-# and a window written again inside it, the second with late sends (read by minute); both
-# sealed in a restarted probe's cache too.
+# and a window written again inside it, the second with late sends (read by minute, the
+# path windows' hour too); both sealed in a restarted probe's cache too.
 WINDOWS = 1100
 # What the probe's writer leaves raw behind the newest window: its rewrite horizon (a
 # window is written again up to 60 s after it ends, plus 5 s of grace) and a window.
@@ -85,12 +85,13 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = {"written": db}
     for name, sql in (
             ("dropped", "DROP TABLE endpoint_rollups; DROP TABLE path_rollups;"
-                        " DROP TABLE endpoint_hours"),
+                        " DROP TABLE endpoint_hours; DROP TABLE path_hours"),
             ("emptied", "DELETE FROM endpoint_rollups; DELETE FROM path_rollups;"
-                        " DELETE FROM endpoint_hours"),
-            ("hours dropped", "DROP TABLE endpoint_hours"),
+                        " DELETE FROM endpoint_hours; DELETE FROM path_hours"),
+            ("hours dropped", "DROP TABLE endpoint_hours; DROP TABLE path_hours"),
             ("tampered", "UPDATE endpoint_rollups SET errors = errors + 1"),
             ("paths tampered", "UPDATE path_rollups SET requests = requests + 5"),
+            ("path hours tampered", "UPDATE path_hours SET requests = requests + 5"),
             # An hour's first minute cut from its counts; its latency records cut.
             ("hour counts tampered", "UPDATE endpoint_hours SET minutes = substr(minutes, 42)"),
             ("hour latency tampered",
@@ -102,7 +103,8 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             conn.executescript(sql)
             if "tampered" not in name:
                 conn.execute("DELETE FROM meta WHERE key IN ('rolled_until',"
-                             " 'paths_rolled_until', 'hours_rolled_until')")
+                             " 'paths_rolled_until', 'hours_rolled_until',"
+                             " 'path_hours_rolled_until')")
         conn.close()
         out[name] = copy
     return out
@@ -145,6 +147,11 @@ def test_the_verdict_from_rollups_is_the_verdict_from_raw_windows(
     assert written == _verdict(stores["emptied"], warmup_s, query, now)
     assert written != _verdict(stores["tampered"], warmup_s, query, now)  # rollups were read
     assert written != _verdict(stores["paths tampered"], warmup_s, query, now)
+    # The path hours are read where the comparison holds a whole hour (the first; the
+    # second is read by minute: an overload span inside it).
+    whole_hour = at == WINDOWS and since != "-25m"
+    assert (written != _verdict(stores["path hours tampered"], warmup_s, query, now)
+            ) == whole_hour
     # A verdict that judges pods, in strata, with a canary.
     result = json.loads(written)
     assert result["canary"] == (OLD if swapped else NEW)
@@ -178,6 +185,8 @@ def test_a_restarted_probes_first_verdict_from_rollups_is_the_one_from_raw_windo
     # Asked at the store's end, the cache pools the path windows from their rollups too
     # (asked before its end, it reads the stored windows up to then).
     tampered = _verdict(stores["paths tampered"], 30.0, query, now, cache=True)
+    assert (first != tampered) == (at == WINDOWS)
+    tampered = _verdict(stores["path hours tampered"], 30.0, query, now, cache=True)
     assert (first != tampered) == (at == WINDOWS)
     assert first == _verdict(stores["dropped"], 30.0, query, now)
 

@@ -1,0 +1,194 @@
+"""The path windows' hours (schema v6, `probes.store._path_hours`): the writer rolls an
+hour of path minute rollups once its minutes are rolled up, a window written again under
+them re-rolls its minute and hour, a prune deletes hour rows with their minutes and rolls
+the hour it cuts anew, a v5 store is migrated with nothing rolled and caught up an hour a
+write, and a damaged hour row is refused in one line. The path windows a verdict pools
+from them (`probes.verdict.pooling`: an hour row where nothing cuts it, its minutes where
+a cut, an overload span or an irregular minute falls inside) are those it pools from the
+raw windows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from probes.errors import StoreCorrupt
+from probes.store import SCHEMA_VERSION, Store
+from probes.types import PathWindow
+from tests.integration.test_store_rollups import (
+    HORIZON_S,
+    _as_version,
+    _dropped,
+    _meta,
+    _pooled,
+    _raw_paths,
+    _written_paths,
+    hours_caught_up,
+)
+from tests.unit.test_verdict_cache import NEW, OLD, T0, W, windows_at
+
+# 4 h 3 min from T0 (800 s into an hour): the hours from T0 - 800 s rolled, the store's
+# first part of an hour, then three whole ones: the first clean, the second with an
+# irregular minute, the third with the canary of `search` stopping inside it (a cut).
+WINDOWS = 1460
+HOURS = [T0 - 800, T0 + 2800, T0 + 6400, T0 + 10_000]
+
+
+def _odd(k: int) -> list[PathWindow]:
+    """A window without calls (window 700) and a shorter one (720), in the third hour."""
+    if k == 700:
+        paths, _ = windows_at(0, np.random.default_rng(0))
+        return [PathWindow(start=T0 + k * W, length=W, path="checkout", cohort=OLD,
+                           outcomes={}, latency=(0,) * len(paths[0].latency))]
+    if k == 720:
+        paths, _ = windows_at(k, np.random.default_rng(k))
+        return [dataclasses.replace(paths[-1], length=W / 2)]
+    return []
+
+
+def _gone(k: int, w: PathWindow) -> bool:
+    """The canary misses the last window of its first minute (the first window both
+    cohorts share), and that of `search` stops inside the fourth hour (window 1100)."""
+    return w.cohort == NEW and (k == 15 or (w.path == "search" and k > 1100))
+
+
+def _write(db: Path) -> None:
+    _written_paths(db, WINDOWS, odd_at=_odd, gone=_gone)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("path-hours") / "s.db"
+    _write(db)
+    return db
+
+
+def _copy(db: Path, to: Path) -> Path:
+    shutil.copy(db, to)
+    return to
+
+
+def _no_hours(db: Path, to: Path) -> Path:
+    """A copy of `db` without its path hours: its minutes from the minute rollups."""
+    return _dropped(db, to, "path_hours", "path_hours_rolled_until")
+
+
+def _hours_meta(db: Path) -> tuple[float | None, list[tuple[Any, ...]]]:
+    """Meta `path_hours_rolled_until` and the hour rows' (start, regular), one per hour."""
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'path_hours_rolled_until'"
+                           ).fetchone()
+        hours = conn.execute("SELECT start, MIN(regular) FROM path_hours GROUP BY start"
+                             " ORDER BY start").fetchall()
+    finally:
+        conn.close()
+    return (None if row is None else float(row[0])), hours
+
+
+def _tampered(db: Path, to: Path, sql: str) -> Path:
+    _copy(db, to)
+    conn = sqlite3.connect(to)
+    with conn:
+        conn.execute(sql)
+    conn.close()
+    return to
+
+
+# From T0 (the first hour read by minute), from no start (-inf: the cache before a
+# rollout; None: the whole store, its first hour from its hour row), from inside the second
+# hour; with overload spans inside the second hour, and across the first two.
+POOLED = [(T0, ()), (-math.inf, ()), (None, ()), (T0 + 3001.0, ()),
+          (T0, ((T0 + 4001.0, T0 + 4017.0),)),
+          (None, ((T0 + 2700.0, T0 + 2900.0), (T0 + 9000.0, T0 + 9001.0)))]
+
+
+def test_path_windows_pooled_from_hours_are_those_pooled_from_raw_windows(
+        written: Path, tmp_path: Path) -> None:
+    rolled, _ = _meta(written, "paths_rolled_until")
+    done, hours = _hours_meta(written)
+    assert done == math.floor(float(rolled) / 3600) * 3600 == T0 + 13_600
+    # The third hour irregular (its minutes of windows 700 and 720), the others regular.
+    assert hours == [(HOURS[0], 1), (HOURS[1], 1), (HOURS[2], 0), (HOURS[3], 1)]
+    raw = _raw_paths(written, tmp_path / "raw.db")
+    minutes = _no_hours(written, tmp_path / "minutes.db")
+    for since, spans in POOLED:
+        expected = _pooled(raw, since, spans)
+        assert _pooled(written, since, spans) == expected, (since, spans)
+        assert _pooled(minutes, since, spans) == expected, (since, spans)
+    # The hour rows were read where nothing cuts them (the second hour's), and only there:
+    # a count changed in every hour row changes what is pooled, one in the irregular hour's
+    # and the cut one's does not.
+    tampered = _tampered(written, tmp_path / "t.db", "UPDATE path_hours SET churn = churn + 1")
+    assert _pooled(tampered) != _pooled(written)
+    opened = _tampered(written, tmp_path / "o.db", "UPDATE path_hours SET churn = churn + 1"
+                       f" WHERE start IN ({HOURS[2]!r}, {HOURS[3]!r})")
+    assert _pooled(opened) == _pooled(written)
+    # A span inside the second hour opens it: its row changed is not read then.
+    kept = _tampered(written, tmp_path / "k.db", "UPDATE path_hours SET churn = churn + 1"
+                     f" WHERE start = {HOURS[1]!r}")
+    assert _pooled(kept) != _pooled(written)
+    assert _pooled(kept, *POOLED[4]) == _pooled(written, *POOLED[4])
+
+
+def test_a_path_window_written_again_under_the_hours_rolls_its_hour_again(
+        written: Path, tmp_path: Path) -> None:
+    db = _copy(written, tmp_path / "s.db")
+    paths, cells = windows_at(300, np.random.default_rng(9), bump=11)  # in the second hour
+    with Store.open(db) as store:
+        store.write(paths, cells, roll_before=T0 + (WINDOWS - 1) * W - HORIZON_S)
+    raw = _raw_paths(db, tmp_path / "raw.db")
+    assert _pooled(db) == _pooled(raw)
+    conn = sqlite3.connect(db)
+    try:
+        hour, = conn.execute("SELECT SUM(requests) FROM path_hours WHERE start = ?",
+                             (HOURS[1],)).fetchone()
+        windows, = conn.execute("SELECT SUM(requests) FROM path_windows WHERE start >= ?"
+                                " AND start < ?", (HOURS[1], HOURS[1] + 3600)).fetchone()
+    finally:
+        conn.close()
+    assert hour == windows and sum(w.requests for w in paths) > 0
+
+
+def test_a_prune_deletes_path_hours_with_their_minutes(written: Path, tmp_path: Path) -> None:
+    db = _copy(written, tmp_path / "s.db")
+    with Store.open(db) as store:
+        store.prune(T0 + 4000.0 + 5)  # inside the second hour: its hour row is made anew
+    conn = sqlite3.connect(db)
+    first = conn.execute("SELECT MIN(start), MIN(first) FROM path_hours").fetchone()
+    conn.close()
+    assert first == (HOURS[1], T0 + 4010.0)
+    raw = _raw_paths(db, tmp_path / "raw.db")
+    for since in (None, T0 + 4005.0):
+        assert _pooled(db, since) == _pooled(raw, since)
+
+
+def test_a_v5_store_gets_path_hours_and_the_writer_catches_up_an_hour_a_write(
+        written: Path, tmp_path: Path) -> None:
+    db = _copy(written, tmp_path / "old.db")
+    _as_version(db, 5, "path_hours", "path_hours_rolled_until")
+    before = _pooled(db, None)  # read-only: its minutes from the minute rollups, as it is
+    Store.open(db).close()  # writable: migrated, nothing rolled up yet
+    assert _meta(db, "schema_version")[0] == str(SCHEMA_VERSION)
+    assert _hours_meta(db) == (None, [])
+    marks = hours_caught_up(db, 5, T0 + (WINDOWS - 1) * W - HORIZON_S,
+                            lambda: _hours_meta(db)[0], lambda: _pooled(db, None), before)
+    assert marks == [*HOURS[1:], T0 + 13_600, T0 + 13_600]  # an hour a write, oldest first
+    assert _hours_meta(db) == _hours_meta(written)
+
+
+def test_a_damaged_path_hour_is_refused_in_one_line(written: Path, tmp_path: Path) -> None:
+    db = _tampered(written, tmp_path / "s.db",
+                   f"UPDATE path_hours SET latency = x'0102' WHERE start = {HOURS[1]!r}")
+    with pytest.raises(StoreCorrupt) as err:
+        _pooled(db)
+    assert "\n" not in str(err.value) and str(db) in str(err.value)
+    assert "malformed" in str(err.value)
