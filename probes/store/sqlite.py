@@ -110,6 +110,8 @@ _CHUNK = 4096  # small fetches keep buffers in the allocator: 20 % faster than 6
 # ~9 records a row of 10 calls, 44 bytes each decoded, so about 50 MB a chunk.
 LATENCY_CHUNK_ROWS = 32_768
 _FAR = 1e300
+# An endpoint row's 9 numbers (`_rows_of`) and its latency blob.
+_WITH_BLOB = np.dtype([*((f"x{i}", np.float64) for i in range(9)), ("blob", object)])
 # Endpoint ids cached by labels object; cleared when it holds this many (label churn).
 _OBJECT_CACHE_MAX = 50_000
 
@@ -639,7 +641,9 @@ class Store:
         `whole` (with `by_row` and strata of whole minutes): which rows of an hour's rollup
         (`LatencyRows` with `last`) the caller takes whole, asked with the columns this
         yields, its records at the stratum of the first minute that has any; the others'
-        minutes are read instead. Without it, every row is one stratum's."""
+        minutes are read instead. Without it, every row is one stratum's. Rows not in strata
+        that fit one chunk (the running probe's re-read of its last minutes) come with their
+        latency in one query."""
         where, args = self._where(since, until, paths, cohorts)
         v2 = self._endpoint_v2.split(", ")
         a_sum, a_count, _ = v2
@@ -651,11 +655,21 @@ class Store:
             chunks: Iterator[Any] = iter(())
             try:
                 names = dict(conn.execute("SELECT id, name FROM names").fetchall())
+                blobs: npt.NDArray[Any] | None = None
                 if stratum_s is None:
-                    a = _rows_of(conn, "SELECT start, path_id, endpoint_id, cohort_id,"
-                                 f" requests, errors, COALESCE({a_sum}, 0),"
-                                 f" COALESCE({a_count}, 0), {a_count} IS NULL"
-                                 f" FROM endpoint_windows WHERE {where} ORDER BY start", args)
+                    select = ("SELECT start, path_id, endpoint_id, cohort_id, requests, errors,"
+                              f" COALESCE({a_sum}, 0), COALESCE({a_count}, 0),"
+                              f" {a_count} IS NULL{{}} FROM endpoint_windows WHERE {where}"
+                              " ORDER BY start")
+                    if latency and a_sum != "NULL" and conn.execute(
+                            f"SELECT COUNT(*) FROM endpoint_windows WHERE {where}",
+                            args).fetchone()[0] <= rows:
+                        # At most a chunk's rows (the running probe's re-read of its last
+                        # minutes): their latency in the same pass, not a second query.
+                        a, blobs = _rows_with_blobs(
+                            conn, select.format(", COALESCE(latency, X'')"), args)
+                    else:
+                        a = _rows_of(conn, select.format(""), args)
                     ranges: list[Range] = []
                 else:
                     # Whole minutes from the rollups where the store has them.
@@ -679,7 +693,8 @@ class Store:
                     lookups = (*(_positions(i, idx) for i, idx in zip(
                         ids, (cols.path, cols.endpoint, cols.cohort), strict=True)), started_of,
                         cols.endpoints, cols.cohorts, start_events)
-                    chunks = (self._latency_rows(conn.execute(
+                    chunks = (self._latency_once(a, blobs, lookups) if blobs is not None
+                              else self._latency_rows(conn.execute(
                         "SELECT latency, start, path_id, endpoint_id, cohort_id FROM"
                         f" endpoint_windows WHERE {where} AND LENGTH(latency) > 0", args),
                         lookups, rows) if stratum_s is None else self._latency_strata(
@@ -689,7 +704,7 @@ class Store:
                         chunks = _expanded(chunks)
                 # What the rows were read into is let go before the chunks come: a day of
                 # strata is tens of MB (BENCHMARKS.md D23).
-                del a, ids
+                del a, ids, blobs
                 yield cols, chunks
             finally:
                 close = getattr(chunks, "close", None)
@@ -709,6 +724,15 @@ class Store:
                                     b[:, 1:4].astype(np.int64), lookups)
         finally:
             cursor.close()
+
+    def _latency_once(self, a: npt.NDArray[np.float64], blobs: npt.NDArray[Any],
+                      lookups: tuple[Any, ...]) -> Iterator[LatencyRows]:
+        """`_latency_rows` of rows read with their blobs (`_rows_with_blobs`): one chunk,
+        the rows with records, in the rows' order."""
+        has = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) > 0
+        if has.any():
+            yield self._records(blobs[has].tolist(), a[has, 0], a[has, 1:4].astype(np.int64),
+                                lookups)
 
     def _latency_strata(self, conn: sqlite3.Connection, where: str, args: list[Any],
                         stratum_s: float, ranges: Sequence[Range],
@@ -959,6 +983,14 @@ def _rows_of(conn: sqlite3.Connection, select: str, args: Sequence[Any]
     # waits (BENCHMARKS.md D15).
     return np.fromiter(conn.execute(select, args), dtype=np.dtype((np.float64, 9))
                        ).astype(np.float64, copy=False)
+
+
+def _rows_with_blobs(conn: sqlite3.Connection, select: str, args: Sequence[Any]
+                     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[Any]]:
+    """The rows of `select` (9 numbers and a blob, never NULL, each) as `_rows_of`'s
+    array and the blobs."""
+    got = np.fromiter(conn.execute(select, args), dtype=_WITH_BLOB)
+    return np.stack([got[f"x{i}"] for i in range(9)], axis=1), got["blob"]
 
 
 def _endpoint_columns(a: npt.NDArray[np.float64], names: Mapping[int, str],

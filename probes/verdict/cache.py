@@ -4,8 +4,10 @@ the new ones read, the old ones pooled to what the verdict needs.
 `skewprobe run` judges after every window and whenever a gate asks; each verdict used to
 read the whole rollout again (a day of 50 paths: seconds). `VerdictCache` keeps what was
 read and, at each verdict, reads only the windows from `seal` on: the newest window start
-seen less `REREAD_S`, because the probe re-writes recent windows (late calls, a flush
-again) by upsert. Windows older than `seal` are kept pooled:
+seen less `REREAD_S` (for the path windows, moved on a step of at least a minute at a time,
+so they are pooled again once a minute rather than at every window), because the probe
+re-writes recent windows (late calls, a flush again) by upsert. Windows older than `seal`
+are kept pooled:
 
 - path windows, per path × cohort, into one row per stretch of windows between the
   times the verdict's arithmetic turns on (`probes.stats.series`): the first window each
@@ -80,6 +82,9 @@ F64 = npt.NDArray[np.float64]
 # The aggregator re-writes a window while it retains it (60 s after its end, plus 5 s of
 # grace): twice that is re-read at every verdict.
 REREAD_S = 130.0
+# The path windows' seal moves on by at least this much at a time: pooling them again at
+# every window was a twentieth of a warm verdict; the re-read is this much longer at most.
+_POOL_STEP_S = 60.0
 # Queries whose pod-level sums are kept at once (a metric of each counts once).
 _MEMOS = 8
 
@@ -588,7 +593,7 @@ class VerdictCache:
                          spans: Sequence[tuple[float, float]]) -> _Windows:
         fresh = store.read_table(since=w.seal)
         seal = max(w.seal, self._seal())
-        if seal <= w.seal:
+        if seal < w.seal + _POOL_STEP_S:
             return _Windows(w.since, w.sealed, w.first, fresh, w.seal)
         old = fresh.start < seal
         tail = take(fresh, ~old)

@@ -81,17 +81,16 @@ class Part:
     lineage: object = field(default_factory=object)
 
 
-def _cells(old: F64 | None, rows: I64, cols: I64, x: F64, shape: tuple[int, int],
+def _cells(old: F64 | None, at: tuple[I64, I64], x: F64, shape: tuple[int, int],
            place: tuple[I64, I64] | None, appended: int) -> F64:
-    """`old` (a part's cells) with `x` added at (`rows`, `cols`) of a grid of `shape`:
-    `appended` columns after old's when old's pods are the grid's (`place` None), else old
-    put at its `place` (pod rows, columns) first."""
+    """`old` (a part's cells) with `x` added at `at`: the cells' indices in the `appended`
+    columns after old's when old's pods are the grid's (`place` None), else in a grid of
+    `shape` (`_extend` finds both); old put at its `place` (pod rows, columns) first."""
     p, c = shape
     if old is not None and place is None:
-        new = np.bincount(rows * appended + (cols - (c - appended)), weights=x,
-                          minlength=p * appended).reshape(p, appended)
+        new = np.bincount(at[0], weights=x, minlength=p * appended).reshape(p, appended)
         return _appended(old, np.asarray(new, dtype=np.float64))
-    out = np.asarray(np.bincount(rows * c + cols, weights=x, minlength=p * c),
+    out = np.asarray(np.bincount(at[1], weights=x, minlength=p * c),
                      dtype=np.float64).reshape(p, c)
     if old is not None and place is not None:
         out[place] += old
@@ -191,8 +190,13 @@ def _extend(part: Part | None, cols: EndpointColumns, rows: npt.NDArray[np.intp]
     a_n, a_s = column(cols.attempts_count), column(cols.attempts_sum)
     unrec = cols.unrecorded[rows][kept]
 
+    # Each warm row's cell, in the columns appended and in the whole grid: the same for
+    # every figure, found once.
+    rw, cw = kr[warm], col[warm]
+    cell_at = (rw * len(starts_new) + (cw - (shape[1] - len(starts_new))), rw * shape[1] + cw)
+
     def cells(old: F64 | None, x: F64) -> F64:
-        return _cells(old, kr[warm], col[warm], x[warm], shape, place, len(starts_new))
+        return _cells(old, cell_at, x[warm], shape, place, len(starts_new))
 
     def per_pod(old: F64 | None, x: F64) -> F64:
         w = np.bincount(kr[hot], weights=x[hot], minlength=len(pods)).astype(np.float64)
@@ -232,9 +236,12 @@ def extend_all(parts: dict[str, Part], cols: EndpointColumns, rules: Rules
     by views of the new one's first columns: the kept grids and a verdict's, a few strata
     longer, share their cells instead of being held twice."""
     out = dict(parts)
-    for name, rows in by_path(cols).items():
+    each = by_path(cols)
+    at_once = _appending(parts, cols, list(each), rules)
+    for name, rows in each.items():
         old = parts.get(name)
-        out[name], appended = _extend(old, cols, rows, rules)
+        out[name], appended = (at_once[name], True) if at_once is not None else _extend(
+            old, cols, rows, rules)
         if old is not None and appended:
             n = len(old.starts)
             parts[name] = replace(old, **{f: getattr(out[name], f)[:, :n] for f in _CELLS})
@@ -242,6 +249,77 @@ def extend_all(parts: dict[str, Part], cols: EndpointColumns, rules: Rules
 
 
 _CELLS = ("calls", "errors", "attempts_calls", "attempts_sum")
+
+
+def _appending(parts: Mapping[str, Part], cols: EndpointColumns, names: Sequence[str],
+               rules: Rules) -> dict[str, Part] | None:
+    """`_extend` of every path `names` (`cols`' paths) at once where each only appends
+    the same strata to its kept part, its pods all in it (a verdict's newest strata): one
+    pass over every path's rows instead of one per path, the same cells (each a sum of
+    the same rows in the same order). None where one does not (path by path then)."""
+    if not names or not len(cols.start) or any(name not in parts for name in names):
+        return None
+    olds = [parts[name] for name in names]
+    n_end, n_coh = len(cols.endpoints), len(cols.cohorts)
+    code = (cols.path.astype(np.int64) * n_end + cols.endpoint) * n_coh + cols.cohort
+    keys, inverse = np.unique(code, return_inverse=True)
+    where = {name: i for i, name in enumerate(names)}
+    offsets = [0]
+    for old in olds:
+        offsets.append(offsets[-1] + len(old.pods))
+    row_of, path_of = [], []
+    for k in keys.tolist():
+        i = where[cols.paths[k // (n_end * n_coh)]]
+        j = olds[i].at.get((cols.endpoints[k // n_coh % n_end], cols.cohorts[k % n_coh]))
+        if j is None:
+            return None  # a pod new to its part
+        row_of.append(offsets[i] + j)
+        path_of.append(i)
+    g = np.array(row_of, dtype=np.int64)[inverse.ravel()]
+    path = np.array(path_of, dtype=np.int64)[inverse.ravel()]
+    t = cols.start
+    first = np.concatenate([old.first for old in olds])
+    first_new = np.full(len(first), np.inf)
+    np.minimum.at(first_new, g, t)
+    if np.any(first_new < first):
+        return None  # `_extend` says Stale
+    began = np.where(np.isnan(cols.started), first[g], cols.started)
+    kept = t >= rules.since
+    warm = (t >= began + rules.warmup_s)[kept]
+    starts_new, window = ordered_unique(t[kept])
+    a, total = len(starts_new), offsets[-1]
+    pk, gk = path[kept], g[kept]
+    if (not a or len(np.unique(pk * a + window)) != len(olds) * a
+            or any(len(old.starts) and starts_new[0] <= old.starts[-1] for old in olds)):
+        return None
+    cell = gk[warm] * a + window[warm]
+    hot = gk[~warm]
+
+    def column(x: npt.NDArray[Any]) -> F64:
+        return x[kept].astype(np.float64)
+
+    n, e = column(cols.requests), column(cols.errors)
+    new = {f: np.asarray(np.bincount(cell, weights=x[warm], minlength=total * a),
+                         dtype=np.float64).reshape(total, a)
+           for f, x in zip(_CELLS, (n, e, column(cols.attempts_count),
+                                     column(cols.attempts_sum)), strict=True)}
+    warmup = [np.bincount(hot, weights=x[~warm], minlength=total).astype(np.float64)
+              for x in (n, e)]
+    unrecorded = np.bincount(pk[warm], weights=cols.unrecorded[kept][warm] > 0,
+                             minlength=len(olds)) > 0
+    attempts = np.bincount(pk, weights=column(cols.attempts_count), minlength=len(olds)) > 0
+    out = {}
+    for i, (name, old) in enumerate(zip(names, olds, strict=True)):
+        lo, hi = offsets[i], offsets[i + 1]
+        calls, errors, a_n, a_s = (_appended(getattr(old, f), new[f][lo:hi]) for f in _CELLS)
+        w_n, w_e = warmup[0][lo:hi], warmup[1][lo:hi]
+        w_n += old.warmup_calls
+        w_e += old.warmup_errors
+        out[name] = Part(old.pods, old.at, first[lo:hi], np.concatenate([old.starts, starts_new]),
+                         calls, errors, a_n, a_s, w_n, w_e,
+                         old.unrecorded or bool(unrecorded[i]), old.attempts or bool(attempts[i]),
+                         old.fixed, old.lineage)
+    return out
 
 
 def seal_all(parts: dict[str, Part]) -> dict[str, Part]:

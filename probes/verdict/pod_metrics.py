@@ -128,17 +128,26 @@ def pod_attempts(grid: PodGrid, baseline: str, canary: str, tol: Tolerances, alp
     return pod_attempts_many([grid], baseline, canary, tol, alpha, window_s, attempts_max)[0]
 
 
-def _stacked(parts: Sequence[_P99Part]) -> tuple[F64, Bool, Bool]:
-    """The parts' pods' histograms as one (parts, pods, buckets) array, pods padded with
-    empty ones (`real` False), and which are the canary's."""
+def _stacked(parts: Sequence[_P99Part], used: slice) -> tuple[F64, Bool, Bool]:
+    """The parts' pods' histograms, buckets `used`, as one (parts, pods, buckets) array,
+    pods padded with empty ones (`real` False), and which are the canary's."""
     width = max(len(p.is_canary) for p in parts)
-    hist = np.zeros((len(parts), width, parts[0].latency().shape[1]))
+    hist = np.zeros((len(parts), width, used.stop - used.start))
     canary = np.zeros((len(parts), width), dtype=bool)
     real = np.zeros((len(parts), width), dtype=bool)
     for i, p in enumerate(parts):
         k = len(p.is_canary)
-        hist[i, :k], canary[i, :k], real[i, :k] = p.latency()[p.rows], p.is_canary, True
+        hist[i, :k], canary[i, :k], real[i, :k] = (p.latency()[p.rows, used], p.is_canary,
+                                                   True)
     return hist, canary, real
+
+
+def _used(parts: Sequence[_P99Part]) -> slice:
+    """The buckets from the first any of the parts' compared pods has a call in to the
+    last: outside them every pod's counts are 0 (counts, never below 0), so each pod's
+    calls below a bucket are 0 before them and all its calls after."""
+    some = np.flatnonzero(np.any([p.tot_b + p.tot_c > 0 for p in parts], axis=0))
+    return slice(int(some[0]), int(some[-1]) + 1) if len(some) else slice(0, 0)
 
 
 def _by_pod(parts: Sequence[_P99Part], cuts: ExceedanceCuts, profile: ProfileCuts) -> _ByPod:
@@ -151,11 +160,14 @@ def _by_pod(parts: Sequence[_P99Part], cuts: ExceedanceCuts, profile: ProfileCut
     out: _ByPod = ([], [], [])
     buckets = parts[0].latency().shape[1]
     for lo, hi in batches([(len(p.is_canary), buckets + 1) for p in parts]):
-        hist, canary_pods, real = _stacked(parts[lo:hi])
+        used = _used(parts[lo:hi])
+        hist, canary_pods, real = _stacked(parts[lo:hi], used)
         # Each pod's calls below each bucket, then all of them (a cut past the last counts
         # none): its calls from a cut on are all less those below, exact (sums of counts).
-        below = np.zeros((*hist.shape[:2], hist.shape[2] + 1))
-        np.cumsum(hist, axis=-1, out=below[..., 1:])
+        # Summed over the buckets used alone: the same sums, each of the same counts.
+        below = np.zeros((*hist.shape[:2], buckets + 1))
+        np.cumsum(hist, axis=-1, out=below[..., used.start + 1:used.stop + 1])
+        below[..., used.stop + 1:] = below[..., used.stop:used.stop + 1]
         del hist
         found = worst_pods(below[..., 1:], canary_pods, real, _P, cumulative=True)
         calls = below[..., -1].copy()  # not a view: `below` is dropped with the batch

@@ -374,6 +374,14 @@ def verdict_from_source(
     return out
 
 
+def _has_calls(grid: PodGrid, cohort: str) -> bool:
+    """Whether `cohort`'s pods have a warm call in `grid`: the newest column first, where
+    a rollout under way has them, before the whole grid (calls are counts, never below 0)."""
+    calls = np.asarray(grid.calls)
+    rows = grid.of(cohort)
+    return bool(calls.shape[1] and calls[rows, -1].any()) or bool(calls[rows].any())
+
+
 def _warming(source: WindowSource, grids: Mapping[str, PodGrid], cohorts: tuple[str, str], *,
              since: float | None, until: float, now: float, warmup_s: float, window_s: float,
              ) -> dict[str, str]:
@@ -382,7 +390,7 @@ def _warming(source: WindowSource, grids: Mapping[str, PodGrid], cohorts: tuple[
     then: early in a rollout, or for a path whose pods all started recently."""
     read = getattr(source, "read_endpoint_columns", None)
     cold = [name for name, g in grids.items() if warmup_s > 0 and {*cohorts} <= {*g.cohorts}
-            and any(not g.calls[g.of(c)].sum() for c in cohorts)]
+            and any(not _has_calls(g, c) for c in cohorts)]
     if read is None or not cold or since is None:
         return {}
     cols = read(since=since - warmup_s, until=until, paths=cold, cohorts=list(cohorts))

@@ -21,6 +21,8 @@ from probes.measure.overload import OVERLOAD_EVENT
 from probes.spec import JudgingSettings
 from probes.store import Event, Store
 from probes.types import EndpointWindow, PathWindow
+from probes.verdict import cache as verdict_cache
+from probes.verdict import grids as grids_module
 from probes.verdict import service as verdict_service
 from probes.verdict.cache import CachedSource, VerdictCache
 from probes.verdict.service import compute_verdict
@@ -103,6 +105,30 @@ def estate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Store,
     db = str(tmp_path / "probe.db")
     store = Store.open(db)
     return db, store, VerdictCache(db, reread_s=3 * W)
+
+
+def test_path_windows_are_pooled_a_step_at_a_time(estate: Any) -> None:
+    """Asked after every window, the cache pools the path windows when its seal has moved
+    on by `_POOL_STEP_S`, not at every window: the windows after the seal are read as
+    stored, never more than the re-read span and a step of them, and the verdict is a
+    fresh read's at every window."""
+    db, store, cache = estate
+    rng, now = written(store, 40, seed=5)
+    seals, tails = [], []
+    for k in range(40, 75):
+        store.write(*windows_at(k, rng))
+        now = T0 + (k + 1) * W + 1
+        warm, cold = verdicts(db, cache, now)
+        assert warm == cold, k
+        w = cache._windows
+        assert w is not None and len(w.tail.start) and w.tail.start.min() >= w.seal
+        seals.append(w.seal)
+        tails.append(float(w.tail.start.max() - w.seal))
+    moves = np.diff(seals)
+    assert moves.max() >= verdict_cache._POOL_STEP_S and (moves == 0).sum() > len(moves) / 2
+    assert all(m == 0 or m >= verdict_cache._POOL_STEP_S for m in moves), moves
+    assert max(tails) < 3 * W + verdict_cache._POOL_STEP_S + W, tails
+    assert cache.reads_afresh["windows"] <= 3
 
 
 def test_appended_windows_give_the_verdict_a_fresh_read_gives(estate: Any) -> None:
@@ -308,6 +334,17 @@ def test_the_kept_grids_are_those_a_fresh_read_lays_out(
                 _same_grids(kept, laid(fresh, *args, **kwargs))
         return kept
 
+    # Most verdicts add their strata to every path at once (`grids._appending`); a pod new
+    # to its path's grid, or strata a path lacks, add them path by path.
+    at_once: list[bool] = []
+    appending = grids_module._appending
+
+    def spied(*args: Any) -> Any:
+        out = appending(*args)
+        at_once.append(out is not None)
+        return out
+
+    monkeypatch.setattr(grids_module, "_appending", spied)
     monkeypatch.setattr(CachedSource, "pod_grids", counted)
     monkeypatch.setattr(verdict_service, "_pod_grids", both)
     restarted = {"start_time": rfc3339(T0 + 95 * W)}
@@ -328,6 +365,7 @@ def test_the_kept_grids_are_those_a_fresh_read_lays_out(
             warm = compute_verdict(db, settings, now=now, overload=None, cache=cache)
             assert warm == compute_verdict(db, settings, now=now, overload=None), k
     assert sum(served) > 30, served
+    assert sum(at_once) > 30 and not all(at_once), at_once
     # The grids were laid out from the kept parts, the sealed strata added as they sealed.
     assert cache._pods is not None and cache._pods.grids.parts is not None
     assert not cache._pods.grids.pending

@@ -307,3 +307,41 @@ def test_strata_rows_are_summed_per_key_in_key_order() -> None:
     assert np.array_equal(_strata.summed(rows[::-1].copy()), rows)
     same = np.array([[5, 1, 2, 3, 1, 0], [5, 1, 2, 3, 2, 1]], dtype=np.int64)
     assert np.array_equal(_strata.summed(same), [[5, 1, 2, 3, 3, 1]])
+
+
+@pytest.mark.parametrize("last", [13, WINDOWS])
+def test_a_read_of_one_chunk_is_the_read_chunk_by_chunk(
+        db: str, tmp_path: Any, last: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows that fit one chunk (the running probe's re-read of its last windows) come with
+    their latency records from one query: the columns and records of a chunked read, a
+    pod without latency records in a window included."""
+    path = str(tmp_path / "copy.db")
+    with Store.open(db, readonly=True) as src, Store.open(path) as store:
+        store.write(src.read_windows(since=T0), src.read_endpoint_windows(since=T0))
+        store.write([], [EndpointWindow(
+            start=T0 + (WINDOWS - 1) * W, path="checkout", endpoint="shop-10", cohort=NEW,
+            requests=0, errors=0, attempts_sum=0, attempts_count=0, latency={})])
+    once: list[int] = []
+    real = store_sqlite._rows_with_blobs
+
+    def counted(*args: Any) -> Any:
+        once.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(store_sqlite, "_rows_with_blobs", counted)
+    since = T0 + (WINDOWS - last) * W
+    with Store.open(path, readonly=True) as store:
+        whole = store.read_endpoint_columns(since=since, latency=True)
+        assert once == [1]
+        monkeypatch.setattr(store_sqlite, "LATENCY_CHUNK_ROWS", 11)
+        chunked = store.read_endpoint_columns(since=since, latency=True)
+        assert once == [1]
+    assert "shop-10" in whole.endpoints and len(whole.latency) > 1000
+    for f in dataclasses.fields(whole):
+        a, b = getattr(whole, f.name), getattr(chunked, f.name)
+        if f.name == "latency":
+            for g in dataclasses.fields(a):
+                np.testing.assert_array_equal(getattr(a, g.name), getattr(b, g.name),
+                                              err_msg=g.name)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=f.name)

@@ -95,6 +95,36 @@ def test_p99_is_the_same_whatever_the_paths_per_batch(seed: int,
         [(mv.verdict, mv.reason, mv.pods) for mv in whole]
 
 
+@pytest.mark.parametrize("edges", [False, True])
+def test_p99_summed_over_the_buckets_used_is_p99_over_every_bucket(
+        edges: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pod's calls below each bucket are summed over the buckets some compared pod has
+    calls in, not all of them: the verdicts are those over every bucket, bit for bit, with
+    a third cohort's calls outside that range and, with `edges`, calls in the first and the
+    last bucket."""
+    grids = estates(3)
+    other = np.array([c == OTHER for c in grids[1].cohorts])
+    grids[1].latency[other, 5] += 7  # type: ignore[index]  # not compared: not used
+    if edges:
+        grids[0].latency[0, 0] += 3  # type: ignore[index]
+        grids[3].latency[-1, BUCKET_COUNT - 1] += 2  # type: ignore[index]
+    tol = Tolerances()
+    used: list[slice] = []
+    real = pod_metrics._used
+
+    def spied(parts: Sequence[object]) -> slice:
+        used.append(real(parts))  # type: ignore[arg-type]
+        return used[-1]
+
+    monkeypatch.setattr(pod_metrics, "_used", spied)
+    fast = pod_latency_p99s(grids, OLD, NEW, tol, ALPHA, WINDOW_S)
+    width = [u.stop - u.start for u in used]
+    assert width == ([BUCKET_COUNT] if edges else width) and (edges or width[0] < 400)
+    monkeypatch.setattr(pod_metrics, "_used", lambda parts: slice(0, BUCKET_COUNT))
+    assert pod_latency_p99s(grids, OLD, NEW, tol, ALPHA, WINDOW_S) == fast
+    assert [mv.verdict for mv in fast].count("fail") >= 1
+
+
 def test_attempts_are_the_same_with_another_cohorts_pods_in_the_grid() -> None:
     """Where a grid holds only the compared cohorts their rows are the grid's own arrays,
     else a copy of theirs: a grid with a third cohort's pods judges as the grid without
