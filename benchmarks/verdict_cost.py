@@ -17,7 +17,9 @@ Each figure is the median of `--repeat`:
   filled from the store): CPU and peak RSS;
 - warm, on a copy of the store: a `VerdictCache` reads it once (the running probe's first
   verdict), then one more window is written (the last window's rows again, 10 s later, as
-  the probe writes them) before each timed verdict: the same phases through the cache.
+  the probe writes them) before each timed verdict: the same phases through the cache;
+  then a verdict after each of `--windows` windows in a row, as the running probe asks
+  (its once-a-minute work included): median, mean and max CPU.
 
     .venv/bin/python benchmarks/verdict_cost.py                  # 24 h x 50 paths x 6 pods
     .venv/bin/python benchmarks/verdict_cost.py --quick          # 6 h x 50 paths
@@ -152,7 +154,8 @@ def next_window(store: Store, start: float, window_s: float) -> None:
                 [dataclasses.replace(e, start=e.start + window_s) for e in cells])
 
 
-def warm(db: str, now: float, repeat: int) -> tuple[float, list[dict[str, Any]]]:
+def warm(db: str, now: float, repeat: int, windows: int,
+         ) -> tuple[float, list[dict[str, Any]], list[float]]:
     settings = JudgingSettings()
     w = settings.window_s
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,8 +186,18 @@ def warm(db: str, now: float, repeat: int) -> tuple[float, list[dict[str, Any]]]
                 runs.append(phases(now, settings, opened, lambda now=now: cached(now + w),
                                    lambda now=now: next_window(writer, now - w, w)))
                 now += w
+            # The probe's own pattern: a verdict after every window, seals and once-a-minute
+            # work included, so the mean is what a window's verdict costs.
+            every: list[float] = []
+            for _ in range(windows):
+                next_window(writer, now - w, w)
+                now += w
+                clock = _Clock()
+                compute_verdict(copy, settings, baseline=OLD, canary=NEW, now=now,
+                                overload=None, cache=cache)
+                every.append(clock.lap()[1])
         cache.close()
-    return first, runs
+    return first, runs, every
 
 
 def main() -> int:
@@ -196,6 +209,8 @@ def main() -> int:
                     help="pods per path, comma-separated for one run each (6,12,50)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-warm", action="store_true", help="the cold figures only")
+    ap.add_argument("--windows", type=int, default=36,
+                    help="warm: verdicts asked after each of this many windows in a row")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "skewprobe-bench"))
     ap.add_argument("--cold", nargs=2, metavar=("DB", "NOW"), help=argparse.SUPPRESS)
     ap.add_argument("--first", nargs=2, metavar=("DB", "NOW"), help=argparse.SUPPRESS)
@@ -271,7 +286,7 @@ def run(args: argparse.Namespace, hours: float, pods: int) -> None:
           f"median of {args.repeat}")
     warms: list[dict[str, Any]] = []
     if not args.no_warm:
-        started, warms = warm(db, now, args.repeat)
+        started, warms, every = warm(db, now, args.repeat, args.windows)
     print(f"  {'phase':34s} {'cold wall':>10s} {'cold CPU':>10s} {'warm wall':>10s} "
           f"{'warm CPU':>10s}")
     for name in PHASES:
@@ -289,6 +304,9 @@ def run(args: argparse.Namespace, hours: float, pods: int) -> None:
           f"{statistics.median(f['peak MB'] for f in firsts):.0f} MB")
     if not args.no_warm:
         print(f"  the first verdict of the warm copy's cache (wall): {started:.2f} s")
+        print(f"  warm, a verdict after each of {len(every)} windows in a row (CPU): median "
+              f"{statistics.median(every) * 1000:.1f} ms, mean "
+              f"{statistics.fmean(every) * 1000:.1f} ms, max {max(every) * 1000:.1f} ms")
 
 
 if __name__ == "__main__":
