@@ -523,7 +523,7 @@ class Store:
                 return lo, hi, _united(keys(conn, where, within(args, lo, hi))), names
             h0 = math.ceil(lo / HOUR_S) * HOUR_S if math.isfinite(lo) else lo
             h1 = max(h0, math.floor(min(hi, hours_done) / HOUR_S) * HOUR_S)
-            parts = [_united(keys(conn, where, within(args, lo, h0))),
+            parts = [_united(keys(conn, where, within(args, lo, min(h0, hi)))),
                      _united(keys(conn, where, within(args, h0, h1), PATH_HOURS), HOUR_S),
                      _united(keys(conn, where, within(args, h1, hi)))]
             return lo, hi, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, names

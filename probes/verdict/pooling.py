@@ -288,7 +288,12 @@ def _ranges(k: dict[str, F64], end: float) -> list[tuple[float, float, bool]]:
     new[1:] = (part[1:] != part[:-1]) | (hour[1:] != hour[:-1])
     first = np.flatnonzero(new)
     bounds = [*starts[first].tolist(), end]
-    return [(bounds[i], bounds[i + 1], bool(hour[j])) for i, j in enumerate(first.tolist())]
+    # Each range ends after its own last row's unit: an hour opened whose first minute has
+    # no rollup, or an hour row past the keys (`until` inside an hour), is not read with it.
+    last = starts[np.append(first[1:], len(starts)) - 1]
+    ends = (last + np.where(hour[first], HOUR_S, ROLLUP_S)).tolist()
+    return [(bounds[i], min(bounds[i + 1], ends[i]), bool(hour[j]))
+            for i, j in enumerate(first.tolist())]
 
 
 def _raw_minutes(store: Store, rolled: _Rollups, read: _Read, seal: float, spans: Spans,

@@ -22,7 +22,9 @@ import pytest
 
 from probes.errors import StoreCorrupt
 from probes.store import SCHEMA_VERSION, Store
+from probes.store.columns import concat
 from probes.types import PathWindow
+from probes.verdict.pooling import pooled_windows
 from tests.integration.test_store_rollups import (
     HORIZON_S,
     _as_version,
@@ -192,3 +194,41 @@ def test_a_damaged_path_hour_is_refused_in_one_line(written: Path, tmp_path: Pat
         _pooled(db)
     assert "\n" not in str(err.value) and str(db) in str(err.value)
     assert "malformed" in str(err.value)
+
+
+def _down(k: int, w: PathWindow) -> bool:
+    """The probe down for the first two minutes of the second and third hours (no window of
+    any path), besides `_gone`'s."""
+    return 280 <= k < 292 or 640 <= k < 652 or _gone(k, w)
+
+
+def _pooled_until(db: Path, since: float | None, until: float) -> dict[str, Any]:
+    with Store.open(db, readonly=True) as store:
+        sealed, first, empty, lengths = pooled_windows(store, since, math.inf, (),
+                                                       until=until)
+    table = concat(sealed, empty)
+    out = {f.name: getattr(table, f.name) for f in dataclasses.fields(table)}
+    return {**{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in out.items()},
+            "first": first.tolist(), "lengths": sorted(lengths.tolist())}
+
+
+def test_hours_whose_first_minutes_are_empty_are_pooled_as_raw_windows(
+        tmp_path: Path) -> None:
+    """Hours the probe was down at the start of: one read whole, then one opened into its
+    minutes (irregular), and a verdict `--at` inside the first; each range of rows ends
+    with its own rows, not at the next range's first start (which took in an hour row no
+    key named, and the read was refused as a store changed under it)."""
+    db = tmp_path / "down.db"
+    _written_paths(db, WINDOWS, odd_at=_odd, gone=_down)
+    _, hours = _hours_meta(db)
+    assert (HOURS[1], 1) in hours and (HOURS[2], 0) in hours
+    raw = _raw_paths(db, tmp_path / "raw.db")
+    for since in (None, T0, T0 + 3001.0):
+        assert _pooled(db, since) == _pooled(raw, since), since
+    # `until` inside the second hour (rolled, its first minute empty), from before it and
+    # from inside it: the window lengths are the range's only.
+    for since, until in ((None, HOURS[1] + 605.0), (T0, HOURS[1] + 1801.0),
+                         (HOURS[1] + 300.0, HOURS[1] + 1801.0)):
+        rolled = _pooled_until(db, since, until)
+        assert rolled == _pooled_until(raw, since, until), (since, until)
+        assert rolled["lengths"]
