@@ -176,6 +176,19 @@ def check_schema(conn: sqlite3.Connection, path: str, tables: set[str]) -> int:
     return version
 
 
+# Each hour table is rolled from a minute table: hours kept while their minutes are made
+# anew (a table dropped, or emptied with its bound) would be rolled again, for a retried
+# window or a prune, from minutes not rolled up yet, and read as whole hours all the same.
+_HOURS_OF = (("rolled_until", HOURS, "hours_rolled_until"),
+             ("paths_rolled_until", PATH_HOURS, "path_hours_rolled_until"))
+
+
+def hours_orphaned(conn: sqlite3.Connection) -> bool:
+    """Whether an hour table's bound stands without its minute table's (see `_HOURS_OF`)."""
+    keys = {key for (key,) in conn.execute("SELECT key FROM meta")}
+    return any(hours in keys and minutes not in keys for minutes, _, hours in _HOURS_OF)
+
+
 def migrate(conn: sqlite3.Connection, path: str) -> None:
     """Bring an older store (or one whose rollups were dropped) to the current schema in
     place, in one transaction: the rollups' tables made empty, the writer rolling the old
@@ -198,6 +211,12 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
                             ).fetchone() is None:
                 conn.execute(create)
                 conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+        if hours_orphaned(conn):
+            keys = {key for (key,) in conn.execute("SELECT key FROM meta")}
+            for minutes, table, hours in _HOURS_OF:
+                if minutes not in keys:
+                    conn.execute(f"DELETE FROM {table}")
+                    conn.execute("DELETE FROM meta WHERE key = ?", (hours,))
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                      (str(SCHEMA_VERSION),))
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -56,6 +56,7 @@ from probes.store._schema import (
     UPSERT_WINDOW,
     check_schema,
     create_schema,
+    hours_orphaned,
     mapped,
     migrate,
 )
@@ -200,7 +201,8 @@ class Store:
                 else:
                     version = check_schema(conn, p, tables)
                     if not readonly and (version < SCHEMA_VERSION
-                                         or not tables >= _ROLLUP_TABLES):
+                                         or not tables >= _ROLLUP_TABLES
+                                         or hours_orphaned(conn)):
                         migrate(conn, p)
                         version = SCHEMA_VERSION
                         tables |= _ROLLUP_TABLES

@@ -232,3 +232,39 @@ def test_hours_whose_first_minutes_are_empty_are_pooled_as_raw_windows(
         rolled = _pooled_until(db, since, until)
         assert rolled == _pooled_until(raw, since, until), (since, until)
         assert rolled["lengths"]
+
+
+@pytest.mark.parametrize("how", ["DROP TABLE path_rollups",
+                                 "DELETE FROM path_rollups; DELETE FROM meta"
+                                 " WHERE key = 'paths_rolled_until'"])
+def test_path_minutes_made_anew_take_their_hours_with_them(
+        written: Path, tmp_path: Path, how: str) -> None:
+    """Hours kept over minutes made anew would be rolled again, for a retried window, from
+    minutes not back yet: the hours go with them and are rolled again after them."""
+    db = _copy(written, tmp_path / "s.db")
+    conn = sqlite3.connect(db)
+    conn.executescript(how)
+    conn.close()
+    paths, cells = windows_at(300, np.random.default_rng(9), bump=11)  # in the second hour
+    with Store.open(db) as store:
+        assert _hours_meta(db) == (None, [])
+        store.write(paths, cells, roll_before=None)
+        store.roll_up()
+    assert _hours_meta(db)[0] == _hours_meta(written)[0]
+    raw = _raw_paths(db, tmp_path / "raw.db")
+    assert _pooled(db, None) == _pooled(raw, None)
+
+
+def test_endpoint_minutes_made_anew_take_their_hours_with_them(
+        written: Path, tmp_path: Path) -> None:
+    db = _copy(written, tmp_path / "s.db")
+    assert _meta(db, "hours_rolled_until")[0] is not None
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE endpoint_rollups")
+    conn.close()
+    Store.open(db).close()
+    conn = sqlite3.connect(db)
+    rows, = conn.execute("SELECT COUNT(*) FROM endpoint_hours").fetchone()
+    conn.close()
+    assert (_meta(db, "hours_rolled_until")[0], rows) == (None, 0)
+    assert _hours_meta(db) == _hours_meta(written)  # the path hours' minutes stand
