@@ -151,6 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for name in _WIRE_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO)
+    if argv is None and args.command == "verdict":
+        # The process is this one verdict (not a caller's, such as a test's): no memory to
+        # give back before it ends.
+        from probes._heap import keep_freed_memory
+
+        keep_freed_memory()
     try:
         return _dispatch(args)
     except SkewprobeError as exc:
@@ -245,13 +251,11 @@ def _run(args: argparse.Namespace) -> int:
 def _verdict(args: argparse.Namespace) -> int:
     import time
 
-    from probes._heap import keep_freed_memory
     from probes.spec import PrometheusSettings
     from probes.verdict.entry import Query, StoreSource, verdict
     from probes.verdict.service import verdict_time
     from probes.verdict.settings import Resolved, load_judging_config, resolve
 
-    keep_freed_memory()  # one verdict and the process ends: no memory to give back
     now = verdict_time(args.at, now=time.time())
     if args.prometheus:
         resolved = Resolved(load_judging_config(args.config),

@@ -1,5 +1,5 @@
 """The memory of a long-running probe: the collector tuned after the warm-up (opt-in:
-`skewprobe run` uses it), and freed large arrays given back to the system.
+`skewprobe run` uses it).
 
 **The collector.** A probe holds thousands of long-lived objects (schedules, connections,
 transports), and every full collection walks them all: tens of milliseconds at 2,400
@@ -10,22 +10,14 @@ collections find (`probes.measure.collector`). Every collection's pause is expor
 meanwhile (`skewprobe_gc_pause_seconds`), and the collector's state is put back when the run
 ends (tests run the runner in their own process).
 
-**malloc** (`return_large_frees`). A verdict allocates numpy arrays of a few hundred KiB to
-tens of MiB and frees them. glibc serves allocations above its mmap threshold with mmap and
-returns them on free, but raises that threshold to the largest block freed so far (up to
-32 MiB): after the first verdicts, their arrays come from the heap, and the heap keeps what
-they freed (a 10-minute run at 2,400 endpoints grew by ~200 MiB of freed memory;
-BENCHMARKS.md D15). A fixed threshold stops that, so the RSS stays flat. Elsewhere (musl,
-macOS) nothing is changed.
+glibc's malloc, tuned for a long-running probe, is `probes._heap.return_large_frees`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
-import sys
 from collections.abc import Callable, Sequence
 
 from probes.measure.collector import adaptive_young_threshold, watch_gc_pauses
@@ -35,9 +27,7 @@ __all__ = [
     "GC_FULL_EVERY",
     "GC_SETTLE_LIMIT_S",
     "GC_WARMUP_EXTRA_S",
-    "MMAP_THRESHOLD_BYTES",
     "CollectorTuning",
-    "return_large_frees",
     "settled_in_flight",
 ]
 
@@ -108,22 +98,3 @@ class CollectorTuning:
         gc.set_threshold(young, middle, GC_FULL_EVERY)
         self._hooks.enter_context(adaptive_young_threshold())
 
-
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
-MMAP_THRESHOLD_BYTES = 256 * 1024
-
-
-def return_large_frees() -> bool:
-    """Fix glibc's mmap threshold at `MMAP_THRESHOLD_BYTES`; False where it cannot be."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-        gnu = libc.gnu_get_libc_version  # glibc only: musl's mallopt ignores the parameter
-    except (AttributeError, OSError):
-        return False
-    del gnu
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))

@@ -23,6 +23,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from probes._heap import return_large_frees
 from probes.api import ApiApp, VerdictQuery
 from probes.clients import StreamProber, build_prober
 from probes.discovery import DiscoverySource, FileSource, StaticSource
@@ -35,7 +36,7 @@ from probes.measure.window import WindowAggregator
 from probes.metrics import DURATION_BUCKETS, PROMETHEUS_DURATION_BUCKETS, ProbeMetrics
 from probes.run._api_server import bind_api, serve_api
 from probes.run._inventory_task import EndpointInventory, InventoryKeeper
-from probes.run._memory import CollectorTuning, return_large_frees, settled_in_flight
+from probes.run._memory import CollectorTuning, settled_in_flight
 from probes.run._recording import Recorder, RunEvents
 from probes.run._status import ProgressReporter, cost_logged, judge_health
 from probes.run._verdict_publish import VerdictGauges, VerdictRoute

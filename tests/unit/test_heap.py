@@ -33,7 +33,7 @@ def _faults(mode: str) -> str:
 def test_a_freed_array_is_allocated_again_from_the_heap() -> None:
     kept = _faults("keep")
     if kept == "unsupported":
-        pytest.skip("the C library has no glibc mallopt")
+        pytest.skip("no glibc mallopt, or it refused the settings")
     # Without it, the array's pages are mapped and faulted in again: at least one fault
     # per 2 MB huge page (64), 32,768 with 4 KB pages.
     assert int(_faults("default")) >= 64

@@ -78,7 +78,7 @@ def test_the_steady_level_follows_the_intended_rate() -> None:
 
 CHECK = r"""
 import ctypes, numpy as np
-from probes.run._memory import MMAP_THRESHOLD_BYTES, return_large_frees
+from probes._heap import MMAP_THRESHOLD_BYTES, return_large_frees
 
 class Mallinfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
