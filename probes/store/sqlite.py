@@ -521,13 +521,17 @@ class Store:
             names = dict(conn.execute("SELECT id, name FROM names").fetchall())
             hours_done = rolled_until(conn, self._path, PATH_HOUR_ROLLS) if (
                 hours and self._path_hours) else None
-            if hours_done is None:
-                return lo, hi, _united(keys(conn, where, within(args, lo, hi))), names
-            h0 = math.ceil(lo / HOUR_S) * HOUR_S if math.isfinite(lo) else lo
-            h1 = max(h0, math.floor(min(hi, hours_done) / HOUR_S) * HOUR_S)
-            parts = [_united(keys(conn, where, within(args, lo, min(h0, hi)))),
-                     _united(keys(conn, where, within(args, h0, h1), PATH_HOURS), HOUR_S),
-                     _united(keys(conn, where, within(args, h1, hi)))]
+            try:
+                if hours_done is None:
+                    return lo, hi, _united(keys(conn, where, within(args, lo, hi))), names
+                h0 = math.ceil(lo / HOUR_S) * HOUR_S if math.isfinite(lo) else lo
+                h1 = max(h0, math.floor(min(hi, hours_done) / HOUR_S) * HOUR_S)
+                parts = [_united(keys(conn, where, within(args, lo, min(h0, hi)))),
+                         _united(keys(conn, where, within(args, h0, h1), PATH_HOURS), HOUR_S),
+                         _united(keys(conn, where, within(args, h1, hi)))]
+            except (ValueError, TypeError) as exc:  # a key that is not a number
+                raise StoreCorrupt(f"{self._path}: read path rollups: malformed row ({exc})"
+                                   ) from exc
             return lo, hi, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, names
 
     def read_path_rollups(

@@ -187,9 +187,11 @@ def test_a_v5_store_gets_path_hours_and_the_writer_catches_up_an_hour_a_write(
     assert _hours_meta(db) == _hours_meta(written)
 
 
-def test_a_damaged_path_hour_is_refused_in_one_line(written: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["latency = x'0102'", "first = 'x'", "windows = 'many'"])
+def test_a_damaged_path_hour_is_refused_in_one_line(written: Path, tmp_path: Path,
+                                                    damage: str) -> None:
     db = _tampered(written, tmp_path / "s.db",
-                   f"UPDATE path_hours SET latency = x'0102' WHERE start = {HOURS[1]!r}")
+                   f"UPDATE path_hours SET {damage} WHERE start = {HOURS[1]!r}")
     with pytest.raises(StoreCorrupt) as err:
         _pooled(db)
     assert "\n" not in str(err.value) and str(db) in str(err.value)
@@ -268,3 +270,23 @@ def test_endpoint_minutes_made_anew_take_their_hours_with_them(
     conn.close()
     assert (_meta(db, "hours_rolled_until")[0], rows) == (None, 0)
     assert _hours_meta(db) == _hours_meta(written)  # the path hours' minutes stand
+
+
+def _short_minute(k: int) -> list[PathWindow]:
+    """A whole minute of one path's baseline windows shorter than the others (windows
+    364-369: regular as a minute, not as the second hour)."""
+    if 364 <= k < 370:
+        paths, _ = windows_at(k, np.random.default_rng(k))
+        return [dataclasses.replace(paths[0], length=W / 2)]
+    return []
+
+
+def test_an_hour_of_minutes_regular_each_but_of_two_lengths_is_read_by_minute(
+        tmp_path: Path) -> None:
+    db = tmp_path / "short.db"
+    _written_paths(db, WINDOWS, odd_at=_short_minute, gone=_gone)
+    _, hours = _hours_meta(db)
+    assert (HOURS[1], 0) in hours
+    raw = _raw_paths(db, tmp_path / "raw.db")
+    for since in (None, T0):
+        assert _pooled(db, since) == _pooled(raw, since), since
